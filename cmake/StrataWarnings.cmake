@@ -1,0 +1,13 @@
+# Warnings and sanitizers applied to every target of ours through strata_options.
+function(strata_apply_warnings target)
+  target_compile_options(${target} INTERFACE
+    $<$<COMPILE_LANGUAGE:C,CXX>:-Wall -Wextra -Wshadow=local -Wno-missing-field-initializers>)
+  if(STRATA_WERROR)
+    target_compile_options(${target} INTERFACE $<$<COMPILE_LANGUAGE:C,CXX>:-Werror>)
+  endif()
+  if(STRATA_SANITIZE)
+    target_compile_options(${target} INTERFACE
+      -fsanitize=${STRATA_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+    target_link_options(${target} INTERFACE -fsanitize=${STRATA_SANITIZE})
+  endif()
+endfunction()

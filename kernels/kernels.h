@@ -1,0 +1,115 @@
+// The compute kernels of Strata: stateless functions on raw pointers and shapes.
+//
+// No allocation, no threads: the engine's thread pool splits work (row ranges of a
+// matmul, heads of attention) and calls these from its workers. Every function is safe to
+// call concurrently on disjoint outputs. Each operation has a scalar reference in
+// kernels/cpu/ that every SIMD variant (AVX2+FMA+F16C, AVX-512, NEON) is tested against;
+// the variant is chosen once at start-up from the CPU's features (see ActiveIsa).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/types.h"
+
+namespace strata::kernels {
+
+enum class Isa { kScalar, kAvx2, kAvx512, kNeon };
+const char* IsaName(Isa isa);
+// The instruction set whose kernels are in use (the best the CPU supports, unless the
+// environment variable STRATA_ISA=scalar|avx2|avx512|neon or ForceIsa chose another).
+Isa ActiveIsa();
+// True when this CPU and this build support `isa`.
+bool IsaSupported(Isa isa);
+// Switches every dispatched kernel to `isa` (tests and benchmarks); false if unsupported.
+// Not thread-safe with respect to kernels running concurrently.
+bool ForceIsa(Isa isa);
+
+// ---- Matrix multiplication with quantized weights -------------------------------------
+//
+// Weights W are [rows][k] in type wtype, row-major, rows `w_row_bytes` apart.
+// Activations X are [n_tok][k] floats; the engine first converts them once per matmul
+// to ActivationType(wtype) (Q8_0, Q8_1, Q8_K, F16 or F32 rows) with QuantizeActivations,
+// and the dot products then run on the quantized blocks directly.
+
+// The row format X must be converted to before Matmul with weights of type `weight`.
+DType ActivationType(DType weight);
+// Converts one row of `n` floats into ActivationType(weight); `out` holds
+// RowBytes(ActivationType(weight), n) bytes. n must be a multiple of the weight block.
+void QuantizeActivations(DType weight, const float* x, int64_t n, void* out);
+
+struct MatmulArgs {
+  DType wtype;
+  const void* w;         // weights [rows][k]
+  size_t w_row_bytes;    // RowBytes(wtype, k) for a dense tensor
+  int64_t k;             // inner dimension
+  const void* xq;        // activations [n_tok][k] in ActivationType(wtype)
+  size_t xq_row_bytes;   // bytes between consecutive activation rows
+  int64_t n_tok;         // number of activation rows (1 = GEMV)
+  float* y;              // y[t * y_stride + r] = dot(W[r], X[t])
+  int64_t y_stride;
+};
+// Computes output rows [row_begin, row_end) for all n_tok tokens. The engine splits rows
+// across threads in multiples of kMatmulRowAlign (the last chunk may be ragged).
+constexpr int64_t kMatmulRowAlign = 16;
+void Matmul(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
+
+// Dequantizes n values (one row of a tensor of type t) to floats, e.g. an embedding row.
+void DequantizeRow(DType t, const void* src, float* dst, int64_t n);
+
+// ---- Element-wise and normalization ----------------------------------------------------
+
+// y = x / sqrt(mean(x^2) + eps) * weight; weight may be nullptr (no scaling). y may be x.
+void RmsNorm(const float* x, const float* weight, float* y, int64_t n, float eps);
+// out = silu(gate) * up. out may alias gate.
+void SwiGlu(const float* gate, const float* up, float* out, int64_t n);
+// y += x
+void Add(float* y, const float* x, int64_t n);
+// x = softmax(x)
+void SoftmaxInPlace(float* x, int64_t n);
+float DotF32(const float* a, const float* b, int64_t n);
+void F32ToF16Row(const float* src, uint16_t* dst, int64_t n);
+void F16ToF32Row(const uint16_t* src, float* dst, int64_t n);
+
+// Rotary position embedding on `n_heads` heads of `head_dim` floats each (contiguous),
+// rotating the first `rot_dim` dims of each head. `cos_sin` holds rot_dim/2 (cos, sin)
+// pairs for this token's position (the engine caches them per position).
+// Normal layout rotates pairs (2i, 2i+1); NeoX layout rotates (i, i + rot_dim/2).
+enum class RopeLayout { kNormal, kNeox };
+void RopeApply(float* x, int n_heads, int head_dim, int rot_dim, const float* cos_sin,
+               RopeLayout layout);
+
+// ---- Attention over a view of spans ----------------------------------------------------
+//
+// The forward pass never knows where KV lives: a KV policy hands it a list of spans, each
+// a run of consecutive positions with F16 K and V for all KV heads of one layer.
+struct KvSpan {
+  const uint16_t* k;   // token t, head h at k[t * stride + h * head_dim]
+  const uint16_t* v;   // same layout as k
+  int32_t n_tokens;
+  int32_t pos0;        // position of the span's first token
+  int32_t stride;      // elements between consecutive tokens (usually n_kv_heads*head_dim)
+};
+
+struct AttentionArgs {
+  // Queries for n_q consecutive positions q_pos0, q_pos0+1, ... and the n_rep query heads
+  // that share KV head `kv_head` (GQA): q[t * q_stride + j * head_dim + d], already RoPE'd.
+  const float* q;
+  int32_t n_q;
+  int32_t q_stride;
+  int32_t q_pos0;
+  int32_t n_rep;
+  int32_t head_dim;
+  int32_t kv_head;
+  const KvSpan* spans;  // any order; keys with position > query position are masked
+  int32_t n_spans;
+  float scale;          // usually 1/sqrt(head_dim)
+  float* out;           // out[t * out_stride + j * head_dim + d]
+  int32_t out_stride;
+  float* scratch;       // AttentionScratchFloats(args) floats, owned by the caller's thread
+};
+// Online (streaming) softmax: one pass over the spans, no full score matrix.
+void AttentionOverSpans(const AttentionArgs& a);
+size_t AttentionScratchFloats(int32_t n_q, int32_t n_rep, int32_t head_dim);
+
+}  // namespace strata::kernels
