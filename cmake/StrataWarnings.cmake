@@ -1,7 +1,10 @@
 # Warnings and sanitizers applied to every target of ours through strata_options.
 function(strata_apply_warnings target)
   target_compile_options(${target} INTERFACE
-    $<$<COMPILE_LANGUAGE:C,CXX>:-Wall -Wextra -Wshadow=local -Wno-missing-field-initializers>)
+    $<$<COMPILE_LANGUAGE:C,CXX>:-Wall -Wextra -Wno-missing-field-initializers>)
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(${target} INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wshadow=local>)
+  endif()
   if(STRATA_WERROR)
     target_compile_options(${target} INTERFACE $<$<COMPILE_LANGUAGE:C,CXX>:-Werror>)
   endif()
