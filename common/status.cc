@@ -7,16 +7,26 @@ namespace strata {
 
 const char* StatusCodeName(Status::Code code) {
   switch (code) {
-    case Status::Code::kOk: return "OK";
-    case Status::Code::kInvalidArgument: return "invalid argument";
-    case Status::Code::kNotFound: return "not found";
-    case Status::Code::kCorruption: return "corruption";
-    case Status::Code::kNotSupported: return "not supported";
-    case Status::Code::kIOError: return "I/O error";
-    case Status::Code::kOutOfRange: return "out of range";
-    case Status::Code::kResourceExhausted: return "resource exhausted";
-    case Status::Code::kAborted: return "aborted";
-    case Status::Code::kInternal: return "internal error";
+    case Status::Code::kOk:
+      return "OK";
+    case Status::Code::kInvalidArgument:
+      return "invalid argument";
+    case Status::Code::kNotFound:
+      return "not found";
+    case Status::Code::kCorruption:
+      return "corruption";
+    case Status::Code::kNotSupported:
+      return "not supported";
+    case Status::Code::kIOError:
+      return "I/O error";
+    case Status::Code::kOutOfRange:
+      return "out of range";
+    case Status::Code::kResourceExhausted:
+      return "resource exhausted";
+    case Status::Code::kAborted:
+      return "aborted";
+    case Status::Code::kInternal:
+      return "internal error";
   }
   return "unknown";
 }

@@ -15,20 +15,22 @@ class [[nodiscard]] Status {
  public:
   enum class Code {
     kOk = 0,
-    kInvalidArgument,   // the caller's input is wrong (config value, prompt, parameter)
-    kNotFound,          // a file, key or tensor does not exist
-    kCorruption,        // a file's content is damaged or inconsistent
-    kNotSupported,      // valid input we do not handle (architecture, tensor type)
-    kIOError,           // the OS refused an operation (errno in the message)
-    kOutOfRange,        // a value or request past a limit (context, file end)
-    kResourceExhausted, // a memory budget or disk is full
-    kAborted,           // stopped on purpose (callback asked to stop, cancelled I/O)
-    kInternal,          // a bug: an invariant of ours does not hold
+    kInvalidArgument,    // the caller's input is wrong (config value, prompt, parameter)
+    kNotFound,           // a file, key or tensor does not exist
+    kCorruption,         // a file's content is damaged or inconsistent
+    kNotSupported,       // valid input we do not handle (architecture, tensor type)
+    kIOError,            // the OS refused an operation (errno in the message)
+    kOutOfRange,         // a value or request past a limit (context, file end)
+    kResourceExhausted,  // a memory budget or disk is full
+    kAborted,            // stopped on purpose (callback asked to stop, cancelled I/O)
+    kInternal,           // a bug: an invariant of ours does not hold
   };
 
   Status() = default;
   static Status OK() { return Status(); }
-  static Status InvalidArgument(std::string msg) { return {Code::kInvalidArgument, std::move(msg)}; }
+  static Status InvalidArgument(std::string msg) {
+    return {Code::kInvalidArgument, std::move(msg)};
+  }
   static Status NotFound(std::string msg) { return {Code::kNotFound, std::move(msg)}; }
   static Status Corruption(std::string msg) { return {Code::kCorruption, std::move(msg)}; }
   static Status NotSupported(std::string msg) { return {Code::kNotSupported, std::move(msg)}; }
@@ -60,8 +62,8 @@ const char* StatusCodeName(Status::Code code);
 
 }  // namespace strata
 
-#define STRATA_RETURN_IF_ERROR(expr)             \
-  do {                                           \
-    ::strata::Status strata_status_ = (expr);    \
+#define STRATA_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::strata::Status strata_status_ = (expr);        \
     if (!strata_status_.ok()) return strata_status_; \
   } while (0)

@@ -1,0 +1,70 @@
+#include "platforms/platform.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "kernels/kernels.h"
+
+namespace strata {
+namespace {
+
+// Reads "Key: value kB" lines of /proc/meminfo.
+uint64_t MemInfoBytes(const std::string& text, const std::string& key) {
+  size_t p = text.find(key + ":");
+  if (p == std::string::npos) return 0;
+  std::istringstream in(text.substr(p + key.size() + 1));
+  uint64_t kib = 0;
+  in >> kib;
+  return kib * 1024;
+}
+
+std::string ReadFile(const char* path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+const char* PlatformKindName(PlatformKind k) {
+  switch (k) {
+    case PlatformKind::kCpu:
+      return "cpu";
+    case PlatformKind::kJetson:
+      return "jetson";
+    case PlatformKind::kDesktopCuda:
+      return "desktop-cuda";
+  }
+  return "?";
+}
+
+Status DetectPlatform(PlatformInfo* out) {
+  PlatformInfo p;
+  p.cores = int32_t(sysconf(_SC_NPROCESSORS_ONLN));
+  const std::string mem = ReadFile("/proc/meminfo");
+  p.memory_total = MemInfoBytes(mem, "MemTotal");
+  p.memory_available = MemInfoBytes(mem, "MemAvailable");
+  const std::string cpu = ReadFile("/proc/cpuinfo");
+  size_t m = cpu.find("model name");
+  if (m != std::string::npos) {
+    size_t colon = cpu.find(':', m), eol = cpu.find('\n', m);
+    if (colon != std::string::npos && colon < eol)
+      p.cpu_model = cpu.substr(colon + 2, eol - colon - 2);
+  }
+  // Jetson modules (Tegra SoCs) say so in the device tree's compatible string.
+  const std::string compat = ReadFile("/proc/device-tree/compatible");
+  if (compat.find("nvidia,tegra") != std::string::npos) {
+    p.kind = PlatformKind::kJetson;
+    p.unified_memory = true;
+    std::string model = ReadFile("/proc/device-tree/model");
+    if (!model.empty()) p.cpu_model = model.c_str();
+  }
+  p.isa = kernels::IsaName(kernels::ActiveIsa());
+  *out = p;
+  return Status::OK();
+}
+
+}  // namespace strata

@@ -1,0 +1,51 @@
+// Shared pieces of the `strata` command's subcommands: finding the model, layering
+// strata.yaml under command-line flags, and printing errors.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "runtime/config/config.h"
+#include "runtime/engine/engine.h"
+#include "runtime/model/model.h"
+
+namespace strata::cli {
+
+// Flags every subcommand that runs the model accepts, applied over the config file.
+struct CommonFlags {
+  std::string model;
+  std::string config;
+  int32_t threads = 0;
+  int32_t ctx = 0;
+  int32_t batch = 0;
+  std::string kv;
+  CLI::Option* threads_opt = nullptr;
+  CLI::Option* ctx_opt = nullptr;
+  CLI::Option* batch_opt = nullptr;
+  CLI::Option* kv_opt = nullptr;
+};
+void AddCommonFlags(CLI::App* app, CommonFlags* f);
+// Loads the config file (if any) and applies the flags given on the command line.
+Status ResolveConfig(const CommonFlags& f, Config* cfg);
+// The model path: -m, else the config's `model`, else the default model in $STRATA_HOME.
+Status ResolveModelPath(const CommonFlags& f, const Config& cfg, std::string* path);
+Status LoadModel(const std::string& path, std::unique_ptr<Model>* model);
+
+// Prints "strata <cmd>: <message>" to stderr and returns the exit code for `s`.
+int ReportError(const char* cmd, const Status& s);
+
+nlohmann::json StatsJson(const GenerationStats& s);
+
+// The exit code main returns, set by the subcommand that ran.
+int& ExitCode();
+
+void AddRunCommand(CLI::App* app);
+void AddInfoCommand(CLI::App* app);
+void AddPerplexityCommand(CLI::App* app);
+void AddBenchCommand(CLI::App* app);
+
+}  // namespace strata::cli

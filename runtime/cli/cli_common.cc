@@ -1,0 +1,94 @@
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "runtime/cli/cli.h"
+
+namespace strata::cli {
+
+int& ExitCode() {
+  static int code = 0;
+  return code;
+}
+
+void AddCommonFlags(CLI::App* app, CommonFlags* f) {
+  app->add_option("-m,--model", f->model,
+                  "GGUF model file (default: the config's, else "
+                  "$STRATA_HOME/SmolLM2-135M-Instruct.Q4_1.gguf)");
+  app->add_option("--config", f->config, "strata.yaml with settings; flags override it");
+  f->threads_opt = app->add_option("-t,--threads", f->threads, "worker threads (0 = all cores)");
+  f->ctx_opt = app->add_option("--ctx", f->ctx, "context length in tokens (0 = the model's)");
+  f->batch_opt = app->add_option("--batch", f->batch, "most tokens per forward pass");
+  f->kv_opt = app->add_option("--kv", f->kv, "KV policy: memory");
+}
+
+Status ResolveConfig(const CommonFlags& f, Config* cfg) {
+  if (!f.config.empty()) STRATA_RETURN_IF_ERROR(LoadConfigFile(f.config, cfg));
+  if (f.threads_opt->count()) cfg->engine.n_threads = f.threads;
+  if (f.ctx_opt->count()) cfg->engine.n_ctx = f.ctx;
+  if (f.batch_opt->count()) cfg->engine.n_batch = f.batch;
+  if (f.kv_opt->count())
+    STRATA_RETURN_IF_ERROR(ParseKvPolicyKind(f.kv, &cfg->engine.kv.policy).WithContext("--kv"));
+  return Status::OK();
+}
+
+Status ResolveModelPath(const CommonFlags& f, const Config& cfg, std::string* path) {
+  if (!f.model.empty()) {
+    *path = f.model;
+    return Status::OK();
+  }
+  if (!cfg.model.empty()) {
+    *path = cfg.model;
+    return Status::OK();
+  }
+  const char* home = std::getenv("STRATA_HOME");
+  std::string dir = home && *home ? home
+                                  : std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") +
+                                        "/.cache/strata";
+  std::string def = dir + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(def))
+    return Status::NotFound("no model given (-m) and the default model " + def +
+                            " is not there; run scripts/fetch_model.sh to fetch it");
+  *path = def;
+  return Status::OK();
+}
+
+Status LoadModel(const std::string& path, std::unique_ptr<Model>* model) {
+  return Model::Load(path, model);
+}
+
+int ReportError(const char* cmd, const Status& s) {
+  std::fprintf(stderr, "strata %s: %s\n", cmd, s.ToString().c_str());
+  switch (s.code()) {
+    case Status::Code::kInvalidArgument:
+    case Status::Code::kOutOfRange:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+nlohmann::json StatsJson(const GenerationStats& s) {
+  nlohmann::json j;
+  j["prompt_tokens"] = s.prompt_tokens;
+  j["generated_tokens"] = s.generated_tokens;
+  j["prefill_seconds"] = s.prefill_seconds;
+  j["decode_seconds"] = s.decode_seconds;
+  j["sample_seconds"] = s.sample_seconds;
+  j["prefill_tokens_per_second"] = s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0;
+  j["decode_tokens_per_second"] = s.decode_seconds > 0 ? s.decode_tokens / s.decode_seconds : 0;
+  j["peak_rss_bytes"] = s.peak_rss_bytes;
+  j["forward_seconds"] = {{"matmul", s.forward.matmul},
+                          {"attention", s.forward.attention},
+                          {"kv", s.forward.kv},
+                          {"other", s.forward.other}};
+  j["kv"] = {
+      {"resident_bytes", s.kv.resident_bytes},  {"peak_resident_bytes", s.kv.peak_resident_bytes},
+      {"bytes_read", s.kv.bytes_read},          {"bytes_written", s.kv.bytes_written},
+      {"reads_issued", s.kv.reads_issued},      {"groups_selected", s.kv.groups_selected},
+      {"reuse_hits", s.kv.reuse_hits},          {"io_wait_seconds", s.kv.io_wait_seconds},
+      {"predict_seconds", s.kv.predict_seconds}};
+  return j;
+}
+
+}  // namespace strata::cli

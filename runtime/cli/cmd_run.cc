@@ -1,0 +1,163 @@
+// strata run: generate from a prompt, or chat, with the KV policy the config names.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "runtime/cli/cli.h"
+#include "runtime/engine/session.h"
+
+namespace strata::cli {
+namespace {
+
+struct RunFlags {
+  CommonFlags common;
+  std::string prompt, prompt_file, system;
+  bool chat = false;
+  bool stats = false;
+  int32_t parallel = 1;
+  GenerateParams gen;
+  std::vector<std::string> stop;
+  CLI::Option *n_opt, *temp_opt, *top_k_opt, *top_p_opt, *min_p_opt, *rp_opt, *seed_opt, *stop_opt,
+      *ignore_eos_opt;
+};
+
+void ApplyGenerateFlags(const RunFlags& f, GenerateParams* g) {
+  if (f.n_opt->count()) g->max_tokens = f.gen.max_tokens;
+  if (f.temp_opt->count()) g->sampling.temperature = f.gen.sampling.temperature;
+  if (f.top_k_opt->count()) g->sampling.top_k = f.gen.sampling.top_k;
+  if (f.top_p_opt->count()) g->sampling.top_p = f.gen.sampling.top_p;
+  if (f.min_p_opt->count()) g->sampling.min_p = f.gen.sampling.min_p;
+  if (f.rp_opt->count()) g->sampling.repeat_penalty = f.gen.sampling.repeat_penalty;
+  if (f.seed_opt->count()) g->sampling.seed = f.gen.sampling.seed;
+  if (f.stop_opt->count()) g->stop = f.stop;
+  if (f.ignore_eos_opt->count()) g->ignore_eos = true;
+}
+
+bool PrintPiece(int32_t, std::string_view text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  return true;
+}
+
+void PrintStats(const RunFlags& f, const GenerationStats& s, const Engine& e) {
+  if (!f.stats) return;
+  nlohmann::json j = StatsJson(s);
+  j["threads"] = e.options().n_threads;
+  j["context"] = e.options().n_ctx;
+  j["kv_policy"] = KvPolicyKindName(e.options().kv.policy);
+  std::fprintf(stderr, "%s\n", j.dump(2).c_str());
+}
+
+Status Run(RunFlags& f) {
+  Config cfg;
+  STRATA_RETURN_IF_ERROR(ResolveConfig(f.common, &cfg));
+  ApplyGenerateFlags(f, &cfg.generate);
+  if (f.parallel < 1 || f.parallel > 4096)
+    return Status::InvalidArgument("--parallel: " + std::to_string(f.parallel) +
+                                   " is out of range [1, 4096]");
+  cfg.engine.max_sequences = std::max(cfg.engine.max_sequences, f.parallel);
+  std::string prompt = f.prompt;
+  if (!f.prompt_file.empty()) {
+    std::ifstream in(f.prompt_file, std::ios::binary);
+    if (!in) return Status::FromErrno("prompt file " + f.prompt_file, errno);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    prompt = ss.str();
+  }
+  const bool interactive = f.chat && prompt.empty() && isatty(STDIN_FILENO);
+  if (prompt.empty() && !interactive) {
+    if (isatty(STDIN_FILENO))
+      return Status::InvalidArgument("no prompt: give -p TEXT, -f FILE, or pipe text to stdin");
+    std::ostringstream ss;
+    ss << std::cin.rdbuf();
+    prompt = ss.str();
+    if (prompt.empty()) return Status::InvalidArgument("no prompt: stdin was empty");
+  }
+
+  std::string path;
+  STRATA_RETURN_IF_ERROR(ResolveModelPath(f.common, cfg, &path));
+  std::unique_ptr<Model> model;
+  STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
+  std::unique_ptr<Engine> engine;
+  STRATA_RETURN_IF_ERROR(Engine::Create(*model, cfg.engine, &engine));
+
+  if (f.parallel > 1) {
+    if (f.chat) return Status::InvalidArgument("--parallel cannot be combined with --chat");
+    std::vector<GenerationRequest> reqs(f.parallel);
+    for (int32_t i = 0; i < f.parallel; ++i) {
+      STRATA_RETURN_IF_ERROR(model->tokenizer().Encode(prompt, true, true, &reqs[i].prompt));
+      STRATA_RETURN_IF_ERROR(engine->NewSequence(&reqs[i].seq));
+      reqs[i].params = cfg.generate;
+      reqs[i].params.sampling.seed += uint64_t(i);  // distinct continuations
+    }
+    GenerationStats st;
+    STRATA_RETURN_IF_ERROR(engine->Generate(reqs, &st));
+    for (int32_t i = 0; i < f.parallel; ++i)
+      std::printf("--- sequence %d (%s) ---\n%s%s\n", i, StopReasonName(reqs[i].stop_reason),
+                  prompt.c_str(), reqs[i].text.c_str());
+    PrintStats(f, st, *engine);
+    return Status::OK();
+  }
+
+  std::unique_ptr<Session> session;
+  STRATA_RETURN_IF_ERROR(Session::Create(engine.get(), &session));
+  if (!f.system.empty()) session->SetSystemPrompt(f.system);
+  GenerationStats st;
+  if (!f.chat) {
+    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+    STRATA_RETURN_IF_ERROR(session->Generate(prompt, cfg.generate, PrintPiece, nullptr, &st));
+    std::printf("\n");
+    PrintStats(f, st, *engine);
+    return Status::OK();
+  }
+  if (!interactive) {
+    STRATA_RETURN_IF_ERROR(session->Chat(prompt, cfg.generate, PrintPiece, nullptr, &st));
+    std::printf("\n");
+    PrintStats(f, st, *engine);
+    return Status::OK();
+  }
+  std::fprintf(stderr, "chat with %s (%s template); an empty line or Ctrl-D ends\n", path.c_str(),
+               ChatTemplateName(model->chat_template()));
+  std::string line;
+  for (;;) {
+    std::fprintf(stderr, "> ");
+    if (!std::getline(std::cin, line) || line.empty()) break;
+    STRATA_RETURN_IF_ERROR(session->Chat(line, cfg.generate, PrintPiece, nullptr, &st));
+    std::printf("\n");
+    PrintStats(f, st, *engine);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App* app) {
+  auto f = std::make_shared<RunFlags>();
+  CLI::App* cmd = app->add_subcommand("run", "generate text from a prompt, or chat");
+  AddCommonFlags(cmd, &f->common);
+  cmd->add_option("-p,--prompt", f->prompt, "prompt text (else -f, else stdin)");
+  cmd->add_option("-f,--file", f->prompt_file, "read the prompt from a file");
+  cmd->add_flag("--chat", f->chat, "use the model's chat template; interactive without -p");
+  cmd->add_option("--system", f->system, "system prompt for --chat");
+  f->n_opt = cmd->add_option("-n,--max-tokens", f->gen.max_tokens, "new tokens at most");
+  f->temp_opt = cmd->add_option("--temp", f->gen.sampling.temperature, "temperature, 0 = greedy");
+  f->top_k_opt = cmd->add_option("--top-k", f->gen.sampling.top_k, "top-k, 0 = off");
+  f->top_p_opt = cmd->add_option("--top-p", f->gen.sampling.top_p, "top-p, 1 = off");
+  f->min_p_opt = cmd->add_option("--min-p", f->gen.sampling.min_p, "min-p, 0 = off");
+  f->rp_opt = cmd->add_option("--repeat-penalty", f->gen.sampling.repeat_penalty, "1 = off");
+  f->seed_opt = cmd->add_option("--seed", f->gen.sampling.seed, "random seed");
+  f->stop_opt = cmd->add_option("--stop", f->stop, "stop string (repeatable)");
+  f->ignore_eos_opt =
+      cmd->add_flag("--ignore-eos", f->gen.ignore_eos, "do not stop at end-of-generation tokens");
+  cmd->add_option("--parallel", f->parallel, "decode N copies of the prompt as one batch");
+  cmd->add_flag("--stats", f->stats, "print statistics as JSON on stderr");
+  cmd->callback([f] {
+    Status s = Run(*f);
+    if (!s.ok()) ExitCode() = ReportError("run", s);
+  });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,312 @@
+#include "runtime/config/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+namespace strata {
+namespace {
+
+// Where a value came from, for error messages: "strata.yaml:12: kv.policy".
+struct Where {
+  const std::string& source;
+  int line;
+  const std::string& key;
+  std::string str() const { return source + ":" + std::to_string(line) + ": " + key; }
+};
+
+struct Setting {
+  std::string key;
+  std::string help;
+  std::function<Status(const YAML::Node&, const Where&, Config*)> set;
+  std::function<std::string(const Config&)> get;  // as YAML flow text
+};
+
+template <class T>
+using Field = std::function<T&(Config&)>;
+
+std::string Quote(const std::string& s) {
+  YAML::Emitter e;
+  e << YAML::DoubleQuoted << s;
+  return e.c_str();
+}
+
+Status Expect(const YAML::Node& n, const Where& w, const char* what) {
+  if (!n.IsScalar())
+    return Status::InvalidArgument(w.str() + ": expected " + what + ", got a " +
+                                   (n.IsMap()        ? "map"
+                                    : n.IsSequence() ? "list"
+                                                     : "null value"));
+  return Status::OK();
+}
+
+template <class T>
+Setting Int(std::string key, std::string help, Field<T> f, int64_t lo, int64_t hi) {
+  Setting s{std::move(key), std::move(help), nullptr, nullptr};
+  s.set = [f, lo, hi](const YAML::Node& n, const Where& w, Config* c) -> Status {
+    STRATA_RETURN_IF_ERROR(Expect(n, w, "an integer"));
+    int64_t v;
+    if (!YAML::convert<int64_t>::decode(n, v))
+      return Status::InvalidArgument(w.str() + ": '" + n.Scalar() + "' is not an integer");
+    if (v < lo || v > hi)
+      return Status::OutOfRange(w.str() + ": " + std::to_string(v) + " is out of range [" +
+                                std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    f(*c) = T(v);
+    return Status::OK();
+  };
+  s.get = [f](const Config& c) { return std::to_string(f(const_cast<Config&>(c))); };
+  return s;
+}
+
+Setting Float(std::string key, std::string help, Field<float> f, double lo, double hi,
+              bool lo_open = false) {
+  Setting s{std::move(key), std::move(help), nullptr, nullptr};
+  s.set = [f, lo, hi, lo_open](const YAML::Node& n, const Where& w, Config* c) -> Status {
+    STRATA_RETURN_IF_ERROR(Expect(n, w, "a number"));
+    double v;
+    if (!YAML::convert<double>::decode(n, v) || !std::isfinite(v))
+      return Status::InvalidArgument(w.str() + ": '" + n.Scalar() + "' is not a finite number");
+    if (v < lo || v > hi || (lo_open && v == lo)) {
+      std::ostringstream r;
+      r << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
+      return Status::OutOfRange(w.str() + ": " + n.Scalar() + " is out of range " + r.str());
+    }
+    f(*c) = float(v);
+    return Status::OK();
+  };
+  s.get = [f](const Config& c) {
+    std::ostringstream o;
+    o << f(const_cast<Config&>(c));
+    return o.str();
+  };
+  return s;
+}
+
+Setting Bool(std::string key, std::string help, Field<bool> f) {
+  Setting s{std::move(key), std::move(help), nullptr, nullptr};
+  s.set = [f](const YAML::Node& n, const Where& w, Config* c) -> Status {
+    STRATA_RETURN_IF_ERROR(Expect(n, w, "true or false"));
+    bool v;
+    if (!YAML::convert<bool>::decode(n, v))
+      return Status::InvalidArgument(w.str() + ": '" + n.Scalar() + "' is not true or false");
+    f(*c) = v;
+    return Status::OK();
+  };
+  s.get = [f](const Config& c) {
+    return std::string(f(const_cast<Config&>(c)) ? "true" : "false");
+  };
+  return s;
+}
+
+Setting String(std::string key, std::string help, Field<std::string> f) {
+  Setting s{std::move(key), std::move(help), nullptr, nullptr};
+  s.set = [f](const YAML::Node& n, const Where& w, Config* c) -> Status {
+    STRATA_RETURN_IF_ERROR(Expect(n, w, "a string"));
+    f(*c) = n.Scalar();
+    return Status::OK();
+  };
+  s.get = [f](const Config& c) { return Quote(f(const_cast<Config&>(c))); };
+  return s;
+}
+
+Setting StringList(std::string key, std::string help, Field<std::vector<std::string>> f) {
+  Setting s{std::move(key), std::move(help), nullptr, nullptr};
+  s.set = [f](const YAML::Node& n, const Where& w, Config* c) -> Status {
+    if (!n.IsSequence()) return Status::InvalidArgument(w.str() + ": expected a list of strings");
+    std::vector<std::string> v;
+    for (const YAML::Node& e : n) {
+      if (!e.IsScalar())
+        return Status::InvalidArgument(w.str() + ": every list entry must be a string");
+      v.push_back(e.Scalar());
+    }
+    f(*c) = std::move(v);
+    return Status::OK();
+  };
+  s.get = [f](const Config& c) {
+    std::string out = "[";
+    for (const std::string& e : f(const_cast<Config&>(c))) {
+      if (out.size() > 1) out += ", ";
+      out += Quote(e);
+    }
+    return out + "]";
+  };
+  return s;
+}
+
+// The schema: every key, its default (from the structs' initializers) and its range.
+const std::vector<Setting>& Schema() {
+  static const std::vector<Setting> schema = [] {
+    std::vector<Setting> v;
+    v.push_back(String("model", "path of the GGUF model file",
+                       [](Config& c) -> std::string& { return c.model; }));
+    v.push_back(Int<int32_t>(
+        "threads", "worker threads, 0 = one per core",
+        [](Config& c) -> int32_t& { return c.engine.n_threads; }, 0, 1024));
+    v.push_back(Int<int32_t>(
+        "context", "context length in tokens, 0 = the model's",
+        [](Config& c) -> int32_t& { return c.engine.n_ctx; }, 0, 1 << 24));
+    v.push_back(Int<int32_t>(
+        "batch", "most tokens per forward pass (prefill chunk)",
+        [](Config& c) -> int32_t& { return c.engine.n_batch; }, 1, 8192));
+    v.push_back(Int<int32_t>(
+        "max_sequences", "sequences decoded together at most",
+        [](Config& c) -> int32_t& { return c.engine.max_sequences; }, 1, 4096));
+    v.push_back(Int<int32_t>(
+        "generate.max_tokens", "new tokens at most, 0 = until context full",
+        [](Config& c) -> int32_t& { return c.generate.max_tokens; }, 0, 1 << 24));
+    v.push_back(StringList("generate.stop", "strings that end generation",
+                           [](Config& c) -> std::vector<std::string>& { return c.generate.stop; }));
+    v.push_back(Bool("generate.ignore_eos", "keep generating after end-of-generation tokens",
+                     [](Config& c) -> bool& { return c.generate.ignore_eos; }));
+    auto sp = [](Config& c) -> SamplingParams& { return c.generate.sampling; };
+    v.push_back(Float(
+        "sampling.temperature", "0 = greedy",
+        [sp](Config& c) -> float& { return sp(c).temperature; }, 0, 100));
+    v.push_back(Int<int32_t>(
+        "sampling.top_k", "0 = off", [sp](Config& c) -> int32_t& { return sp(c).top_k; }, 0,
+        1 << 24));
+    v.push_back(Float(
+        "sampling.top_p", "1 = off", [sp](Config& c) -> float& { return sp(c).top_p; }, 0, 1,
+        true));
+    v.push_back(Float(
+        "sampling.min_p", "0 = off", [sp](Config& c) -> float& { return sp(c).min_p; }, 0,
+        0.999999));
+    v.push_back(Float(
+        "sampling.repeat_penalty", "1 = off",
+        [sp](Config& c) -> float& { return sp(c).repeat_penalty; }, 0, 10, true));
+    v.push_back(Int<int32_t>(
+        "sampling.repeat_last_n", "tokens the penalty looks back",
+        [sp](Config& c) -> int32_t& { return sp(c).repeat_last_n; }, 0, 1 << 24));
+    v.push_back(Int<uint64_t>(
+        "sampling.seed", "random seed", [sp](Config& c) -> uint64_t& { return sp(c).seed; }, 0,
+        INT64_MAX));
+    Setting kv_policy{"kv.policy", "where KV lives: memory", nullptr, nullptr};
+    kv_policy.set = [](const YAML::Node& n, const Where& w, Config* c) -> Status {
+      STRATA_RETURN_IF_ERROR(Expect(n, w, "a policy name"));
+      Status s = ParseKvPolicyKind(n.Scalar(), &c->engine.kv.policy);
+      return s.ok() ? s : Status::InvalidArgument(w.str() + ": " + s.message());
+    };
+    kv_policy.get = [](const Config& c) {
+      return std::string(KvPolicyKindName(c.engine.kv.policy));
+    };
+    v.push_back(std::move(kv_policy));
+    return v;
+  }();
+  return schema;
+}
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> d(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) d[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t prev = d[0];
+    d[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t cur = d[j];
+      d[j] = std::min({d[j] + 1, d[j - 1] + 1, prev + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      prev = cur;
+    }
+  }
+  return d[b.size()];
+}
+
+Status UnknownKey(const std::string& key, const Where& w) {
+  std::string best;
+  size_t best_d = 4;  // suggest only close matches
+  for (const Setting& s : Schema()) {
+    size_t d = EditDistance(key, s.key);
+    if (d < best_d) best_d = d, best = s.key;
+  }
+  std::string msg = w.source + ":" + std::to_string(w.line) + ": unknown key '" + key + "'";
+  if (!best.empty()) msg += " (did you mean '" + best + "'?)";
+  return Status::InvalidArgument(msg);
+}
+
+bool IsSection(const std::string& prefix) {
+  for (const Setting& s : Schema())
+    if (s.key.rfind(prefix + ".", 0) == 0) return true;
+  return false;
+}
+
+Status Walk(const YAML::Node& map, const std::string& prefix, const std::string& source,
+            Config* cfg) {
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const std::string name = it->first.Scalar();
+    const std::string key = prefix.empty() ? name : prefix + "." + name;
+    const Where w{source, it->first.Mark().line + 1, key};
+    const YAML::Node& value = it->second;
+    if (IsSection(key)) {
+      if (value.IsNull()) continue;  // an empty section keeps the defaults
+      if (!value.IsMap())
+        return Status::InvalidArgument(w.str() + ": is a section and needs a map of settings");
+      STRATA_RETURN_IF_ERROR(Walk(value, key, source, cfg));
+      continue;
+    }
+    const auto& schema = Schema();
+    auto s =
+        std::find_if(schema.begin(), schema.end(), [&](const Setting& x) { return x.key == key; });
+    if (s == schema.end()) return UnknownKey(key, w);
+    STRATA_RETURN_IF_ERROR(s->set(value, w, cfg));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ParseConfig(std::string_view yaml_text, const std::string& source, Config* cfg) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(source + ":" + std::to_string(e.mark.line + 1) + ":" +
+                                   std::to_string(e.mark.column + 1) +
+                                   ": YAML syntax error: " + e.msg);
+  }
+  if (root.IsNull()) return Status::OK();
+  if (!root.IsMap())
+    return Status::InvalidArgument(source + ": the top level must be a map of settings");
+  Config c = *cfg;  // all or nothing: *cfg changes only if every setting is valid
+  try {
+    STRATA_RETURN_IF_ERROR(Walk(root, "", source, &c));
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(source + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  *cfg = std::move(c);
+  return Status::OK();
+}
+
+Status LoadConfigFile(const std::string& path, Config* cfg) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::FromErrno("config file " + path, errno);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ParseConfig(ss.str(), path, cfg);
+}
+
+std::string ConfigToYaml(const Config& cfg) {
+  std::string out = "# strata.yaml: every key with its value; see docs/CONFIG.md\n";
+  std::string section;
+  for (const Setting& s : Schema()) {
+    const size_t dot = s.key.find('.');
+    const std::string sec = dot == std::string::npos ? "" : s.key.substr(0, dot);
+    const std::string leaf = dot == std::string::npos ? s.key : s.key.substr(dot + 1);
+    if (sec != section) {
+      if (!sec.empty()) out += sec + ":\n";
+      section = sec;
+    }
+    out += (sec.empty() ? "" : "  ") + leaf + ": " + s.get(cfg) + "  # " + s.help + "\n";
+  }
+  return out;
+}
+
+std::vector<std::string> ConfigKeys() {
+  std::vector<std::string> keys;
+  for (const Setting& s : Schema()) keys.push_back(s.key);
+  return keys;
+}
+
+}  // namespace strata

@@ -1,0 +1,36 @@
+// Config: strata.yaml, the one configuration file (written by `strata tune`, editable by
+// hand), and the settings it carries.
+//
+// Every setting has a default, a YAML key and a range check. Unknown keys are errors (a
+// typo must not silently fall back to a default), and every error names the file, the
+// line, the key, the value and the accepted range. The schema is one table in config.cc;
+// ConfigToYaml writes exactly what ParseConfig reads.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/engine/engine.h"
+
+namespace strata {
+
+struct Config {
+  std::string model;  // path of the GGUF file ("" = none given)
+  EngineOptions engine;
+  GenerateParams generate;
+};
+
+// Applies the settings in `yaml_text` on top of *cfg (which holds defaults or earlier
+// settings). `source` names the text in errors (usually its file path).
+Status ParseConfig(std::string_view yaml_text, const std::string& source, Config* cfg);
+// Reads and parses a file.
+Status LoadConfigFile(const std::string& path, Config* cfg);
+// The whole configuration as YAML, every key present, with a comment per key.
+std::string ConfigToYaml(const Config& cfg);
+
+// Every key of the schema ("kv.policy", ...), for documentation and tests.
+std::vector<std::string> ConfigKeys();
+
+}  // namespace strata

@@ -1,0 +1,335 @@
+#include "runtime/engine/forward.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Below this many tokens, per-token element-wise work runs on the engine thread: a pool
+// job costs about as much as normalizing a few rows.
+constexpr int64_t kSerialTokens = 4;
+
+// Query tokens per attention task in prefill: enough to reuse each loaded K/V row for
+// several queries, few enough to give every thread work.
+constexpr int32_t kAttentionQueryChunk = 32;
+
+}  // namespace
+
+void ForwardBatch::Add(SeqId seq, int32_t pos0, std::span<const int32_t> ids, bool all_logits) {
+  seqs.push_back({seq, pos0, int32_t(ids.size())});
+  for (size_t i = 0; i < ids.size(); ++i) {
+    tokens.push_back(ids[i]);
+    want_logits.push_back(all_logits || i + 1 == ids.size());
+  }
+}
+
+int64_t ForwardBatch::n_outputs() const {
+  return std::count(want_logits.begin(), want_logits.end(), uint8_t(1));
+}
+
+Forward::Forward(const Model& model, KvPolicy* kv, ThreadPool* pool, int32_t max_tokens)
+    : model_(model), hp_(model.hparams()), kv_(kv), pool_(pool), max_tokens_(max_tokens) {
+  const size_t T = size_t(max_tokens_);
+  const size_t q_dim = size_t(hp_.n_head) * hp_.head_dim;
+  const size_t kv_dim = size_t(hp_.n_head_kv) * hp_.head_dim;
+  const size_t wide = std::max<size_t>({size_t(hp_.n_embd), q_dim, size_t(hp_.n_ff)});
+  x_.resize(T * hp_.n_embd);
+  xn_.resize(T * std::max<size_t>(hp_.n_embd, q_dim));
+  q_.resize(T * q_dim);
+  k_.resize(T * kv_dim);
+  v_.resize(T * kv_dim);
+  attn_.resize(T * q_dim);
+  gate_.resize(T * hp_.n_ff);
+  up_.resize(T * hp_.n_ff);
+  rope_.resize(T * hp_.rope_dim);
+  // The largest activation row any weight of the model will need, per token.
+  size_t xq_row = 0;
+  for (kernels::DType t : {kernels::DType::kQ8_0, kernels::DType::kQ8_1, kernels::DType::kQ8_K,
+                           kernels::DType::kF16, kernels::DType::kF32, kernels::DType::kBF16}) {
+    const kernels::TypeInfo& ti = kernels::GetTypeInfo(t);
+    xq_row = std::max(xq_row, (wide + ti.block_elems - 1) / ti.block_elems * ti.block_bytes);
+  }
+  xq_.resize(T * xq_row + 64);
+  attn_scratch_.resize(pool_->size());
+  for (auto& s : attn_scratch_)
+    s.resize(kernels::AttentionScratchFloats(kAttentionQueryChunk, hp_.n_rep(), hp_.head_dim));
+
+  // theta_i = pos * freq_scale * base^(-2i/rope_dim) / factor_i (factors: Llama 3.1).
+  const int32_t half = hp_.rope_dim / 2;
+  inv_freq_.resize(half);
+  const float* factors =
+      model_.weights().rope_freqs.present() ? model_.weights().rope_freqs.f32() : nullptr;
+  for (int32_t i = 0; i < half; ++i) {
+    double f = std::pow(double(hp_.rope_base), -2.0 * i / hp_.rope_dim) * hp_.rope_freq_scale;
+    if (factors) f /= factors[i];
+    inv_freq_[i] = float(f);
+  }
+}
+
+void Forward::ComputeRopeTable(const ForwardBatch& batch) {
+  const int32_t half = hp_.rope_dim / 2;
+  int64_t t = 0;
+  for (const BatchSeq& s : batch.seqs) {
+    for (int32_t i = 0; i < s.n_new; ++i, ++t) {
+      float* cs = rope_.data() + t * hp_.rope_dim;
+      const double pos = double(s.pos0 + i);
+      for (int32_t j = 0; j < half; ++j) {
+        double a = pos * inv_freq_[j];
+        cs[2 * j] = float(std::cos(a));
+        cs[2 * j + 1] = float(std::sin(a));
+      }
+    }
+  }
+}
+
+void Forward::RmsNormRows(const float* x, const TensorRef& w, float* y, int64_t n_tok) {
+  const int64_t n = hp_.n_embd;
+  auto row = [&](int64_t t) { kernels::RmsNorm(x + t * n, w.f32(), y + t * n, n, hp_.rms_eps); };
+  if (n_tok <= kSerialTokens) {
+    for (int64_t t = 0; t < n_tok; ++t) row(t);
+  } else {
+    pool_->Run(n_tok, [&](int64_t t, int) { row(t); });
+  }
+}
+
+void Forward::Matmul(std::span<const MatmulJob> jobs, const float* x, int64_t n_tok) {
+  const auto t0 = Clock::now();
+  const TensorRef& w0 = *jobs[0].w;
+  const int64_t k = w0.cols;
+  const kernels::DType at = kernels::ActivationType(w0.type);
+  const size_t xq_row = kernels::RowBytes(at, k);
+  auto quantize = [&](int64_t t) {
+    kernels::QuantizeActivations(w0.type, x + t * k, k, xq_.data() + t * xq_row);
+  };
+  if (n_tok <= kSerialTokens) {
+    for (int64_t t = 0; t < n_tok; ++t) quantize(t);
+  } else {
+    pool_->Run(n_tok, [&](int64_t t, int) { quantize(t); });
+  }
+
+  // Cut every job's rows into pieces of about equal size (whole multiples of the kernels'
+  // row alignment) so the threads share the work of all jobs in one pool run.
+  constexpr int64_t kAlign = kernels::kMatmulRowAlign;
+  int64_t total_units = 0;
+  for (const MatmulJob& j : jobs) total_units += (j.w->rows + kAlign - 1) / kAlign;
+  const int64_t target_chunks = std::min<int64_t>(total_units, int64_t(pool_->size()) * 4);
+  const int64_t units_per_chunk = (total_units + target_chunks - 1) / target_chunks;
+  pieces_.clear();
+  for (const MatmulJob& j : jobs) {
+    for (int64_t r = 0; r < j.w->rows; r += units_per_chunk * kAlign)
+      pieces_.push_back({&j, r, std::min(j.w->rows, r + units_per_chunk * kAlign)});
+  }
+  pool_->Run(int64_t(pieces_.size()), [&](int64_t p, int) {
+    const MatmulPiece& pc = pieces_[p];
+    kernels::MatmulArgs a;
+    a.wtype = pc.job->w->type;
+    a.w = pc.job->w->data;
+    a.w_row_bytes = pc.job->w->row_bytes;
+    a.k = k;
+    a.xq = xq_.data();
+    a.xq_row_bytes = xq_row;
+    a.n_tok = n_tok;
+    a.y = pc.job->y;
+    a.y_stride = pc.job->w->rows;
+    kernels::Matmul(a, pc.r0, pc.r1);
+  });
+  times_.matmul += Seconds(t0, Clock::now());
+}
+
+void Forward::Attention(const ForwardBatch& batch, int32_t layer,
+                        const std::vector<std::span<const kernels::KvSpan>>& views) {
+  (void)layer;
+  const auto t0 = Clock::now();
+  const int32_t hd = hp_.head_dim, n_rep = hp_.n_rep();
+  const int32_t q_dim = hp_.n_head * hd;
+  // Tasks: (sequence, KV head, chunk of query tokens).
+  struct Task {
+    int32_t seq_index, kv_head, t0, n_q, pos0;
+  };
+  std::vector<Task> tasks;
+  int32_t t_base = 0;
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const BatchSeq& bs = batch.seqs[s];
+    for (int32_t c = 0; c < bs.n_new; c += kAttentionQueryChunk) {
+      int32_t n_q = std::min(kAttentionQueryChunk, bs.n_new - c);
+      for (int32_t h = 0; h < hp_.n_head_kv; ++h)
+        tasks.push_back({int32_t(s), h, t_base + c, n_q, bs.pos0 + c});
+    }
+    t_base += bs.n_new;
+  }
+  const float scale = 1.0f / std::sqrt(float(hd));
+  pool_->Run(int64_t(tasks.size()), [&](int64_t i, int worker) {
+    const Task& t = tasks[i];
+    kernels::AttentionArgs a;
+    a.q = q_.data() + size_t(t.t0) * q_dim + size_t(t.kv_head) * n_rep * hd;
+    a.n_q = t.n_q;
+    a.q_stride = q_dim;
+    a.q_pos0 = t.pos0;
+    a.n_rep = n_rep;
+    a.head_dim = hd;
+    a.kv_head = t.kv_head;
+    a.spans = views[t.seq_index].data();
+    a.n_spans = int32_t(views[t.seq_index].size());
+    a.scale = scale;
+    a.out = attn_.data() + size_t(t.t0) * q_dim + size_t(t.kv_head) * n_rep * hd;
+    a.out_stride = q_dim;
+    a.scratch = attn_scratch_[worker].data();
+    kernels::AttentionOverSpans(a);
+  });
+  times_.attention += Seconds(t0, Clock::now());
+}
+
+Status Forward::RunLayers(const ForwardBatch& batch, int64_t n_tok) {
+  const ModelWeights& W = model_.weights();
+  const int64_t n_embd = hp_.n_embd, hd = hp_.head_dim;
+  const int64_t q_dim = int64_t(hp_.n_head) * hd, kv_dim = int64_t(hp_.n_head_kv) * hd;
+  std::vector<std::span<const kernels::KvSpan>> views(batch.seqs.size());
+  auto per_token = [&](auto&& fn) {
+    if (n_tok <= kSerialTokens) {
+      for (int64_t t = 0; t < n_tok; ++t) fn(t);
+    } else {
+      pool_->Run(n_tok, [&](int64_t t, int) { fn(t); });
+    }
+  };
+
+  auto tk = Clock::now();
+  STRATA_RETURN_IF_ERROR(kv_->Prepare(0, x_.data(), n_embd));
+  times_.kv += Seconds(tk, Clock::now());
+  for (int32_t l = 0; l < hp_.n_layer; ++l) {
+    const LayerWeights& L = W.layers[l];
+    if (l + 1 < hp_.n_layer) {
+      tk = Clock::now();
+      STRATA_RETURN_IF_ERROR(kv_->Prepare(l + 1, x_.data(), n_embd));
+      times_.kv += Seconds(tk, Clock::now());
+    }
+
+    // Attention block.
+    RmsNormRows(x_.data(), L.attn_norm, xn_.data(), n_tok);
+    const MatmulJob qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
+    if (kernels::ActivationType(L.wq.type) == kernels::ActivationType(L.wk.type) &&
+        kernels::ActivationType(L.wq.type) == kernels::ActivationType(L.wv.type)) {
+      Matmul(qkv, xn_.data(), n_tok);
+    } else {
+      for (const MatmulJob& j : qkv) Matmul({&j, 1}, xn_.data(), n_tok);
+    }
+    const auto t_other = Clock::now();
+    per_token([&](int64_t t) {
+      float* q = q_.data() + t * q_dim;
+      float* k = k_.data() + t * kv_dim;
+      if (hp_.has_qkv_bias) {
+        kernels::Add(q, L.bq.f32(), q_dim);
+        kernels::Add(k, L.bk.f32(), kv_dim);
+        kernels::Add(v_.data() + t * kv_dim, L.bv.f32(), kv_dim);
+      }
+      if (hp_.has_qk_norm) {
+        for (int32_t h = 0; h < hp_.n_head; ++h)
+          kernels::RmsNorm(q + h * hd, L.q_norm.f32(), q + h * hd, hd, hp_.rms_eps);
+        for (int32_t h = 0; h < hp_.n_head_kv; ++h)
+          kernels::RmsNorm(k + h * hd, L.k_norm.f32(), k + h * hd, hd, hp_.rms_eps);
+      }
+      const float* cs = rope_.data() + t * hp_.rope_dim;
+      kernels::RopeApply(q, hp_.n_head, int(hd), hp_.rope_dim, cs, hp_.rope_layout);
+      kernels::RopeApply(k, hp_.n_head_kv, int(hd), hp_.rope_dim, cs, hp_.rope_layout);
+    });
+    times_.other += Seconds(t_other, Clock::now());
+
+    tk = Clock::now();
+    int64_t t0 = 0;
+    for (size_t s = 0; s < batch.seqs.size(); ++s) {
+      const BatchSeq& bs = batch.seqs[s];
+      STRATA_RETURN_IF_ERROR(
+          kv_->Append(l, bs.seq, k_.data() + t0 * kv_dim, v_.data() + t0 * kv_dim));
+      t0 += bs.n_new;
+    }
+    for (size_t s = 0; s < batch.seqs.size(); ++s)
+      STRATA_RETURN_IF_ERROR(kv_->View(l, batch.seqs[s].seq, &views[s]));
+    times_.kv += Seconds(tk, Clock::now());
+    Attention(batch, l, views);
+
+    const MatmulJob wo[] = {{&L.wo, xn_.data()}};
+    Matmul(wo, attn_.data(), n_tok);
+    kernels::Add(x_.data(), xn_.data(), n_tok * n_embd);
+
+    // Feed-forward block (SwiGLU).
+    RmsNormRows(x_.data(), L.ffn_norm, xn_.data(), n_tok);
+    const MatmulJob gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
+    if (kernels::ActivationType(L.w_gate.type) == kernels::ActivationType(L.w_up.type)) {
+      Matmul(gate_up, xn_.data(), n_tok);
+    } else {
+      for (const MatmulJob& j : gate_up) Matmul({&j, 1}, xn_.data(), n_tok);
+    }
+    per_token([&](int64_t t) {
+      float* g = gate_.data() + t * hp_.n_ff;
+      kernels::SwiGlu(g, up_.data() + t * hp_.n_ff, g, hp_.n_ff);
+    });
+    const MatmulJob down[] = {{&L.w_down, xn_.data()}};
+    Matmul(down, gate_.data(), n_tok);
+    kernels::Add(x_.data(), xn_.data(), n_tok * n_embd);
+  }
+  return Status::OK();
+}
+
+Status Forward::Run(const ForwardBatch& batch, std::vector<float>* logits) {
+  const int64_t n_tok = int64_t(batch.tokens.size());
+  if (n_tok == 0) return Status::InvalidArgument("forward: empty batch");
+  if (n_tok > max_tokens_)
+    return Status::InvalidArgument("forward: batch of " + std::to_string(n_tok) +
+                                   " tokens exceeds the batch limit " +
+                                   std::to_string(max_tokens_));
+  int64_t sum = 0;
+  for (const BatchSeq& s : batch.seqs) sum += s.n_new;
+  if (sum != n_tok || batch.want_logits.size() != batch.tokens.size())
+    return Status::Internal("forward: batch sequence counts do not match its tokens");
+  for (int64_t t = 0; t < n_tok; ++t) {
+    if (batch.tokens[t] < 0 || batch.tokens[t] >= hp_.n_vocab)
+      return Status::InvalidArgument("forward: token id " + std::to_string(batch.tokens[t]) +
+                                     " is outside the vocabulary [0, " +
+                                     std::to_string(hp_.n_vocab) + ")");
+  }
+  STRATA_RETURN_IF_ERROR(kv_->BeginBatch(batch.seqs));
+
+  const ModelWeights& W = model_.weights();
+  const int64_t n_embd = hp_.n_embd;
+  auto embed = [&](int64_t t) {
+    const auto* row = static_cast<const uint8_t*>(W.tok_embd.data) +
+                      size_t(batch.tokens[t]) * W.tok_embd.row_bytes;
+    kernels::DequantizeRow(W.tok_embd.type, row, x_.data() + t * n_embd, n_embd);
+  };
+  if (n_tok <= kSerialTokens) {
+    for (int64_t t = 0; t < n_tok; ++t) embed(t);
+  } else {
+    pool_->Run(n_tok, [&](int64_t t, int) { embed(t); });
+  }
+  ComputeRopeTable(batch);
+
+  Status st = RunLayers(batch, n_tok);
+  if (!st.ok()) {
+    kv_->AbortBatch();
+    return st;
+  }
+  STRATA_RETURN_IF_ERROR(kv_->EndBatch());
+
+  // Output head on the rows that want logits only.
+  int64_t n_out = 0;
+  for (int64_t t = 0; t < n_tok; ++t) {
+    if (!batch.want_logits[t]) continue;
+    kernels::RmsNorm(x_.data() + t * n_embd, W.output_norm.f32(), xn_.data() + n_out * n_embd,
+                     n_embd, hp_.rms_eps);
+    ++n_out;
+  }
+  logits->resize(size_t(n_out) * hp_.n_vocab);
+  if (n_out > 0) {
+    const MatmulJob head[] = {{&W.output, logits->data()}};
+    Matmul(head, xn_.data(), n_out);
+  }
+  return Status::OK();
+}
+
+}  // namespace strata

@@ -1,0 +1,89 @@
+// Forward: the transformer forward pass of the Llama family over a batch of tokens.
+//
+// Reads top to bottom like the model: embedding, then per layer RMSNorm -> Q,K,V -> RoPE
+// -> KV policy -> attention over the policy's view -> output projection -> residual ->
+// RMSNorm -> SwiGLU FFN -> residual, then the final norm and the output head. All the
+// arithmetic is in named kernels; this file only sequences them and splits them over the
+// thread pool. Owns its scratch buffers, sized for max_tokens tokens per pass.
+//
+// Not thread-safe: one Run at a time (the engine's thread).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/engine/thread_pool.h"
+#include "runtime/kv/kv_policy.h"
+#include "runtime/model/model.h"
+
+namespace strata {
+
+// The tokens of one forward pass. Tokens are grouped by sequence in `seqs` order:
+// seqs[0].n_new tokens of the first sequence, then the second's, ...
+struct ForwardBatch {
+  std::vector<int32_t> tokens;
+  std::vector<BatchSeq> seqs;
+  std::vector<uint8_t> want_logits;  // per token; logits rows come out in token order
+
+  void Clear() {
+    tokens.clear();
+    seqs.clear();
+    want_logits.clear();
+  }
+  // Appends `ids` for `seq` starting at position pos0; logits for the last one only, or for
+  // all of them.
+  void Add(SeqId seq, int32_t pos0, std::span<const int32_t> ids, bool all_logits = false);
+  int64_t n_outputs() const;
+};
+
+// Time spent in each part of the pass, summed over calls (seconds).
+struct ForwardTimes {
+  double matmul = 0, attention = 0, kv = 0, other = 0;
+};
+
+class Forward {
+ public:
+  Forward(const Model& model, KvPolicy* kv, ThreadPool* pool, int32_t max_tokens);
+
+  int32_t max_tokens() const { return max_tokens_; }
+  // Runs the batch through the model, storing its K/V in the policy. `logits` receives
+  // n_outputs() rows of n_vocab floats. On error the policy's batch is aborted.
+  Status Run(const ForwardBatch& batch, std::vector<float>* logits);
+  const ForwardTimes& times() const { return times_; }
+
+ private:
+  struct MatmulJob {
+    const TensorRef* w;
+    float* y;  // [n_tok][w->rows]
+  };
+  struct MatmulPiece {
+    const MatmulJob* job;
+    int64_t r0, r1;
+  };
+  Status RunLayers(const ForwardBatch& batch, int64_t n_tok);
+  void Attention(const ForwardBatch& batch, int32_t layer,
+                 const std::vector<std::span<const kernels::KvSpan>>& views);
+  // y_j = W_j x for all jobs, sharing one conversion of x (all W_j must have the same
+  // activation type). x: [n_tok][k].
+  void Matmul(std::span<const MatmulJob> jobs, const float* x, int64_t n_tok);
+  void RmsNormRows(const float* x, const TensorRef& w, float* y, int64_t n_tok);
+  void ComputeRopeTable(const ForwardBatch& batch);
+
+  const Model& model_;
+  const HParams& hp_;
+  KvPolicy* kv_;
+  ThreadPool* pool_;
+  const int32_t max_tokens_;
+  std::vector<float> inv_freq_;  // per rotated pair, with scaling and frequency factors
+
+  // Scratch, [max_tokens][...].
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, rope_;
+  std::vector<uint8_t> xq_;
+  std::vector<std::vector<float>> attn_scratch_;  // per worker
+  std::vector<MatmulPiece> pieces_;
+  ForwardTimes times_;
+};
+
+}  // namespace strata

@@ -1,0 +1,195 @@
+/* strata.h: the C API of Strata, an LLM runtime for devices whose memory cannot hold
+ * the KV cache.
+ *
+ * Conventions
+ * - Every handle is opaque and created by a strata_*_create/_load function and released
+ *   by the matching _free (which accepts NULL).
+ * - Functions that can fail return strata_status; on failure strata_last_error() gives a
+ *   message naming the problem (file, field, value, limit). The message is thread-local
+ *   and stays valid until the next failing call on the same thread.
+ * - Parameter structs come with a *_default_params() function: take the defaults, change
+ *   the fields you need, pass a pointer.
+ * - A model may be shared by several engines and threads. An engine and its sessions
+ *   belong to one thread at a time.
+ * - The header is C99; it never exposes a C++ type.
+ */
+#ifndef STRATA_H_
+#define STRATA_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define STRATA_API __declspec(dllexport)
+#else
+#define STRATA_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STRATA_VERSION_MAJOR 0
+#define STRATA_VERSION_MINOR 1
+#define STRATA_VERSION_PATCH 0
+
+/* "0.1.0" */
+STRATA_API const char* strata_version(void);
+
+typedef enum strata_status {
+  STRATA_OK = 0,
+  STRATA_ERR_INVALID_ARGUMENT = 1,   /* a parameter, prompt or config value is wrong */
+  STRATA_ERR_NOT_FOUND = 2,          /* a file, key or tensor does not exist */
+  STRATA_ERR_CORRUPTION = 3,         /* a file is damaged or inconsistent */
+  STRATA_ERR_NOT_SUPPORTED = 4,      /* valid input this build does not handle */
+  STRATA_ERR_IO = 5,                 /* the operating system refused an operation */
+  STRATA_ERR_OUT_OF_RANGE = 6,       /* past a limit: context length, buffer size */
+  STRATA_ERR_RESOURCE_EXHAUSTED = 7, /* memory budget or disk full */
+  STRATA_ERR_ABORTED = 8,            /* stopped on purpose */
+  STRATA_ERR_INTERNAL = 9            /* a bug in Strata */
+} strata_status;
+
+/* The message of the last failed call on this thread ("" if none). */
+STRATA_API const char* strata_last_error(void);
+/* "OK", "invalid argument", ... */
+STRATA_API const char* strata_status_name(strata_status status);
+
+typedef struct strata_model strata_model;
+typedef struct strata_engine strata_engine;
+typedef struct strata_session strata_session;
+
+/* ---- Model ------------------------------------------------------------------------- */
+
+/* Maps and validates a GGUF file. */
+STRATA_API strata_status strata_model_load(const char* path, strata_model** out);
+STRATA_API void strata_model_free(strata_model* model);
+
+typedef struct strata_model_info {
+  char architecture[32]; /* "llama", "qwen2", "qwen3" */
+  char name[128];        /* general.name, may be empty */
+  int32_t n_vocab;
+  int32_t n_ctx_train;
+  int32_t n_embd;
+  int32_t n_layer;
+  int32_t n_head;
+  int32_t n_head_kv;
+  int32_t head_dim;
+  int32_t n_ff;
+  uint64_t n_params;
+  uint64_t weight_bytes;
+  uint64_t kv_bytes_per_token; /* K+V of all layers as F16 */
+  int32_t bos_token;           /* -1 if none */
+  int32_t eos_token;
+  char chat_template[16]; /* "chatml", "llama3", "llama2" or "none" */
+} strata_model_info;
+
+STRATA_API strata_status strata_model_get_info(const strata_model* model, strata_model_info* out);
+
+/* Tokenizes UTF-8 text. Writes at most `capacity` ids to `tokens` and the number needed to
+ * *n_tokens; if capacity is too small, returns STRATA_ERR_OUT_OF_RANGE with *n_tokens set
+ * (call again with a larger buffer). Invalid UTF-8 is an error naming the byte offset. */
+STRATA_API strata_status strata_tokenize(const strata_model* model, const char* text,
+                                         size_t text_len, int add_bos, int parse_special,
+                                         int32_t* tokens, size_t capacity, size_t* n_tokens);
+/* Writes the text of `tokens` (NUL-terminated) to `buf`; *text_len gets its length without
+ * the NUL. STRATA_ERR_OUT_OF_RANGE with *text_len set when capacity is too small. */
+STRATA_API strata_status strata_detokenize(const strata_model* model, const int32_t* tokens,
+                                           size_t n_tokens, char* buf, size_t capacity,
+                                           size_t* text_len);
+
+/* ---- Engine ------------------------------------------------------------------------ */
+
+typedef struct strata_engine_params {
+  const char* config_path; /* strata.yaml applied first (NULL = none); the fields below
+                              override it when they differ from their defaults */
+  int32_t n_threads;       /* 0 = one per core */
+  int32_t n_ctx;           /* 0 = the model's training context */
+  int32_t n_batch;         /* most tokens per forward pass; default 512 */
+  int32_t max_sequences;   /* sessions/sequences decoded together; default 1 */
+  const char* kv_policy;   /* "memory" (NULL = the config's or the default) */
+} strata_engine_params;
+
+STRATA_API strata_engine_params strata_engine_default_params(void);
+STRATA_API strata_status strata_engine_create(const strata_model* model,
+                                              const strata_engine_params* params,
+                                              strata_engine** out);
+STRATA_API void strata_engine_free(strata_engine* engine);
+
+/* ---- Generation -------------------------------------------------------------------- */
+
+typedef struct strata_generate_params {
+  int32_t max_tokens;   /* new tokens at most; 0 = until the context is full */
+  float temperature;    /* 0 = greedy */
+  int32_t top_k;        /* 0 = off */
+  float top_p;          /* 1 = off */
+  float min_p;          /* 0 = off */
+  float repeat_penalty; /* 1 = off */
+  int32_t repeat_last_n;
+  uint64_t seed;
+  const char* const* stop; /* strings that end generation (not included in the output) */
+  size_t n_stop;
+  int ignore_eos; /* non-zero: do not stop at end-of-generation tokens */
+  int chat;       /* non-zero: the prompt is a user message, rendered with the
+                     model's chat template; the session keeps the conversation */
+} strata_generate_params;
+
+STRATA_API strata_generate_params strata_generate_default_params(void);
+
+/* Called for every generated token with the text it completes (whole UTF-8 characters;
+ * may be empty). The final call after generation ends may carry token -1 and the text
+ * held back until then. Return 0 to continue, non-zero to stop. */
+typedef int (*strata_token_callback)(int32_t token, const char* text, size_t text_len,
+                                     void* user_data);
+
+/* A session is one conversation: successive strata_generate calls continue it. */
+STRATA_API strata_status strata_session_create(strata_engine* engine, strata_session** out);
+STRATA_API void strata_session_free(strata_session* session);
+/* Forgets the conversation and its KV. */
+STRATA_API strata_status strata_session_reset(strata_session* session);
+
+/* Generates a continuation of `prompt` (NUL-terminated UTF-8). `callback` may be NULL.
+ * If `text_out` is not NULL it receives the whole generated text, to be released with
+ * strata_string_free. */
+STRATA_API strata_status strata_generate(strata_session* session, const char* prompt,
+                                         const strata_generate_params* params,
+                                         strata_token_callback callback, void* user_data,
+                                         char** text_out);
+
+/* Generates for n_prompts prompts at once, decoding them together as one batch (the
+ * engine needs max_sequences >= n_prompts). The callback's user data is
+ * user_data[i] for prompt i (user_data may be NULL). texts_out (NULL or an array of
+ * n_prompts pointers) receives each text, to be released with strata_string_free. */
+STRATA_API strata_status strata_generate_batch(strata_engine* engine, const char* const* prompts,
+                                               size_t n_prompts,
+                                               const strata_generate_params* params,
+                                               strata_token_callback callback,
+                                               void* const* user_data, char** texts_out);
+
+STRATA_API void strata_string_free(char* s);
+
+typedef struct strata_stats {
+  int64_t prompt_tokens;
+  int64_t generated_tokens;
+  double prefill_seconds;
+  double decode_seconds;
+  double prefill_tokens_per_second;
+  double decode_tokens_per_second;
+  int64_t peak_rss_bytes;     /* of the process */
+  uint64_t kv_resident_bytes; /* memory the KV policy holds now */
+  uint64_t kv_peak_resident_bytes;
+  uint64_t kv_bytes_read; /* from the slow tier (disk policies) */
+  uint64_t kv_bytes_written;
+  uint64_t kv_reads_issued;
+  uint64_t kv_reuse_hits;
+  double kv_io_wait_seconds; /* I/O wait not hidden by compute */
+  char stop_reason[16];      /* "max_tokens", "eos", "stop_string", "callback", ... */
+} strata_stats;
+
+/* Statistics of the session's last strata_generate call. */
+STRATA_API strata_status strata_session_get_stats(const strata_session* session, strata_stats* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRATA_H_ */

@@ -1,0 +1,96 @@
+// KvPolicy: where the K and V of every (sequence, layer) live, behind one seam.
+//
+// The forward pass never knows where KV is kept. Per forward pass over a batch, the
+// engine calls, from its own thread (never from pool workers):
+//
+//   BeginBatch(batch)                      which sequences get how many new tokens
+//   Prepare(0, x0)                         before layer 0
+//   for each layer l:
+//     Prepare(l + 1, x_l)                  start loading layer l+1's KV (I/O) from the
+//                                          hidden state entering layer l, so the I/O runs
+//                                          while layer l computes
+//     Append(l, seq, k, v) per sequence    new post-RoPE keys and values of layer l
+//     View(l, seq) per sequence            the spans attention walks (waits for l's I/O)
+//   EndBatch()                             the new tokens become part of the sequences
+//
+// A view stays valid until the next View of the same (layer, seq) or EndBatch; the pool
+// workers read the spans concurrently while the engine thread does nothing to the policy.
+// Policies: in-memory (one span per sequence), disk-backed sparse (reuse slots + loaded
+// groups + rolling buffer), prefix tree (a beam is the path of its blocks).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "common/status.h"
+#include "kernels/kernels.h"
+
+namespace strata {
+
+class Model;
+
+using SeqId = int32_t;
+
+struct KvShape {
+  int32_t n_layer = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;
+  int32_t n_ctx = 0;                                    // most positions a sequence may hold
+  int32_t row() const { return n_head_kv * head_dim; }  // K (or V) floats per token and layer
+};
+
+// One sequence's share of a forward batch: n_new tokens at positions pos0 .. pos0+n_new-1
+// (pos0 equals the sequence's current length: KV is appended, never rewritten).
+struct BatchSeq {
+  SeqId seq = 0;
+  int32_t pos0 = 0;
+  int32_t n_new = 0;
+};
+
+// Counters a policy keeps; summed over its lifetime unless noted. Policies that do not
+// move data leave the I/O fields at zero.
+struct KvCounters {
+  uint64_t bytes_read = 0;     // from the slow tier
+  uint64_t bytes_written = 0;  // to the slow tier
+  uint64_t reads_issued = 0;
+  uint64_t groups_selected = 0;  // groups attention used that came from the slow tier path
+  uint64_t reuse_hits = 0;       // selected groups already resident
+  double io_wait_seconds = 0;    // time View spent waiting on I/O (not hidden by compute)
+  double predict_seconds = 0;    // time spent choosing what to load
+  uint64_t resident_bytes = 0;   // now: memory the policy holds for KV (all sequences)
+  uint64_t peak_resident_bytes = 0;
+};
+
+class KvPolicy {
+ public:
+  virtual ~KvPolicy() = default;
+  virtual const char* name() const = 0;
+  virtual const KvShape& shape() const = 0;
+
+  // Sequences. Ids are chosen by the policy.
+  virtual Status AddSequence(SeqId* out) = 0;
+  virtual Status RemoveSequence(SeqId seq) = 0;
+  // A new sequence that starts as a copy of `src` (beam search); NotSupported by default.
+  virtual Status ForkSequence(SeqId src, SeqId* out);
+  // Tokens stored for `seq` (committed by EndBatch).
+  virtual int32_t Length(SeqId seq) const = 0;
+
+  // One forward pass. BeginBatch checks capacity (context length, memory budget) and
+  // fails without side effects when the batch does not fit.
+  virtual Status BeginBatch(std::span<const BatchSeq> batch) = 0;
+  // x: the hidden states entering layer `layer - 1` (or the embeddings for layer 0), one
+  // row of n_embd floats per batch token, sequences in BeginBatch order. Default: nothing.
+  virtual Status Prepare(int32_t layer, const float* x, int64_t n_embd);
+  // k, v: [n_new][n_head_kv * head_dim] floats (post-RoPE keys) for `seq` at `layer`.
+  virtual Status Append(int32_t layer, SeqId seq, const float* k, const float* v) = 0;
+  // The spans for attention of `seq` at `layer`, including this batch's new tokens.
+  virtual Status View(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) = 0;
+  virtual Status EndBatch() = 0;
+  // Drops what BeginBatch and Append did when the forward pass fails midway.
+  virtual void AbortBatch() = 0;
+
+  virtual KvCounters counters() const = 0;
+};
+
+}  // namespace strata
