@@ -24,6 +24,8 @@ bool IsaSupported(Isa isa);
 // Switches every dispatched kernel to `isa` (tests and benchmarks); false if unsupported.
 // Not thread-safe with respect to kernels running concurrently.
 bool ForceIsa(Isa isa);
+// The active table's detail, e.g. "avx512" or "neon+dotprod" (logs and benchmarks).
+const char* ActiveIsaVariant();
 
 // ---- Matrix multiplication with quantized weights -------------------------------------
 //
@@ -40,13 +42,13 @@ void QuantizeActivations(DType weight, const float* x, int64_t n, void* out);
 
 struct MatmulArgs {
   DType wtype;
-  const void* w;         // weights [rows][k]
-  size_t w_row_bytes;    // RowBytes(wtype, k) for a dense tensor
-  int64_t k;             // inner dimension
-  const void* xq;        // activations [n_tok][k] in ActivationType(wtype)
-  size_t xq_row_bytes;   // bytes between consecutive activation rows
-  int64_t n_tok;         // number of activation rows (1 = GEMV)
-  float* y;              // y[t * y_stride + r] = dot(W[r], X[t])
+  const void* w;        // weights [rows][k]
+  size_t w_row_bytes;   // RowBytes(wtype, k) for a dense tensor
+  int64_t k;            // inner dimension
+  const void* xq;       // activations [n_tok][k] in ActivationType(wtype)
+  size_t xq_row_bytes;  // bytes between consecutive activation rows
+  int64_t n_tok;        // number of activation rows (1 = GEMV)
+  float* y;             // y[t * y_stride + r] = dot(W[r], X[t])
   int64_t y_stride;
 };
 // Computes output rows [row_begin, row_end) for all n_tok tokens. The engine splits rows
@@ -55,7 +57,22 @@ constexpr int64_t kMatmulRowAlign = 16;
 void Matmul(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
 
 // Dequantizes n values (one row of a tensor of type t) to floats, e.g. an embedding row.
+// Handles every weight type plus the activation formats Q8_0, Q8_1 and Q8_K.
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n);
+
+// Quantizes n floats into type t (weight types and Q8_0/Q8_1/Q8_K), round to nearest with
+// min/max scales; for tests, fixtures and tools (GGUF converters choose scales better).
+// Scalar on every ISA. False when t has no quantizer here or n is not a multiple of the
+// block size.
+bool QuantizeRow(DType t, const float* src, void* dst, int64_t n);
+
+// y[r] = dot(a[r], x) for `rows` F16 rows of `cols` values, rows `row_stride` elements
+// apart (low-rank KV scoring: keys or projected keys against one query).
+void MatVecF16(const uint16_t* a, int64_t rows, int64_t cols, int64_t row_stride, const float* x,
+               float* y);
+// Indices of the k largest of x[0..n), by descending value, ties by lower index, NaN last;
+// writes min(k, n) entries. O(n log k), no allocation.
+void TopK(const float* x, int64_t n, int64_t k, int32_t* idx_out);
 
 // ---- Element-wise and normalization ----------------------------------------------------
 
@@ -84,11 +101,11 @@ void RopeApply(float* x, int n_heads, int head_dim, int rot_dim, const float* co
 // The forward pass never knows where KV lives: a KV policy hands it a list of spans, each
 // a run of consecutive positions with F16 K and V for all KV heads of one layer.
 struct KvSpan {
-  const uint16_t* k;   // token t, head h at k[t * stride + h * head_dim]
-  const uint16_t* v;   // same layout as k
+  const uint16_t* k;  // token t, head h at k[t * stride + h * head_dim]
+  const uint16_t* v;  // same layout as k
   int32_t n_tokens;
-  int32_t pos0;        // position of the span's first token
-  int32_t stride;      // elements between consecutive tokens (usually n_kv_heads*head_dim)
+  int32_t pos0;    // position of the span's first token
+  int32_t stride;  // elements between consecutive tokens (usually n_kv_heads*head_dim)
 };
 
 struct AttentionArgs {
@@ -103,12 +120,14 @@ struct AttentionArgs {
   int32_t kv_head;
   const KvSpan* spans;  // any order; keys with position > query position are masked
   int32_t n_spans;
-  float scale;          // usually 1/sqrt(head_dim)
-  float* out;           // out[t * out_stride + j * head_dim + d]
+  float scale;  // usually 1/sqrt(head_dim)
+  float* out;   // out[t * out_stride + j * head_dim + d]
   int32_t out_stride;
-  float* scratch;       // AttentionScratchFloats(args) floats, owned by the caller's thread
+  float* scratch;  // AttentionScratchFloats(args) floats, owned by the caller's thread
 };
 // Online (streaming) softmax: one pass over the spans, no full score matrix.
+// head_dim must be a multiple of 16. A query row that sees no key gets zeros. Scratch
+// grows with n_q * n_rep * head_dim: split long prefills into query blocks.
 void AttentionOverSpans(const AttentionArgs& a);
 size_t AttentionScratchFloats(int32_t n_q, int32_t n_rep, int32_t head_dim);
 

@@ -31,10 +31,10 @@ enum class DType : uint32_t {
 
 struct TypeInfo {
   DType type;
-  const char* name;        // "Q4_1", as GGUF tools print it
-  int32_t block_elems;     // values per block (1 for float types)
-  int32_t block_bytes;     // bytes per block
-  bool weight_supported;   // Matmul accepts it as a weight type
+  const char* name;       // "Q4_1", as GGUF tools print it
+  int32_t block_elems;    // values per block (1 for float types)
+  int32_t block_bytes;    // bytes per block
+  bool weight_supported;  // Matmul accepts it as a weight type
 };
 
 // nullptr when `raw` is not a type id this build knows (the GGUF reader reports it).
@@ -44,25 +44,25 @@ inline const char* TypeName(DType t) { return GetTypeInfo(t).name; }
 // Bytes taken by `n` values of type t; n must be a multiple of the block size.
 size_t RowBytes(DType t, int64_t n);
 
-constexpr int kQK = 32;    // values per block of the *_0/*_1 formats
-constexpr int kQK_K = 256; // values per super-block of the K formats
+constexpr int kQK = 32;     // values per block of the *_0/*_1 formats
+constexpr int kQK_K = 256;  // values per super-block of the K formats
 
 struct BlockQ4_0 {
-  uint16_t d;       // F16 scale
-  uint8_t qs[16];   // value i in low nibble of qs[i], value i+16 in high nibble; w = d*(q-8)
+  uint16_t d;      // F16 scale
+  uint8_t qs[16];  // value i in low nibble of qs[i], value i+16 in high nibble; w = d*(q-8)
 };
 struct BlockQ4_1 {
-  uint16_t d;       // F16 scale
-  uint16_t m;       // F16 min; w = d*q + m
-  uint8_t qs[16];   // nibble layout as Q4_0
+  uint16_t d;      // F16 scale
+  uint16_t m;      // F16 min; w = d*q + m
+  uint8_t qs[16];  // nibble layout as Q4_0
 };
 struct BlockQ8_0 {
-  uint16_t d;       // F16 scale; w = d*q
+  uint16_t d;  // F16 scale; w = d*q
   int8_t qs[32];
 };
 struct BlockQ8_1 {
-  uint16_t d;       // F16 scale
-  uint16_t s;       // F16 of d * sum(qs), used by the *_1 weight formats' min term
+  uint16_t d;  // F16 scale
+  uint16_t s;  // F16 of d * sum(qs), used by the *_1 weight formats' min term
   int8_t qs[32];
 };
 struct BlockQ4_K {
@@ -72,15 +72,15 @@ struct BlockQ4_K {
   uint8_t qs[128];     // 256 nibbles
 };
 struct BlockQ6_K {
-  uint8_t ql[128];     // low 4 bits
-  uint8_t qh[64];      // high 2 bits
-  int8_t scales[16];   // 8-bit sub-block scales (16 values each)
-  uint16_t d;          // F16 super-block scale
+  uint8_t ql[128];    // low 4 bits
+  uint8_t qh[64];     // high 2 bits
+  int8_t scales[16];  // 8-bit sub-block scales (16 values each)
+  uint16_t d;         // F16 super-block scale
 };
 struct BlockQ8_K {
   float d;
   int8_t qs[256];
-  int16_t bsums[16];   // sums of each group of 16 qs
+  int16_t bsums[16];  // sums of each group of 16 qs
 };
 
 static_assert(sizeof(BlockQ4_0) == 18);
@@ -99,6 +99,14 @@ inline float BF16ToF32(uint16_t h) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+// Round to nearest even; NaN stays a (quiet) NaN.
+inline uint16_t F32ToBF16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
 }
 
 }  // namespace strata::kernels

@@ -1,0 +1,56 @@
+// The per-ISA function table behind the public kernels (kernels.h) and the entry points of
+// each ISA's translation unit. Internal to kernels/ and its tests.
+//
+// Each ISA file (compiled with its own -m flags) fills a table starting from the scalar one
+// and replaces what it accelerates, so a missing SIMD variant silently means "scalar", never
+// a crash. The tables are immutable after construction; dispatch.cc picks one at start-up.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace strata::kernels::cpu {
+
+struct KernelTable {
+  Isa isa;
+  const char* variant;  // human-readable detail, e.g. "neon+dotprod"
+  void (*quantize_activations)(DType weight, const float* x, int64_t n, void* out);
+  void (*matmul)(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
+  void (*dequantize_row)(DType t, const void* src, float* dst, int64_t n);
+  void (*rms_norm)(const float* x, const float* weight, float* y, int64_t n, float eps);
+  void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);
+  void (*add)(float* y, const float* x, int64_t n);
+  void (*softmax)(float* x, int64_t n);
+  float (*dot_f32)(const float* a, const float* b, int64_t n);
+  void (*f32_to_f16)(const float* src, uint16_t* dst, int64_t n);
+  void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
+  void (*rope)(float* x, int n_heads, int head_dim, int rot_dim, const float* cos_sin,
+               RopeLayout layout);
+  void (*attention)(const AttentionArgs& a);
+  void (*matvec_f16)(const uint16_t* a, int64_t rows, int64_t cols, int64_t row_stride,
+                     const float* x, float* y);
+};
+
+// The reference: plain C++, every operation, every type.
+const KernelTable& ScalarKernels();
+
+// nullptr when the build does not contain the ISA. Callers check the CPU first: calling
+// into a table the CPU cannot run is an illegal instruction.
+const KernelTable* Avx2Kernels();
+const KernelTable* Avx512Kernels();
+// `dotprod` selects the SDOT (Armv8.2 dot product) matmul; false gives the plain-NEON path
+// that every Armv8 CPU runs.
+const KernelTable* NeonKernels(bool dotprod);
+
+// CPU feature probes used by dispatch and by tests that want to reach a specific path.
+bool CpuHasAvx2();
+bool CpuHasAvx512();
+bool CpuHasNeonDotprod();
+
+// Keys per chunk of the attention kernels' online softmax. Part of the scratch size
+// contract (AttentionScratchFloats), so every ISA uses the same value.
+constexpr int kAttnChunk = 32;
+
+}  // namespace strata::kernels::cpu

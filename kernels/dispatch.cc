@@ -1,0 +1,172 @@
+// Picks the kernel table once (CPU features, then the STRATA_ISA override) and forwards
+// the public entry points of kernels.h to it.
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/kernels.h"
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)  // Linux arch/arm64 uapi hwcap bit for SDOT/UDOT
+#endif
+#endif
+
+namespace strata::kernels {
+namespace cpu {
+
+#if defined(__x86_64__)
+bool CpuHasAvx2() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+}
+// libgcc's probe also checks that the OS saves the ZMM state (XGETBV), so a kernel with
+// AVX-512 disabled reports false here.
+bool CpuHasAvx512() {
+  return CpuHasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
+}
+bool CpuHasNeonDotprod() { return false; }
+const KernelTable* NeonKernels(bool) { return nullptr; }
+#elif defined(__aarch64__)
+bool CpuHasAvx2() { return false; }
+bool CpuHasAvx512() { return false; }
+bool CpuHasNeonDotprod() {
+#if defined(__linux__)
+  return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+  return false;
+#endif
+}
+const KernelTable* Avx2Kernels() { return nullptr; }
+const KernelTable* Avx512Kernels() { return nullptr; }
+#else
+bool CpuHasAvx2() { return false; }
+bool CpuHasAvx512() { return false; }
+bool CpuHasNeonDotprod() { return false; }
+const KernelTable* Avx2Kernels() { return nullptr; }
+const KernelTable* Avx512Kernels() { return nullptr; }
+const KernelTable* NeonKernels(bool) { return nullptr; }
+#endif
+
+}  // namespace cpu
+
+namespace {
+
+const cpu::KernelTable* TableFor(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return &cpu::ScalarKernels();
+    case Isa::kAvx2:
+      return cpu::CpuHasAvx2() ? cpu::Avx2Kernels() : nullptr;
+    case Isa::kAvx512:
+      return cpu::CpuHasAvx512() ? cpu::Avx512Kernels() : nullptr;
+    case Isa::kNeon:
+      return cpu::NeonKernels(cpu::CpuHasNeonDotprod());
+  }
+  return nullptr;
+}
+
+const cpu::KernelTable* BestTable() {
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon}) {
+    if (const cpu::KernelTable* t = TableFor(isa)) return t;
+  }
+  return &cpu::ScalarKernels();
+}
+
+const cpu::KernelTable* InitialTable() {
+  const cpu::KernelTable* best = BestTable();
+  const char* env = std::getenv("STRATA_ISA");
+  if (env == nullptr || *env == '\0') return best;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
+    if (std::strcmp(env, IsaName(isa)) != 0) continue;
+    if (const cpu::KernelTable* t = TableFor(isa)) return t;
+    std::fprintf(stderr, "strata: STRATA_ISA=%s is not supported by this CPU or build; using %s\n",
+                 env, best->variant);
+    return best;
+  }
+  std::fprintf(stderr, "strata: STRATA_ISA=%s is not one of scalar|avx2|avx512|neon; using %s\n",
+               env, best->variant);
+  return best;
+}
+
+std::atomic<const cpu::KernelTable*> g_table{nullptr};
+
+// Relaxed is enough: every candidate table is immutable and fully built before its address
+// escapes (function-local statics), and racing first calls pick the same table.
+inline const cpu::KernelTable& K() {
+  const cpu::KernelTable* t = g_table.load(std::memory_order_relaxed);
+  if (t == nullptr) [[unlikely]] {
+    t = InitialTable();
+    g_table.store(t, std::memory_order_relaxed);
+  }
+  return *t;
+}
+
+}  // namespace
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kNeon:
+      return "neon";
+  }
+  return "unknown";
+}
+
+Isa ActiveIsa() { return K().isa; }
+const char* ActiveIsaVariant() { return K().variant; }
+bool IsaSupported(Isa isa) { return TableFor(isa) != nullptr; }
+
+bool ForceIsa(Isa isa) {
+  const cpu::KernelTable* t = TableFor(isa);
+  if (t == nullptr) return false;
+  g_table.store(t, std::memory_order_relaxed);
+  return true;
+}
+
+void QuantizeActivations(DType weight, const float* x, int64_t n, void* out) {
+  K().quantize_activations(weight, x, n, out);
+}
+void Matmul(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+  if (row_end <= row_begin || a.n_tok <= 0) return;
+  K().matmul(a, row_begin, row_end);
+}
+void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
+  K().dequantize_row(t, src, dst, n);
+}
+void RmsNorm(const float* x, const float* weight, float* y, int64_t n, float eps) {
+  K().rms_norm(x, weight, y, n, eps);
+}
+void SwiGlu(const float* gate, const float* up, float* out, int64_t n) {
+  K().swiglu(gate, up, out, n);
+}
+void Add(float* y, const float* x, int64_t n) { K().add(y, x, n); }
+void SoftmaxInPlace(float* x, int64_t n) { K().softmax(x, n); }
+float DotF32(const float* a, const float* b, int64_t n) { return K().dot_f32(a, b, n); }
+void F32ToF16Row(const float* src, uint16_t* dst, int64_t n) { K().f32_to_f16(src, dst, n); }
+void F16ToF32Row(const uint16_t* src, float* dst, int64_t n) { K().f16_to_f32(src, dst, n); }
+void RopeApply(float* x, int n_heads, int head_dim, int rot_dim, const float* cos_sin,
+               RopeLayout layout) {
+  K().rope(x, n_heads, head_dim, rot_dim, cos_sin, layout);
+}
+void AttentionOverSpans(const AttentionArgs& a) {
+  if (a.n_q <= 0 || a.n_rep <= 0) return;
+  K().attention(a);
+}
+void MatVecF16(const uint16_t* a, int64_t rows, int64_t cols, int64_t row_stride, const float* x,
+               float* y) {
+  if (rows <= 0) return;
+  K().matvec_f16(a, rows, cols, row_stride, x, y);
+}
+
+}  // namespace strata::kernels

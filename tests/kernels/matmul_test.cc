@@ -1,0 +1,316 @@
+// Matmul: the scalar reference against float math on the same (dequantized) values, and
+// every SIMD variant against the scalar reference over types, token counts, ragged row
+// ranges and inner sizes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernel_test_util.h"
+#include "kernels/kernels.h"
+
+namespace strata::kernels {
+namespace {
+
+using testing::GaussianFloats;
+using testing::QuickMode;
+using testing::ScopedIsa;
+
+const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                              DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K};
+
+bool IsKQuant(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
+bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+std::vector<int64_t> InnerSizes(DType t) {
+  if (IsKQuant(t))
+    return QuickMode() ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{256, 768, 1536};
+  if (IsFloat(t))
+    return QuickMode() ? std::vector<int64_t>{40, 576} : std::vector<int64_t>{16, 40, 576, 1000};
+  return QuickMode() ? std::vector<int64_t>{96, 576} : std::vector<int64_t>{32, 96, 576, 1536};
+}
+
+std::vector<int64_t> TokenCounts() {
+  if (QuickMode()) return {1, 3, 4, 8, 17};
+  return {1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 64};
+}
+
+// A weight matrix with per-row scale and offset variety, plus rows whose codes sit at the
+// extremes of the format (the cases where 8/16-bit intermediate sums could saturate).
+struct Weights {
+  DType type;
+  int64_t rows, k;
+  size_t row_bytes;  // dense row size plus padding, so strides are exercised
+  std::vector<uint8_t> data;
+
+  const uint8_t* row(int64_t r) const { return data.data() + r * row_bytes; }
+  uint8_t* row(int64_t r) { return data.data() + r * row_bytes; }
+};
+
+void SetExtremeCodes(DType t, uint8_t* row, int64_t k, bool high) {
+  switch (t) {
+    case DType::kQ8_0:
+      for (int64_t b = 0; b < k / kQK; ++b) {
+        auto* blk = reinterpret_cast<BlockQ8_0*>(row) + b;
+        std::memset(blk->qs, high ? 0x7f : 0x80, sizeof(blk->qs));  // 127 or -128
+      }
+      break;
+    case DType::kQ4_0:
+    case DType::kQ4_1: {
+      const size_t bb = t == DType::kQ4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ4_1);
+      const size_t off = bb - 16;
+      for (int64_t b = 0; b < k / kQK; ++b) std::memset(row + b * bb + off, high ? 0xff : 0, 16);
+      break;
+    }
+    case DType::kQ4_K:
+      for (int64_t b = 0; b < k / kQK_K; ++b) {
+        auto* blk = reinterpret_cast<BlockQ4_K*>(row) + b;
+        std::memset(blk->qs, high ? 0xff : 0, sizeof(blk->qs));
+        std::memset(blk->scales, 0xff, sizeof(blk->scales));  // every scale and min = 63
+      }
+      break;
+    case DType::kQ6_K:
+      for (int64_t b = 0; b < k / kQK_K; ++b) {
+        auto* blk = reinterpret_cast<BlockQ6_K*>(row) + b;
+        std::memset(blk->ql, high ? 0xff : 0, sizeof(blk->ql));
+        std::memset(blk->qh, high ? 0xff : 0, sizeof(blk->qh));
+        for (int j = 0; j < 16; ++j) blk->scales[j] = static_cast<int8_t>(j % 2 ? -128 : 127);
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+Weights MakeWeights(DType t, int64_t rows, int64_t k, uint32_t seed) {
+  Weights w{t, rows, k, RowBytes(t, k) + 24, {}};
+  w.data.assign(w.row_bytes * rows + 64, 0xcd);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<float> v = GaussianFloats(k, seed + static_cast<uint32_t>(r), 0.02f * (1 + r % 7));
+    if (r % 5 == 1) {
+      for (float& f : v) f += 0.05f;  // rows with an offset exercise the *_1 / K mins
+    }
+    if (r % 11 == 3) std::fill(v.begin(), v.begin() + std::min<int64_t>(k, 64), 0.f);
+    EXPECT_TRUE(QuantizeRow(t, v.data(), w.row(r), k));
+  }
+  if (rows > 2 && !IsFloat(t)) {
+    SetExtremeCodes(t, w.row(0), k, true);
+    SetExtremeCodes(t, w.row(rows - 1), k, false);
+  }
+  return w;
+}
+
+struct Activations {
+  DType type;
+  int64_t n_tok, k;
+  size_t row_bytes;
+  std::vector<float> x;    // [n_tok][k] original floats
+  std::vector<uint8_t> q;  // quantized rows, row_bytes apart
+  std::vector<float> deq;  // the quantized rows dequantized
+};
+
+Activations MakeActivations(DType wtype, int64_t n_tok, int64_t k, uint32_t seed) {
+  Activations a{
+      ActivationType(wtype), n_tok, k, RowBytes(ActivationType(wtype), k) + 8, {}, {}, {}};
+  a.x = GaussianFloats(static_cast<size_t>(n_tok * k), seed);
+  // Token 0 has constant magnitude, so every code is +-127: the saturation corner.
+  for (int64_t i = 0; i < k; ++i) a.x[i] = (i % 3 == 0) ? -1.5f : 1.5f;
+  a.q.assign(a.row_bytes * n_tok + 64, 0);
+  a.deq.resize(a.x.size());
+  ScopedIsa scalar(Isa::kScalar);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    QuantizeActivations(wtype, a.x.data() + t * k, k, a.q.data() + t * a.row_bytes);
+    DequantizeRow(a.type, a.q.data() + t * a.row_bytes, a.deq.data() + t * k, k);
+  }
+  return a;
+}
+
+MatmulArgs Args(const Weights& w, const Activations& a, float* y, int64_t y_stride) {
+  MatmulArgs m{};
+  m.wtype = w.type;
+  m.w = w.data.data();
+  m.w_row_bytes = w.row_bytes;
+  m.k = w.k;
+  m.xq = a.q.data();
+  m.xq_row_bytes = a.row_bytes;
+  m.n_tok = a.n_tok;
+  m.y = y;
+  m.y_stride = y_stride;
+  return m;
+}
+
+// Sum of |w_i * x_i| over a row: the scale of the float rounding any summation order makes.
+double Magnitude(const std::vector<float>& wrow, const float* x, int64_t k) {
+  double m = 0;
+  for (int64_t i = 0; i < k; ++i) m += std::fabs(static_cast<double>(wrow[i]) * x[i]);
+  return m;
+}
+
+TEST(MatmulScalar, MatchesFloatMathOnDequantizedValues) {
+  for (DType t : kWeightTypes) {
+    for (int64_t k : InnerSizes(t)) {
+      SCOPED_TRACE(std::string(TypeName(t)) + " k=" + std::to_string(k));
+      const int64_t rows = 21, n_tok = 5;
+      Weights w = MakeWeights(t, rows, k, 100);
+      Activations a = MakeActivations(t, n_tok, k, 200);
+      std::vector<float> y(n_tok * rows);
+      {
+        ScopedIsa scalar(Isa::kScalar);
+        Matmul(Args(w, a, y.data(), rows), 0, rows);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> wrow(k);
+        DequantizeRow(t, w.row(r), wrow.data(), k);
+        for (int64_t tok = 0; tok < n_tok; ++tok) {
+          const float* xd = a.deq.data() + tok * k;
+          double ref = 0;
+          for (int64_t i = 0; i < k; ++i) ref += static_cast<double>(wrow[i]) * xd[i];
+          // Float rounding of the per-block products and sums, plus for Q8_1 the F16
+          // rounding of the stored block sum s (relative 2^-11 of |m * s| per block).
+          double tol = 2e-6 * Magnitude(wrow, xd, k) + 1e-6;
+          if (t == DType::kQ4_1) {
+            const auto* wb = reinterpret_cast<const BlockQ4_1*>(w.row(r));
+            const auto* xb = reinterpret_cast<const BlockQ8_1*>(a.q.data() + tok * a.row_bytes);
+            for (int64_t b = 0; b < k / kQK; ++b) {
+              tol += std::fabs(F16ToF32(wb[b].m) * F16ToF32(xb[b].s)) * std::ldexp(1.0, -11);
+            }
+          }
+          EXPECT_NEAR(y[tok * rows + r], ref, tol) << "row " << r << " token " << tok;
+        }
+      }
+    }
+  }
+}
+
+// Against the unquantized activations the error is the activation rounding: each value is
+// off by at most half a step (d/2) and, over many values, the error of a dot product is a
+// sum of independent uniform errors with variance sum(w_i^2 d_i^2 / 12). Six standard
+// deviations (plus the F16 rounding of the block scale) bound it.
+TEST(MatmulScalar, ActivationQuantizationErrorIsWithinItsBound) {
+  for (DType t : kWeightTypes) {
+    if (IsFloat(t)) continue;
+    const int64_t k = IsKQuant(t) ? 1536 : 1024, rows = 16, n_tok = 4;
+    SCOPED_TRACE(TypeName(t));
+    Weights w = MakeWeights(t, rows, k, 300);
+    Activations a = MakeActivations(t, n_tok, k, 400);
+    std::vector<float> y(n_tok * rows);
+    {
+      ScopedIsa scalar(Isa::kScalar);
+      Matmul(Args(w, a, y.data(), rows), 0, rows);
+    }
+    const int64_t block = IsKQuant(t) ? kQK_K : kQK;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<float> wrow(k);
+      DequantizeRow(t, w.row(r), wrow.data(), k);
+      for (int64_t tok = 1; tok < n_tok; ++tok) {  // token 0 is the +-1.5 corner case
+        const float* x = a.x.data() + tok * k;
+        double ref = 0, var = 0, scale_err = 0;
+        for (int64_t b = 0; b < k / block; ++b) {
+          float amax = 0;
+          for (int64_t i = b * block; i < (b + 1) * block; ++i)
+            amax = std::max(amax, std::fabs(x[i]));
+          const double step = amax / 127.0;
+          for (int64_t i = b * block; i < (b + 1) * block; ++i) {
+            ref += static_cast<double>(wrow[i]) * x[i];
+            var += static_cast<double>(wrow[i]) * wrow[i] * step * step / 12.0;
+            scale_err += std::fabs(static_cast<double>(wrow[i]) * x[i]) * std::ldexp(1.0, -10);
+          }
+        }
+        EXPECT_NEAR(y[tok * rows + r], ref, 6 * std::sqrt(var) + scale_err + 1e-6)
+            << "row " << r << " token " << tok;
+      }
+    }
+  }
+}
+
+class MatmulSimd : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(MatmulSimd, MatchesScalarReference) {
+  const int64_t rows = 53;  // not a multiple of 16: ragged last chunk
+  const int64_t y_stride = rows + 3;
+  const std::pair<int64_t, int64_t> ranges[] = {{0, rows}, {16, 32}, {5, 37}, {48, 53}, {52, 53}};
+  for (DType t : kWeightTypes) {
+    for (int64_t k : InnerSizes(t)) {
+      Weights w = MakeWeights(t, rows, k, 500 + static_cast<uint32_t>(k));
+      std::vector<float> wrow(k);
+      std::vector<double> mag_w(rows);
+      for (int64_t n_tok : TokenCounts()) {
+        SCOPED_TRACE(std::string(TypeName(t)) + " k=" + std::to_string(k) +
+                     " n_tok=" + std::to_string(n_tok));
+        Activations a = MakeActivations(t, n_tok, k, 600 + static_cast<uint32_t>(n_tok));
+        std::vector<float> ref(n_tok * y_stride);
+        {
+          ScopedIsa scalar(Isa::kScalar);
+          Matmul(Args(w, a, ref.data(), y_stride), 0, rows);
+        }
+        ScopedIsa simd(GetParam());
+        ASSERT_TRUE(simd.ok());
+        for (auto [rb, re] : ranges) {
+          std::vector<float> y(n_tok * y_stride, std::numeric_limits<float>::quiet_NaN());
+          Matmul(Args(w, a, y.data(), y_stride), rb, re);
+          for (int64_t r = 0; r < rows; ++r) {
+            DequantizeRow(t, w.row(r), wrow.data(), k);
+            for (int64_t tok = 0; tok < n_tok; ++tok) {
+              const float got = y[tok * y_stride + r];
+              if (r < rb || r >= re) {
+                ASSERT_TRUE(std::isnan(got))
+                    << "wrote row " << r << " outside [" << rb << "," << re << ") token " << tok;
+                continue;
+              }
+              // Rows with offsets and Q4_1 min terms can cancel, so scale the bound by the
+              // row's largest weight rather than by |w| * |x| alone.
+              float wmax = 0;
+              for (float v : wrow) wmax = std::max(wmax, std::fabs(v));
+              double xabs = 0;
+              for (int64_t i = 0; i < k; ++i) xabs += std::fabs(a.deq[tok * k + i]);
+              const double tol = 1e-5 * 3 * wmax * xabs + 1e-6;
+              ASSERT_NEAR(got, ref[tok * y_stride + r], tol)
+                  << "row " << r << " token " << tok << " range [" << rb << "," << re << ")";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(MatmulSimd, EmptyRangeWritesNothing) {
+  ScopedIsa simd(GetParam());
+  Weights w = MakeWeights(DType::kQ4_1, 16, 64, 7);
+  Activations a = MakeActivations(DType::kQ4_1, 2, 64, 8);
+  std::vector<float> y(32, 7.f);
+  Matmul(Args(w, a, y.data(), 16), 5, 5);
+  MatmulArgs none = Args(w, a, y.data(), 16);
+  none.n_tok = 0;
+  Matmul(none, 0, 16);
+  for (float v : y) EXPECT_EQ(v, 7.f);
+}
+
+TEST_P(MatmulSimd, QuantizeActivationsMatchesScalarBytes) {
+  for (DType t : kWeightTypes) {
+    for (int64_t k : InnerSizes(t)) {
+      SCOPED_TRACE(std::string(TypeName(t)) + " k=" + std::to_string(k));
+      std::vector<float> x = GaussianFloats(k, 900 + static_cast<uint32_t>(k), 3.f);
+      if (k >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.f);  // an all-zero block
+      const size_t bytes = RowBytes(ActivationType(t), k);
+      std::vector<uint8_t> ref(bytes), got(bytes);
+      {
+        ScopedIsa scalar(Isa::kScalar);
+        QuantizeActivations(t, x.data(), k, ref.data());
+      }
+      ScopedIsa simd(GetParam());
+      QuantizeActivations(t, x.data(), k, got.data());
+      EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), bytes));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, MatmulSimd, ::testing::ValuesIn(testing::SimdIsas()),
+                         testing::IsaParamName);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MatmulSimd);
+
+}  // namespace
+}  // namespace strata::kernels

@@ -1,0 +1,209 @@
+// Element-wise ops, RoPE, conversions, MatVecF16 and TopK on every ISA, against direct
+// formulas computed in double.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "kernel_test_util.h"
+#include "kernels/kernels.h"
+
+namespace strata::kernels {
+namespace {
+
+using testing::GaussianFloats;
+using testing::ScopedIsa;
+
+class OpsIsa : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override { ASSERT_TRUE(ForceIsa(GetParam())); }
+  void TearDown() override { ForceIsa(saved_); }
+  Isa saved_ = ActiveIsa();
+};
+
+// Lengths around the vector widths (4, 8, 16 floats) and their multiples.
+const int64_t kLengths[] = {0, 1, 3, 7, 8, 15, 16, 17, 31, 33, 64, 100, 576, 1000};
+
+TEST_P(OpsIsa, RmsNorm) {
+  for (int64_t n : kLengths) {
+    SCOPED_TRACE(n);
+    std::vector<float> x = GaussianFloats(n, 1, 3.f), w = GaussianFloats(n, 2);
+    std::vector<float> y(n), y2(n), inplace = x;
+    RmsNorm(x.data(), w.data(), y.data(), n, 1e-5f);
+    RmsNorm(x.data(), nullptr, y2.data(), n, 1e-5f);
+    RmsNorm(inplace.data(), w.data(), inplace.data(), n, 1e-5f);
+    double ss = 0;
+    for (float v : x) ss += double(v) * v;
+    const double inv = n ? 1.0 / std::sqrt(ss / n + 1e-5) : 0;
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(y[i], x[i] * inv * w[i], 2e-6 * (1 + std::fabs(x[i] * inv * w[i])));
+      EXPECT_NEAR(y2[i], x[i] * inv, 2e-6 * (1 + std::fabs(x[i] * inv)));
+      EXPECT_EQ(inplace[i], y[i]);
+    }
+  }
+}
+
+TEST_P(OpsIsa, SwiGluAndAdd) {
+  for (int64_t n : kLengths) {
+    SCOPED_TRACE(n);
+    std::vector<float> g = GaussianFloats(n, 3, 4.f), u = GaussianFloats(n, 4);
+    if (n > 2) {
+      g[0] = -100.f;  // exp overflow side: silu -> -0
+      g[1] = 100.f;
+    }
+    std::vector<float> out(n), alias = g;
+    SwiGlu(g.data(), u.data(), out.data(), n);
+    SwiGlu(alias.data(), u.data(), alias.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double ref = g[i] / (1.0 + std::exp(-double(g[i]))) * u[i];
+      EXPECT_NEAR(out[i], ref, 2e-6 * (1 + std::fabs(ref))) << i;
+      EXPECT_EQ(alias[i], out[i]);
+    }
+    std::vector<float> y = GaussianFloats(n, 5), y0 = y;
+    Add(y.data(), u.data(), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], y0[i] + u[i]);
+  }
+}
+
+TEST_P(OpsIsa, Softmax) {
+  for (int64_t n : kLengths) {
+    SCOPED_TRACE(n);
+    std::vector<float> x = GaussianFloats(n, 6, 10.f), ref = x;
+    if (n > 3) x[2] = ref[2] = -std::numeric_limits<float>::infinity();  // a masked entry
+    double m = -1e300, sum = 0;
+    for (float v : ref) m = std::max(m, double(v));
+    for (float v : ref) sum += std::exp(v - m);
+    SoftmaxInPlace(x.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(x[i], std::exp(ref[i] - m) / sum, 1e-6) << i;
+    }
+  }
+}
+
+TEST_P(OpsIsa, DotF32) {
+  for (int64_t n : kLengths) {
+    std::vector<float> a = GaussianFloats(n, 7), b = GaussianFloats(n, 8);
+    double ref = 0, mag = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ref += double(a[i]) * b[i];
+      mag += std::fabs(double(a[i]) * b[i]);
+    }
+    EXPECT_NEAR(DotF32(a.data(), b.data(), n), ref, 1e-6 * mag + 1e-7) << n;
+  }
+}
+
+TEST_P(OpsIsa, HalfRowConversionsMatchScalarBitForBit) {
+  for (int64_t n : kLengths) {
+    SCOPED_TRACE(n);
+    std::vector<float> x = GaussianFloats(n, 9, 100.f);
+    if (n > 5) {
+      x[0] = 1e-6f;    // subnormal half
+      x[1] = 70000.f;  // overflow to inf
+      x[2] = -0.f;
+      x[3] = std::numeric_limits<float>::infinity();
+      x[4] = 1.f + std::ldexp(1.f, -11);  // tie
+    }
+    std::vector<uint16_t> h(n);
+    std::vector<float> back(n);
+    F32ToF16Row(x.data(), h.data(), n);
+    F16ToF32Row(h.data(), back.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(h[i], F32ToF16(x[i])) << i;
+      ASSERT_EQ(back[i], F16ToF32(h[i])) << i;
+    }
+  }
+}
+
+TEST_P(OpsIsa, RopeBothLayoutsMatchTheFormula) {
+  struct Shape {
+    int heads, head_dim, rot_dim;
+  };
+  for (Shape s : {Shape{9, 64, 64}, Shape{3, 128, 128}, Shape{2, 64, 32}, Shape{4, 80, 80},
+                  Shape{1, 16, 8}}) {
+    for (RopeLayout layout : {RopeLayout::kNormal, RopeLayout::kNeox}) {
+      SCOPED_TRACE(::testing::Message() << s.heads << "x" << s.head_dim << " rot " << s.rot_dim
+                                        << (layout == RopeLayout::kNeox ? " neox" : " normal"));
+      const int pos = 37;
+      std::vector<float> cs(s.rot_dim);
+      for (int i = 0; i < s.rot_dim / 2; ++i) {
+        const double theta = pos * std::pow(10000.0, -2.0 * i / s.rot_dim);
+        cs[2 * i] = float(std::cos(theta));
+        cs[2 * i + 1] = float(std::sin(theta));
+      }
+      std::vector<float> x = GaussianFloats(size_t(s.heads) * s.head_dim, 10), y = x;
+      RopeApply(y.data(), s.heads, s.head_dim, s.rot_dim, cs.data(), layout);
+      for (int h = 0; h < s.heads; ++h) {
+        const float* a = x.data() + h * s.head_dim;
+        const float* b = y.data() + h * s.head_dim;
+        for (int i = 0; i < s.rot_dim / 2; ++i) {
+          const int i0 = layout == RopeLayout::kNormal ? 2 * i : i;
+          const int i1 = layout == RopeLayout::kNormal ? 2 * i + 1 : i + s.rot_dim / 2;
+          const double c = cs[2 * i], sn = cs[2 * i + 1];
+          EXPECT_NEAR(b[i0], a[i0] * c - a[i1] * sn, 1e-6);
+          EXPECT_NEAR(b[i1], a[i0] * sn + a[i1] * c, 1e-6);
+        }
+        for (int d = s.rot_dim; d < s.head_dim; ++d) EXPECT_EQ(b[d], a[d]);
+      }
+    }
+  }
+}
+
+TEST_P(OpsIsa, MatVecF16) {
+  for (int64_t cols : {16, 64, 72, 128, 200}) {
+    for (int64_t rows : {0, 1, 5, 33}) {
+      SCOPED_TRACE(::testing::Message() << rows << "x" << cols);
+      const int64_t stride = cols + 8;
+      std::vector<uint16_t> a = testing::ToF16(GaussianFloats(rows * stride + 1, 11));
+      std::vector<float> x = GaussianFloats(cols, 12), y(rows + 1, 42.f);
+      MatVecF16(a.data(), rows, cols, stride, x.data(), y.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        double ref = 0, mag = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          ref += double(F16ToF32(a[r * stride + c])) * x[c];
+          mag += std::fabs(double(F16ToF32(a[r * stride + c])) * x[c]);
+        }
+        EXPECT_NEAR(y[r], ref, 1e-6 * mag + 1e-7) << r;
+      }
+      EXPECT_EQ(y[rows], 42.f);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, OpsIsa, ::testing::ValuesIn(testing::SupportedIsas()),
+                         testing::IsaParamName);
+
+TEST(TopK, OrdersByValueThenIndex) {
+  const std::vector<float> x = {1.f, 5.f, 3.f, 5.f, -2.f, 7.f, 3.f, std::nanf(""), 0.f};
+  std::vector<int32_t> idx(5, -1);
+  TopK(x.data(), int64_t(x.size()), 5, idx.data());
+  EXPECT_EQ(idx, (std::vector<int32_t>{5, 1, 3, 2, 6}));
+  std::vector<int32_t> all(12, -1);
+  TopK(x.data(), int64_t(x.size()), 12, all.data());  // k > n: writes n
+  EXPECT_EQ(std::vector<int32_t>(all.begin(), all.begin() + 9),
+            (std::vector<int32_t>{5, 1, 3, 2, 6, 0, 8, 4, 7}));
+  EXPECT_EQ(all[9], -1);
+  TopK(x.data(), int64_t(x.size()), 0, all.data());
+  TopK(x.data(), 0, 3, all.data());
+  EXPECT_EQ(all[0], 5);  // untouched
+}
+
+TEST(TopK, MatchesStableSortOnRandomData) {
+  for (int64_t n : {1, 10, 1000}) {
+    for (int64_t k : {1, 7, 64}) {
+      std::vector<float> x = GaussianFloats(n, uint32_t(n + k));
+      for (int64_t i = 0; i < n; i += 3) x[i] = std::round(x[i]);  // plenty of ties
+      std::vector<int32_t> ref(n);
+      std::iota(ref.begin(), ref.end(), 0);
+      std::stable_sort(ref.begin(), ref.end(), [&](int32_t a, int32_t b) { return x[a] > x[b]; });
+      ref.resize(std::min(n, k));
+      std::vector<int32_t> got(ref.size());
+      TopK(x.data(), n, k, got.data());
+      EXPECT_EQ(got, ref) << n << " " << k;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::kernels
