@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -19,9 +20,25 @@
 namespace strata {
 
 enum class GgufValueType : uint32_t {
-  kUint8 = 0, kInt8 = 1, kUint16 = 2, kInt16 = 3, kUint32 = 4, kInt32 = 5, kFloat32 = 6,
-  kBool = 7, kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12,
+  kUint8 = 0,
+  kInt8 = 1,
+  kUint16 = 2,
+  kInt16 = 3,
+  kUint32 = 4,
+  kInt32 = 5,
+  kFloat32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kUint64 = 10,
+  kInt64 = 11,
+  kFloat64 = 12,
 };
+
+// "uint32", "string", ... as the GGUF spec names the types; "unknown" otherwise.
+const char* GgufValueTypeName(GgufValueType t);
+// Bytes of one value of a fixed-size type; 0 for string and array.
+size_t GgufValueTypeSize(GgufValueType t);
 
 struct GgufValue {
   GgufValueType type = GgufValueType::kUint32;
@@ -29,19 +46,19 @@ struct GgufValue {
   // Scalars are widened: integers to int64/uint64, floats to double. Arrays of strings
   // hold std::string_view into the mapping; numeric arrays point into the mapping.
   std::variant<uint64_t, int64_t, double, bool, std::string_view> scalar;
-  const uint8_t* array_data = nullptr;     // numeric arrays: raw little-endian elements
+  const uint8_t* array_data = nullptr;  // numeric arrays: raw little-endian elements
   uint64_t array_len = 0;
-  std::vector<std::string_view> strings;   // string arrays
+  std::vector<std::string_view> strings;  // string arrays
 };
 
 struct GgufTensor {
   std::string name;
   kernels::DType type;
   int32_t n_dims = 0;
-  int64_t ne[4] = {1, 1, 1, 1};   // ne[0] is the contiguous dimension
-  uint64_t offset = 0;            // from the start of the data section
+  int64_t ne[4] = {1, 1, 1, 1};  // ne[0] is the contiguous dimension
+  uint64_t offset = 0;           // from the start of the data section
   uint64_t nbytes = 0;
-  const void* data = nullptr;     // into the mapping
+  const void* data = nullptr;  // into the mapping
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
 };
 
@@ -57,6 +74,8 @@ class GgufFile {
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   uint64_t file_size() const { return size_; }
+  uint32_t alignment() const { return alignment_; }      // general.alignment, default 32
+  uint64_t data_offset() const { return data_offset_; }  // start of the tensor data section
 
   const GgufValue* Find(std::string_view key) const;
   // Typed getters: NotFound when absent, InvalidArgument naming key and actual type when
@@ -65,6 +84,12 @@ class GgufFile {
   Status GetU32(std::string_view key, uint32_t* out) const;
   Status GetF32(std::string_view key, float* out) const;
   Status GetBool(std::string_view key, bool* out) const;
+  Status GetU64(std::string_view key, uint64_t* out) const;
+  // Array getters: NotFound when absent, InvalidArgument when the key is not an array of a
+  // fitting element type. Numeric arrays of any integer type convert if every value fits.
+  Status GetStringArray(std::string_view key, const std::vector<std::string_view>** out) const;
+  Status GetI32Array(std::string_view key, std::vector<int32_t>* out) const;
+  Status GetF32Array(std::string_view key, std::vector<float>* out) const;
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
 
   const GgufTensor* FindTensor(std::string_view name) const;
@@ -78,8 +103,13 @@ class GgufFile {
   uint64_t size_ = 0;
   bool mapped_ = false;
   uint32_t version_ = 0;
+  uint32_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::vector<GgufTensor> tensors_;
+  // Built once parsing is done (the views point at the keys/names held above).
+  std::unordered_map<std::string_view, size_t> kv_index_;
+  std::unordered_map<std::string_view, size_t> tensor_index_;
 };
 
 }  // namespace strata

@@ -23,31 +23,29 @@ enum class Arch { kLlama, kQwen2, kQwen3 };
 
 struct HParams {
   Arch arch = Arch::kLlama;
-  std::string arch_name;      // general.architecture
-  std::string name;           // general.name, if present
+  std::string arch_name;  // general.architecture
+  std::string name;       // general.name, if present
   int32_t n_vocab = 0;
-  int32_t n_ctx_train = 0;    // <arch>.context_length
+  int32_t n_ctx_train = 0;  // <arch>.context_length
   int32_t n_embd = 0;
   int32_t n_layer = 0;
   int32_t n_head = 0;
   int32_t n_head_kv = 0;
-  int32_t head_dim = 0;       // <arch>.attention.key_length, else n_embd / n_head
+  int32_t head_dim = 0;  // <arch>.attention.key_length, else n_embd / n_head
   int32_t n_ff = 0;
   float rms_eps = 1e-5f;
   // RoPE: theta_i = pos * freq_scale * rope_base^(-2i/rope_dim) / freq_factor_i.
   float rope_base = 10000.f;
-  float rope_freq_scale = 1.f;       // 1/factor for linear scaling
-  int32_t rope_dim = 0;              // dims rotated per head (<= head_dim)
+  float rope_freq_scale = 1.f;  // 1/factor for linear scaling
+  int32_t rope_dim = 0;         // dims rotated per head (<= head_dim)
   kernels::RopeLayout rope_layout = kernels::RopeLayout::kNormal;  // NeoX for qwen2/qwen3
-  bool has_qk_norm = false;          // qwen3: RMSNorm on each Q and K head
-  bool has_qkv_bias = false;         // qwen2: biases on Q, K, V
-  bool tied_output = false;          // no output.weight: logits use token_embd
+  bool has_qk_norm = false;   // qwen3: RMSNorm on each Q and K head
+  bool has_qkv_bias = false;  // qwen2: biases on Q, K, V
+  bool tied_output = false;   // no output.weight: logits use token_embd
 
   int32_t n_rep() const { return n_head / n_head_kv; }
   // Bytes of K+V per token for all layers when stored as F16.
-  int64_t kv_bytes_per_token_f16() const {
-    return int64_t(n_layer) * 2 * n_head_kv * head_dim * 2;
-  }
+  int64_t kv_bytes_per_token_f16() const { return int64_t(n_layer) * 2 * n_head_kv * head_dim * 2; }
 };
 
 // A view of one tensor inside the mapped file. data == nullptr means "absent" for the
@@ -55,27 +53,27 @@ struct HParams {
 struct TensorRef {
   kernels::DType type = kernels::DType::kF32;
   const void* data = nullptr;
-  int64_t cols = 0;        // ne[0]: the contiguous dimension (k of a matmul)
-  int64_t rows = 1;        // ne[1] (product of the remaining dims)
-  size_t row_bytes = 0;    // RowBytes(type, cols)
+  int64_t cols = 0;      // ne[0]: the contiguous dimension (k of a matmul)
+  int64_t rows = 1;      // ne[1] (product of the remaining dims)
+  size_t row_bytes = 0;  // RowBytes(type, cols)
   bool present() const { return data != nullptr; }
   const float* f32() const { return static_cast<const float*>(data); }
 };
 
 struct LayerWeights {
-  TensorRef attn_norm;                 // F32 [n_embd]
-  TensorRef wq, wk, wv, wo;            // [n_head*hd, n_embd], [n_kv*hd, n_embd] x2, [n_embd, n_head*hd]
-  TensorRef bq, bk, bv;                // optional F32 biases (qwen2)
-  TensorRef q_norm, k_norm;            // optional F32 [head_dim] (qwen3)
-  TensorRef ffn_norm;                  // F32 [n_embd]
-  TensorRef w_gate, w_up, w_down;      // [n_ff, n_embd] x2, [n_embd, n_ff]
+  TensorRef attn_norm;             // F32 [n_embd]
+  TensorRef wq, wk, wv, wo;        // [n_head*hd, n_embd], [n_kv*hd, n_embd] x2, [n_embd, n_head*hd]
+  TensorRef bq, bk, bv;            // optional F32 biases (qwen2)
+  TensorRef q_norm, k_norm;        // optional F32 [head_dim] (qwen3)
+  TensorRef ffn_norm;              // F32 [n_embd]
+  TensorRef w_gate, w_up, w_down;  // [n_ff, n_embd] x2, [n_embd, n_ff]
 };
 
 struct ModelWeights {
-  TensorRef tok_embd;                  // [n_vocab, n_embd]
-  TensorRef output_norm;               // F32 [n_embd]
-  TensorRef output;                    // [n_vocab, n_embd]; equals tok_embd when tied
-  TensorRef rope_freqs;                // optional F32 [rope_dim/2] frequency factors (Llama 3.1)
+  TensorRef tok_embd;     // [n_vocab, n_embd]
+  TensorRef output_norm;  // F32 [n_embd]
+  TensorRef output;       // [n_vocab, n_embd]; equals tok_embd when tied
+  TensorRef rope_freqs;   // optional F32 [rope_dim/2] frequency factors (Llama 3.1)
   std::vector<LayerWeights> layers;
 };
 
@@ -91,9 +89,15 @@ class Model {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const GgufFile& gguf() const { return *gguf_; }
   ChatTemplateKind chat_template() const { return chat_template_; }
+  // The system prompt the model's template injects when a chat has none (SmolLM2's
+  // "You are a helpful AI assistant named SmolLM, ..."); "" when it injects none. Pass it
+  // as ApplyChatTemplate's default_system to reproduce the template exactly.
+  const std::string& default_system_prompt() const { return default_system_prompt_; }
   // A stable 64-bit identity of the model (architecture, hyper-parameters, tensor table
   // and a sample of weight bytes) that side files (adapters) record so a mismatch is
-  // caught at start-up. Printed as 16 hex digits by ModelIdentityHex.
+  // caught at start-up. Printed as 16 hex digits by identity_hex(). FNV-1a 64 over a
+  // versioned tag, the architecture name, the hyper-parameters, and for every tensor in
+  // file order its name, type, shape and 64 bytes each from its start, middle and end.
   uint64_t identity() const { return identity_; }
   std::string identity_hex() const;
   // Total bytes of all weight tensors.
@@ -107,6 +111,7 @@ class Model {
   std::unique_ptr<GgufFile> gguf_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ChatTemplateKind chat_template_ = ChatTemplateKind::kNone;
+  std::string default_system_prompt_;
   uint64_t identity_ = 0;
   uint64_t weight_bytes_ = 0;
 };

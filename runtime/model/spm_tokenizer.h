@@ -1,0 +1,46 @@
+// SpmTokenizer: SentencePiece-style BPE (tokenizer.ggml.model "llama": Llama 2 and
+// relatives).
+//
+// Spaces become U+2581 ("▁"), with one prepended to the text and after each special token
+// when tokenizer.ggml.add_space_prefix is set (the default). Characters are merged
+// pairwise, always taking the pair whose merged piece has the highest score (leftmost on
+// ties), while the merged piece is in the vocabulary; characters with no piece fall back
+// to the <0xXX> byte tokens, or to the unknown token. Immutable; safe from many threads.
+#pragma once
+
+#include <array>
+#include <memory>
+
+#include "runtime/model/tokenizer.h"
+#include "runtime/model/vocab.h"
+
+namespace strata {
+
+class SpmTokenizer final : public Tokenizer {
+ public:
+  static Status Create(const GgufFile& gguf, std::unique_ptr<Tokenizer>* out);
+
+  Status Encode(std::string_view text, bool add_bos, bool parse_special,
+                std::vector<int32_t>* out) const override;
+  std::string TokenBytes(int32_t id, bool special = false) const override;
+  int32_t n_vocab() const override { return vocab_.n(); }
+  int32_t bos() const override { return vocab_.bos; }
+  int32_t eos() const override { return vocab_.eos; }
+  bool IsEndOfGeneration(int32_t id) const override {
+    return vocab_.end_of_generation.count(id) != 0;
+  }
+  bool IsControl(int32_t id) const override { return vocab_.IsControl(id); }
+  int32_t Find(std::string_view token_text) const override { return vocab_.Find(token_text); }
+
+ private:
+  SpmTokenizer() = default;
+  // Appends the ids of one fragment of text already in "▁" form.
+  void EncodePiece(std::string_view text, std::vector<int32_t>* out) const;
+
+  Vocab vocab_;
+  bool add_space_prefix_ = true;
+  std::array<int32_t, 256> byte_token_{};  // <0xXX> tokens, -1 where absent
+  std::vector<std::string> decoded_;       // bytes of each token
+};
+
+}  // namespace strata
