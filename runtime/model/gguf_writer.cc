@@ -24,14 +24,6 @@ void PadTo(std::vector<uint8_t>* out, uint64_t alignment) {
   out->resize((out->size() + alignment - 1) / alignment * alignment, 0);
 }
 
-uint16_t F32ToBF16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  u += 0x7fffu + ((u >> 16) & 1);  // round to nearest even
-  return static_cast<uint16_t>(u >> 16);
-}
-
 }  // namespace
 
 GgufWriter::GgufWriter(uint32_t alignment) : alignment_(alignment) {
@@ -154,8 +146,8 @@ Status GgufWriter::AddTensorF32(std::string_view name, kernels::DType type, std:
     case kernels::DType::kBF16:
       bytes.resize(values.size() * 2);
       for (size_t i = 0; i < values.size(); ++i) {
-        const uint16_t h =
-            type == kernels::DType::kF16 ? kernels::F32ToF16(values[i]) : F32ToBF16(values[i]);
+        const uint16_t h = type == kernels::DType::kF16 ? kernels::F32ToF16(values[i])
+                                                        : kernels::F32ToBF16(values[i]);
         std::memcpy(bytes.data() + 2 * i, &h, 2);
       }
       break;

@@ -244,14 +244,7 @@ std::vector<uint8_t> RandomTensor(DType type, int64_t cols, int64_t rows, float 
       if (type == DType::kF32) {
         std::memcpy(out.data() + 4 * i, &f, 4);
       } else {
-        uint16_t h;
-        if (type == DType::kF16) {
-          h = kernels::F32ToF16(f);
-        } else {
-          uint32_t u;
-          std::memcpy(&u, &f, 4);
-          h = static_cast<uint16_t>(u >> 16);
-        }
+        const uint16_t h = type == DType::kF16 ? kernels::F32ToF16(f) : kernels::F32ToBF16(f);
         std::memcpy(out.data() + 2 * i, &h, 2);
       }
     }
