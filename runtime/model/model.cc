@@ -350,10 +350,17 @@ uint64_t ComputeIdentity(const GgufFile& g, const HParams& hp) {
 Model::~Model() = default;
 
 Status Model::Load(const std::string& path, std::unique_ptr<Model>* out) {
+  std::unique_ptr<GgufFile> gguf;
+  STRATA_RETURN_IF_ERROR(GgufFile::Open(path, &gguf));
+  return FromGguf(std::move(gguf), out);
+}
+
+Status Model::FromGguf(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Model>* out) {
   std::unique_ptr<Model> m(new Model());
-  m->path_ = path;
-  STRATA_RETURN_IF_ERROR(GgufFile::Open(path, &m->gguf_));
+  m->path_ = gguf->path();
+  m->gguf_ = std::move(gguf);
   const GgufFile& g = *m->gguf_;
+  const std::string& path = m->path_;
   STRATA_RETURN_IF_ERROR(ReadHParams(g, &m->hparams_));
   STRATA_RETURN_IF_ERROR(Tokenizer::FromGguf(g, &m->tokenizer_));
   HParams& hp = m->hparams_;

@@ -81,6 +81,9 @@ class Model {
  public:
   // Maps and validates `path`. Errors name the file and the offending field or tensor.
   static Status Load(const std::string& path, std::unique_ptr<Model>* out);
+  // The same checks on a file already opened (GgufFile::FromMemory for fuzzing and tests);
+  // the Model takes ownership.
+  static Status FromGguf(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Model>* out);
   ~Model();
 
   const std::string& path() const { return path_; }
