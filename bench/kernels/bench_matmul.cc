@@ -1,0 +1,153 @@
+// Matmul benchmarks: GEMV (decode, n_tok = 1) in GB/s of weight bytes, against a plain
+// streaming read of the same bytes, and GEMM (prefill) in GFLOP/s, per ISA, single thread
+// (plus a 2-thread GEMV that splits rows the way the engine does).
+//
+// "cold" rotates through copies of the matrix totalling 256 MB so every byte comes from DRAM;
+// "hot" reuses one matrix (L2/L3 resident for the small SmolLM2 shapes).
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <string>
+
+#include "bench_util.h"
+
+namespace strata::kernels::bench {
+namespace {
+
+struct Shape {
+  DType type;
+  int64_t rows, k;
+  const char* what;
+};
+
+// SmolLM2-135M-Instruct (Q4_1 layers, Q8_0 output head) and a Llama-7B-like layer.
+const Shape kShapes[] = {
+    {DType::kQ4_1, 576, 576, "smollm2.q_o"},      {DType::kQ4_1, 192, 576, "smollm2.k_v"},
+    {DType::kQ4_1, 1536, 576, "smollm2.gate_up"}, {DType::kQ4_1, 576, 1536, "smollm2.down"},
+    {DType::kQ8_0, 49152, 576, "smollm2.output"}, {DType::kQ4_0, 1536, 576, "q4_0.gate_up"},
+    {DType::kQ4_K, 4096, 4096, "llama.q4_k"},     {DType::kQ6_K, 4096, 4096, "llama.q6_k"},
+    {DType::kF16, 1536, 576, "f16.gate_up"},      {DType::kBF16, 1536, 576, "bf16.gate_up"},
+    {DType::kF32, 576, 576, "f32.q_o"},
+};
+
+// Reads `n` bytes with wide independent accumulators: the ceiling a GEMV can reach.
+uint64_t StreamRead(const uint8_t* p, size_t n) {
+  uint64_t a = 0, b = 0, c = 0, d = 0;
+  const uint64_t* q = reinterpret_cast<const uint64_t*>(p);
+  size_t i = 0;
+  for (; i + 8 <= n / 8; i += 8) {
+    a += q[i] ^ q[i + 4];
+    b += q[i + 1] ^ q[i + 5];
+    c += q[i + 2] ^ q[i + 6];
+    d += q[i + 3] ^ q[i + 7];
+  }
+  return a + b + c + d;
+}
+
+void BM_StreamRead(benchmark::State& state, size_t matrix_bytes) {
+  const int copies = ColdCopies(matrix_bytes);
+  AlignedBytes buf(matrix_bytes * copies);
+  std::memset(buf.data(), 1, buf.size);
+  int i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(
+        StreamRead(buf.data() + static_cast<size_t>(i) * matrix_bytes, matrix_bytes));
+    i = (i + 1) % copies;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * matrix_bytes));
+}
+
+MatmulArgs ArgsFor(const WeightSet& w, int copy, const uint8_t* xq, size_t xq_row_bytes,
+                   int64_t n_tok, float* y) {
+  MatmulArgs a{};
+  a.wtype = w.type;
+  a.w = w.copy(copy);
+  a.w_row_bytes = w.row_bytes;
+  a.k = w.k;
+  a.xq = xq;
+  a.xq_row_bytes = xq_row_bytes;
+  a.n_tok = n_tok;
+  a.y = y;
+  a.y_stride = w.rows;
+  return a;
+}
+
+void BM_Gemv(benchmark::State& state, Shape s, Isa isa, bool cold) {
+  ForceIsa(isa);
+  const size_t matrix_bytes = RowBytes(s.type, s.k) * s.rows;
+  const int copies = cold ? ColdCopies(matrix_bytes) : 1;
+  // One weight set shared by the benchmark's threads; built by thread 0.
+  static std::unique_ptr<WeightSet> shared;
+  if (state.thread_index() == 0) shared = std::make_unique<WeightSet>(s.type, s.rows, s.k, copies);
+  size_t xrb;
+  std::vector<uint8_t> xq = MakeActivations(s.type, 1, s.k, &xrb);
+  std::vector<float> y(s.rows);
+  // Rows split in multiples of kMatmulRowAlign, as the engine's thread pool does.
+  const int64_t per =
+      (s.rows / state.threads() + kMatmulRowAlign - 1) / kMatmulRowAlign * kMatmulRowAlign;
+  const int64_t rb = std::min<int64_t>(s.rows, per * state.thread_index());
+  const int64_t re = std::min<int64_t>(s.rows, rb + per);
+  int i = 0;
+  for (auto _ : state) {
+    Matmul(ArgsFor(*shared, i, xq.data(), xrb, 1, y.data()), rb, re);
+    benchmark::ClobberMemory();
+    i = (i + 1) % copies;
+  }
+  state.SetBytesProcessed(
+      static_cast<int64_t>(state.iterations() * RowBytes(s.type, s.k) * (re - rb)));
+}
+
+void BM_Gemm(benchmark::State& state, Shape s, Isa isa, int64_t n_tok) {
+  ForceIsa(isa);
+  WeightSet w(s.type, s.rows, s.k, 1);
+  size_t xrb;
+  std::vector<uint8_t> xq = MakeActivations(s.type, n_tok, s.k, &xrb);
+  std::vector<float> y(s.rows * n_tok);
+  for (auto _ : state) {
+    Matmul(ArgsFor(w, 0, xq.data(), xrb, n_tok, y.data()), 0, s.rows);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * s.rows * s.k * n_tok * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+
+int Register() {
+  for (const Shape& s : kShapes) {
+    const size_t bytes = RowBytes(s.type, s.k) * s.rows;
+    const std::string tag = std::string(TypeName(s.type)) + "/" + s.what + "/" +
+                            std::to_string(s.rows) + "x" + std::to_string(s.k);
+    benchmark::RegisterBenchmark(("StreamRead/" + tag + "/cold").c_str(), BM_StreamRead, bytes)
+        ->UseRealTime();
+    for (Isa isa : BenchIsas()) {
+      for (bool cold : {false, true}) {
+        auto* b = benchmark::RegisterBenchmark(
+            ("Gemv/" + tag + "/" + IsaName(isa) + (cold ? "/cold" : "/hot")).c_str(), BM_Gemv, s,
+            isa, cold);
+        b->UseRealTime()->Threads(1);
+        if (cold) b->Threads(2);
+      }
+    }
+  }
+  const Shape gemm_shapes[] = {kShapes[2], kShapes[3], kShapes[4], kShapes[5],
+                               kShapes[6], kShapes[7], kShapes[8]};
+  for (const Shape& s : gemm_shapes) {
+    const int64_t rows = s.rows > 8192 ? 8192 : s.rows;  // the output head is a GEMV in use
+    for (Isa isa : BenchIsas()) {
+      for (int64_t n_tok : {16, 64, 512}) {
+        if (s.k >= 4096 && n_tok == 512) continue;
+        const std::string name = std::string("Gemm/") + TypeName(s.type) + "/" + s.what + "/" +
+                                 std::to_string(rows) + "x" + std::to_string(s.k) + "/" +
+                                 IsaName(isa) + "/n_tok:" + std::to_string(n_tok);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, Shape{s.type, rows, s.k, s.what}, isa,
+                                     n_tok)
+            ->UseRealTime();
+      }
+    }
+  }
+  return 0;
+}
+
+const int kRegistered = Register();
+
+}  // namespace
+}  // namespace strata::kernels::bench

@@ -1,0 +1,22 @@
+// Entry points of the AVX-512 kernel files, assembled into the table by avx512.cc
+// (internal to kernels/cpu/). Callable only after CpuHasAvx512().
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace strata::kernels::cpu {
+
+void Avx512MatmulQ4_0(const MatmulArgs& a, int64_t rb, int64_t re);
+void Avx512MatmulQ4_1(const MatmulArgs& a, int64_t rb, int64_t re);
+void Avx512MatmulQ8_0(const MatmulArgs& a, int64_t rb, int64_t re);
+void Avx512MatmulQ4_K(const MatmulArgs& a, int64_t rb, int64_t re);
+void Avx512MatmulQ6_K(const MatmulArgs& a, int64_t rb, int64_t re);
+void Avx512MatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re);
+void Avx512MatVecF16(const uint16_t* a, int64_t rows, int64_t cols, int64_t row_stride,
+                     const float* x, float* y);
+void Avx512QuantizeActivations(DType weight, const float* x, int64_t n, void* out);
+void Avx512Attention(const AttentionArgs& a);
+
+}  // namespace strata::kernels::cpu

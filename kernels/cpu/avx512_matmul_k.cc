@@ -1,0 +1,164 @@
+// AVX-512 VNNI matmul for the K formats, Q4_K and Q6_K, with Q8_K activations.
+//
+// A group is one 256-value super-block. Codes are unsigned (Q4_K 0..15, Q6_K 0..63), so
+// vpmaddubsw multiplies them with the signed activations into 16-bit pair sums without
+// saturation (at most 2*63*127), and vpdpwssd applies the per-sub-block scales in the same
+// step that widens to 32 bits. Q4_K's mins and Q6_K's -32 offset only need the Q8_K
+// block sums (bsums), one vpmaddwd per (row, token, super-block).
+#include "kernels/cpu/avx512_matmul_driver.h"
+#include "kernels/cpu/block_math.h"
+
+namespace strata::kernels::cpu {
+namespace {
+
+struct Idx32w {
+  alignas(64) uint16_t w[32];
+};
+
+// Word lane i <- word (i / run) * step + first for the scale vectors.
+constexpr Idx32w Runs(int run, int first, int step, int count) {
+  Idx32w r{};
+  for (int i = 0; i < 32; ++i)
+    r.w[i] = static_cast<uint16_t>(i / run < count ? first + (i / run) * step : 31);
+  return r;
+}
+
+STRATA_INLINE __m512i Load(const Idx32w& i) { return _mm512_load_si512(i.w); }
+
+STRATA_INLINE __m512 BroadcastF16(uint16_t h) { return _mm512_set1_ps(_cvtsh_ss(h)); }
+
+// Panel from a Q8_K block: four 64-byte activation vectors in the order of the weight
+// codes, the 16 block sums (upper half zero) and the scale broadcast.
+STRATA_INLINE void StoreBsumsAndScale(const BlockQ8_K& b, __m512i* out) {
+  out[4] = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.bsums)));
+  out[5] = _mm512_castps_si512(_mm512_set1_ps(b.d));
+}
+
+STRATA_INLINE __m512i Join(const int8_t* lo, const int8_t* hi) {
+  return _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), 1);
+}
+
+// Q4_K: code vector j holds two sub-blocks (nibbles of qs bytes 64*(j/2) .. +63), so the
+// activations are paired the same way: [0..31 | 64..95], [32..63 | 96..127], ...
+constexpr Idx32w kQ4KScale[4] = {Runs(16, 0, 2, 2), Runs(16, 1, 2, 2), Runs(16, 4, 2, 2),
+                                 Runs(16, 5, 2, 2)};
+// Mins duplicated per pair of bsums (each sub-block of 32 spans two 16-value sums), words
+// 16..31 pointing at a zero word.
+constexpr Idx32w kQ4KMins = Runs(2, 8, 1, 8);
+
+struct Q4_KTraits {
+  static constexpr int kGroupElems = 256, kBlockElems = 256, kBlockBytes = sizeof(BlockQ4_K);
+  static constexpr int kGroupBytes = sizeof(BlockQ4_K), kActBlockBytes = sizeof(BlockQ8_K);
+  static constexpr int kPanelVecs = 6;
+  struct W {
+    __m512i code[4], scale[4], mins;
+    __m512 d, neg_dmin;
+  };
+  template <bool kTail>
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
+    const BlockQ4_K& b = *reinterpret_cast<const BlockQ4_K*>(p);
+    alignas(16) uint8_t sm[16];  // 8 scales then 8 mins
+    Q4KScalesMins(b.scales, sm, sm + 8);
+    // Words 0..15 = scales, mins; word 31 (used as "zero" by the index tables) = 0.
+    const __m512i s16 = _mm512_cvtepu8_epi16(
+        _mm256_zextsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(sm))));
+    for (int j = 0; j < 4; ++j) w.scale[j] = _mm512_permutexvar_epi16(Load(kQ4KScale[j]), s16);
+    w.mins = _mm512_permutexvar_epi16(Load(kQ4KMins), s16);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i q0 = _mm512_loadu_si512(b.qs), q1 = _mm512_loadu_si512(b.qs + 64);
+    w.code[0] = _mm512_and_si512(q0, m4);
+    w.code[1] = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
+    w.code[2] = _mm512_and_si512(q1, m4);
+    w.code[3] = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
+    w.d = BroadcastF16(b.d);
+    w.neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), BroadcastF16(b.dmin));
+  }
+  template <bool kTail>
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m512i* out) {
+    const BlockQ8_K& b = *reinterpret_cast<const BlockQ8_K*>(x);
+    out[0] = Join(b.qs, b.qs + 64);
+    out[1] = Join(b.qs + 32, b.qs + 96);
+    out[2] = Join(b.qs + 128, b.qs + 192);
+    out[3] = Join(b.qs + 160, b.qs + 224);
+    StoreBsumsAndScale(b, out);
+  }
+  STRATA_INLINE static __m512 Dot(const W& w, const __m512i* x, __m512 acc) {
+    __m512i i =
+        _mm512_madd_epi16(_mm512_maddubs_epi16(w.code[0], _mm512_load_si512(x)), w.scale[0]);
+    for (int j = 1; j < 4; ++j) {
+      i = _mm512_dpwssd_epi32(i, _mm512_maddubs_epi16(w.code[j], _mm512_load_si512(x + j)),
+                              w.scale[j]);
+    }
+    const __m512i mins = _mm512_madd_epi16(w.mins, _mm512_load_si512(x + 4));
+    const __m512 dx = _mm512_castsi512_ps(_mm512_load_si512(x + 5));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(w.d, dx), acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(w.neg_dmin, dx), acc);
+  }
+};
+
+// Q6_K: code vector j is values 64j..64j+63 in order; its four 16-value sub-blocks take
+// scales 4j..4j+3, one per run of 8 words.
+constexpr Idx32w kQ6KScale[4] = {Runs(8, 0, 1, 4), Runs(8, 4, 1, 4), Runs(8, 8, 1, 4),
+                                 Runs(8, 12, 1, 4)};
+
+struct Q6_KTraits {
+  static constexpr int kGroupElems = 256, kBlockElems = 256, kBlockBytes = sizeof(BlockQ6_K);
+  static constexpr int kGroupBytes = sizeof(BlockQ6_K), kActBlockBytes = sizeof(BlockQ8_K);
+  static constexpr int kPanelVecs = 6;
+  struct W {
+    __m512i code[4], scale[4], offset;  // offset: -32 * scales, for the bsums correction
+    __m512 d;
+  };
+  template <bool kTail>
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
+    const BlockQ6_K& b = *reinterpret_cast<const BlockQ6_K*>(p);
+    const __m512i low4 = _mm512_set1_epi8(0x0f), high2 = _mm512_set1_epi8(0x30);
+    // qh bits 2s..2s+1 of each byte move to bits 4..5 by rotating its dword left by 4 - 2s:
+    // s = 0 / 1 for the first code vector of a half, s = 2 / 3 for the second.
+    const __m512i rot_a = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4, 4, 4, 4);
+    const __m512i rot_b = _mm512_set_epi32(30, 30, 30, 30, 30, 30, 30, 30, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = _mm512_loadu_si512(b.ql + 64 * h);
+      const __m512i qh = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h)));
+      const __m512i ha = _mm512_and_si512(_mm512_rolv_epi32(qh, rot_a), high2);
+      const __m512i hb = _mm512_and_si512(_mm512_rolv_epi32(qh, rot_b), high2);
+      // (a & low4) | b: 0xEC is the truth table of that function of (a, b, c).
+      w.code[2 * h] = _mm512_ternarylogic_epi32(ql, ha, low4, 0xEC);
+      w.code[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), hb, low4, 0xEC);
+    }
+    const __m512i s16 = _mm512_zextsi256_si512(
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales))));
+    for (int j = 0; j < 4; ++j) w.scale[j] = _mm512_permutexvar_epi16(Load(kQ6KScale[j]), s16);
+    w.offset = _mm512_slli_epi16(_mm512_sub_epi16(_mm512_setzero_si512(), s16), 5);
+    w.d = BroadcastF16(b.d);
+  }
+  template <bool kTail>
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m512i* out) {
+    const BlockQ8_K& b = *reinterpret_cast<const BlockQ8_K*>(x);
+    for (int j = 0; j < 4; ++j) out[j] = _mm512_loadu_si512(b.qs + 64 * j);
+    StoreBsumsAndScale(b, out);
+  }
+  STRATA_INLINE static __m512 Dot(const W& w, const __m512i* x, __m512 acc) {
+    __m512i i = _mm512_madd_epi16(w.offset, _mm512_load_si512(x + 4));
+    for (int j = 0; j < 4; ++j) {
+      i = _mm512_dpwssd_epi32(i, _mm512_maddubs_epi16(w.code[j], _mm512_load_si512(x + j)),
+                              w.scale[j]);
+    }
+    const __m512 dx = _mm512_castsi512_ps(_mm512_load_si512(x + 5));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(w.d, dx), acc);
+  }
+};
+
+}  // namespace
+
+void Avx512MatmulQ4_K(const MatmulArgs& a, int64_t rb, int64_t re) {
+  MatmulQuantized<Q4_KTraits, 8, 4, 4>(a, rb, re);
+}
+void Avx512MatmulQ6_K(const MatmulArgs& a, int64_t rb, int64_t re) {
+  MatmulQuantized<Q6_KTraits, 8, 4, 4>(a, rb, re);
+}
+
+}  // namespace strata::kernels::cpu
