@@ -1,0 +1,93 @@
+// Writes the fuzzers' seed corpus: small valid GGUF files (synthetic Llama/Qwen models with
+// byte-level BPE and SentencePiece vocabularies, a metadata-only file, a v2 file) into
+// <dir>/gguf, and a few texts (prose, Unicode, special tokens, whitespace) into <dir>/text.
+// Usage: fuzz_seed_corpus <dir>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "runtime/model/gguf_writer.h"
+#include "runtime/model/synthetic_model.h"
+
+namespace {
+
+bool WriteBytes(const std::string& path, const std::string& bytes) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return false;
+  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  return std::fclose(f) == 0 && ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <corpus dir>\n", argv[0]);
+    return 2;
+  }
+  const std::string dir = argv[1];
+  ::mkdir(dir.c_str(), 0755);
+  ::mkdir((dir + "/gguf").c_str(), 0755);
+  ::mkdir((dir + "/text").c_str(), 0755);
+
+  // Small models: Q4_0 weights keep each file at a few KB so mutations stay cheap.
+  struct Seed {
+    const char* name;
+    const char* arch;
+    const char* tokenizer;
+    bool tied;
+  };
+  const Seed seeds[] = {{"llama_bpe", "llama", "gpt2", false},
+                        {"qwen2_bpe", "qwen2", "gpt2", true},
+                        {"qwen3_spm", "qwen3", "llama", false}};
+  for (const Seed& s : seeds) {
+    strata::SyntheticModelSpec spec;
+    spec.arch = s.arch;
+    spec.tokenizer = s.tokenizer;
+    spec.tied_output = s.tied;
+    spec.n_vocab = 272;
+    spec.n_embd = 32;
+    spec.n_ff = 32;
+    spec.n_layer = 1;
+    spec.n_head = 2;
+    spec.n_head_kv = 1;
+    spec.weight_type = strata::kernels::DType::kQ4_0;
+    spec.embd_type = strata::kernels::DType::kQ4_0;
+    spec.output_type = strata::kernels::DType::kQ4_0;
+    const std::string path = dir + "/gguf/" + s.name + ".gguf";
+    strata::Status st = strata::WriteSyntheticModel(spec, path);
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s\n", st.ToString().c_str());
+      return 1;
+    }
+  }
+  strata::GgufWriter meta(64);
+  meta.set_version(2);
+  meta.AddString("general.architecture", "llama");
+  meta.AddStringArray("tokenizer.ggml.tokens", {"a", "b", "ab"});
+  const int32_t types[] = {1, 1, 3};
+  meta.AddI32Array("tokenizer.ggml.token_type", types);
+  meta.AddF64("x.f64", 0.5);
+  meta.AddI8("x.i8", -3);
+  const std::vector<float> v(8, 1.f);
+  if (!meta.AddTensorF32("t", strata::kernels::DType::kF16, {8}, v).ok()) return 1;
+  const std::vector<uint8_t> bytes = meta.Serialize();
+  if (!WriteBytes(dir + "/gguf/meta_v2.gguf", std::string(bytes.begin(), bytes.end()))) return 1;
+
+  // Texts: the first byte selects parse_special (odd = on).
+  const char* texts[] = {
+      "\x01<|im_start|>user\nHello, world!<|im_end|>\n<|im_start|>assistant\n",
+      "\x00The quick brown fox jumps over the lazy dog. It's 2024; don't panic.",
+      "\x00  \t\n\n  spaced   out \r\n",
+      "\x01 caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80\xE2\x80\x8D 12345 </s><s>",
+  };
+  int i = 0;
+  for (const char* t : texts) {
+    // Texts start with a flag byte that may be NUL, so lengths come from the literal.
+    const std::string s(t, t[0] == 0 ? 1 + std::strlen(t + 1) : std::strlen(t));
+    if (!WriteBytes(dir + "/text/seed" + std::to_string(i++), s)) return 1;
+  }
+  return 0;
+}
