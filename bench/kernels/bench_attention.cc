@@ -74,8 +74,7 @@ int Register() {
           (std::string("Attention/") + s.what + "/D" + std::to_string(s.head_dim) + "/n_rep" +
            std::to_string(s.n_rep) + "/" + IsaName(isa))
               .c_str(),
-          BM_Attention, s, isa)
-          ->UseRealTime();
+          BM_Attention, s, isa);
     }
   }
   return 0;

@@ -31,23 +31,23 @@ template <class Tr, int R, int T>
 STRATA_INLINE void RunTile(const uint8_t* const* rows, const __m512i* panel, int64_t tok_vecs,
                            int64_t n_full, int64_t tail_bytes, __m512* acc) {
   for (int i = 0; i < R * T; ++i) acc[i] = _mm512_setzero_ps();
-  // Row-outer order keeps one decoded weight group live at a time, leaving the registers to
-  // the R x T accumulators.
-  for (int64_t g = 0; g < n_full; ++g) {
-    const __m512i* x = panel + g * Tr::kPanelVecs;
+    // Row by row, group by group: the tile's weights (adjacent rows) are read as one
+    // sequential stream, which the hardware prefetcher follows at full bandwidth, and only
+    // one decoded group is live at a time, leaving the registers to the accumulators.
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
+  for (int r = 0; r < R; ++r) {
+    const uint8_t* row = rows[r];
+    for (int64_t g = 0; g < n_full; ++g) {
       typename Tr::W w;
-      Tr::template Decode<false>(rows[r] + g * Tr::kGroupBytes, 0, w);
+      Tr::template Decode<false>(row + g * Tr::kGroupBytes, 0, w);
+      const __m512i* x = panel + g * Tr::kPanelVecs;
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) acc[t * R + r] = Tr::Dot(w, x + t * tok_vecs, acc[t * R + r]);
     }
-  }
-  if (tail_bytes > 0) {
-    const __m512i* x = panel + n_full * Tr::kPanelVecs;
-    for (int r = 0; r < R; ++r) {
+    if (tail_bytes > 0) {
       typename Tr::W w;
-      Tr::template Decode<true>(rows[r] + n_full * Tr::kGroupBytes, tail_bytes, w);
+      Tr::template Decode<true>(row + n_full * Tr::kGroupBytes, tail_bytes, w);
+      const __m512i* x = panel + n_full * Tr::kPanelVecs;
       for (int t = 0; t < T; ++t) acc[t * R + r] = Tr::Dot(w, x + t * tok_vecs, acc[t * R + r]);
     }
   }

@@ -1,0 +1,214 @@
+// AVX-512 attention over F16 KV spans with an online softmax.
+//
+// Keys are taken in chunks of kAttnChunk. For each chunk and each group of up to four query
+// rows (a row is one query head of one token; GQA rows share the KV head, so every K/V row
+// converted from F16 serves the whole group):
+//   1. scores for four keys at a time: per 16-dim slice, four K conversions feed 4 x G
+//      multiply-adds, then one transpose-and-add tree gives the four dot products per row;
+//   2. the online softmax update (running max m, denominator l, rescale factor alpha);
+//   3. P x V into accumulators held in registers for up to 64 dims at a time, loaded from
+//      and stored to scratch once per chunk.
+// Rows whose token cannot see any key of the chunk (causal mask) skip it entirely.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu/avx512_internal.h"
+#include "kernels/cpu/avx512_math.h"
+#include "kernels/cpu/kernel_table.h"
+
+namespace strata::kernels::cpu {
+namespace {
+
+constexpr int kChunk = kAttnChunk;
+static_assert(kChunk == 32, "score rows are handled as two 16-lane vectors");
+
+struct RowState {
+  const float* q;  // D floats
+  float* acc;      // D floats
+  float* scores;   // kChunk floats: scores, then probabilities
+  float* m;
+  float* l;
+  int visible;  // keys of the chunk this row sees (a prefix)
+  float alpha;  // rescale of the old accumulator for this chunk
+};
+
+// Scores of G rows against keys [0, n) of the chunk (n rounded up to four; the extra keys
+// repeat the last valid one and are masked by the softmax step).
+template <int G>
+void Scores(RowState* rows, const uint16_t* k, int64_t stride, int n, int D) {
+  for (int j0 = 0; j0 < n; j0 += 4) {
+    const uint16_t* kr[4];
+    for (int j = 0; j < 4; ++j) kr[j] = k + static_cast<int64_t>(std::min(j0 + j, n - 1)) * stride;
+    __m512 part[G][4];
+    for (int r = 0; r < G; ++r) {
+      for (int j = 0; j < 4; ++j) part[r][j] = _mm512_setzero_ps();
+    }
+    for (int d = 0; d < D; d += 16) {
+      __m512 kv[4];
+      for (int j = 0; j < 4; ++j) {
+        kv[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kr[j] + d)));
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < G; ++r) {
+        const __m512 q = _mm512_loadu_ps(rows[r].q + d);
+        for (int j = 0; j < 4; ++j) part[r][j] = _mm512_fmadd_ps(q, kv[j], part[r][j]);
+      }
+    }
+    for (int r = 0; r < G; ++r) {
+      _mm_storeu_ps(rows[r].scores + j0, _mm512_castps512_ps128(ReduceLanes<4>(part[r])));
+    }
+  }
+}
+
+// Online softmax step for one row: scores -> probabilities (masked beyond `visible`),
+// updates m and l, and records alpha for the accumulator.
+void SoftmaxStep(RowState& row, float scale) {
+  const __mmask16 m0 = LaneMask(row.visible), m1 = LaneMask(row.visible - 16);
+  const __m512 vs = _mm512_set1_ps(scale);
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  const __m512 s0 = _mm512_mask_mul_ps(ninf, m0, _mm512_loadu_ps(row.scores), vs);
+  const __m512 s1 = _mm512_mask_mul_ps(ninf, m1, _mm512_loadu_ps(row.scores + 16), vs);
+  const float chunk_max = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
+  const float m_old = *row.m;
+  const float m_new = std::max(m_old, chunk_max);
+  const __m512 mv = _mm512_set1_ps(m_new);
+  const __m512 p0 = _mm512_maskz_mov_ps(m0, Exp(_mm512_sub_ps(s0, mv)));
+  const __m512 p1 = _mm512_maskz_mov_ps(m1, Exp(_mm512_sub_ps(s1, mv)));
+  _mm512_storeu_ps(row.scores, p0);
+  _mm512_storeu_ps(row.scores + 16, p1);
+  row.alpha = m_old == -INFINITY ? 0.f : std::exp(m_old - m_new);
+  *row.l = *row.l * row.alpha + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+  *row.m = m_new;
+}
+
+// acc = alpha * acc + P x V over dims [d0, d0 + 16 * NC) for G rows.
+template <int G, int NC>
+void AccumulateV(RowState* rows, const uint16_t* v, int64_t stride, int n, int d0) {
+  __m512 acc[G][NC];
+  for (int r = 0; r < G; ++r) {
+    const __m512 alpha = _mm512_set1_ps(rows[r].alpha);
+    for (int c = 0; c < NC; ++c) {
+      acc[r][c] = _mm512_mul_ps(_mm512_loadu_ps(rows[r].acc + d0 + 16 * c), alpha);
+    }
+  }
+  for (int j = 0; j < n; ++j) {
+    const uint16_t* vr = v + static_cast<int64_t>(j) * stride + d0;
+    __m512 vv[NC];
+    for (int c = 0; c < NC; ++c) {
+      vv[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + 16 * c)));
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < G; ++r) {
+      const __m512 p = _mm512_set1_ps(rows[r].scores[j]);
+      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(p, vv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < G; ++r) {
+    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(rows[r].acc + d0 + 16 * c, acc[r][c]);
+  }
+}
+
+template <int G>
+void AccumulateVAllDims(RowState* rows, const uint16_t* v, int64_t stride, int n, int D) {
+  int d0 = 0;
+  for (; d0 + 64 <= D; d0 += 64) AccumulateV<G, 4>(rows, v, stride, n, d0);
+  switch ((D - d0) / 16) {
+    case 3:
+      AccumulateV<G, 3>(rows, v, stride, n, d0);
+      break;
+    case 2:
+      AccumulateV<G, 2>(rows, v, stride, n, d0);
+      break;
+    case 1:
+      AccumulateV<G, 1>(rows, v, stride, n, d0);
+      break;
+    default:
+      break;
+  }
+}
+
+template <int G>
+void ProcessGroup(RowState* rows, const uint16_t* k, const uint16_t* v, int64_t stride, int n,
+                  int D, float scale) {
+  Scores<G>(rows, k, stride, n, D);
+  int n_vis = 0;
+  for (int r = 0; r < G; ++r) {
+    SoftmaxStep(rows[r], scale);
+    n_vis = std::max(n_vis, rows[r].visible);
+  }
+  // Keys past a row's visible prefix have probability 0 there, so the group can run to the
+  // largest prefix.
+  AccumulateVAllDims<G>(rows, v, stride, n_vis, D);
+}
+
+}  // namespace
+
+void Avx512Attention(const AttentionArgs& a) {
+  const int D = a.head_dim;
+  const int n_rows = a.n_q * a.n_rep;
+  float* base =
+      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(a.scratch) + 63) & ~uintptr_t{63});
+  float* acc = base;
+  float* m = acc + static_cast<int64_t>(n_rows) * D;
+  float* l = m + n_rows;
+  float* scores = l + n_rows;
+  std::fill(acc, acc + static_cast<int64_t>(n_rows) * D, 0.f);
+  std::fill(m, m + n_rows, -INFINITY);
+  std::fill(l, l + n_rows, 0.f);
+
+  for (int32_t s = 0; s < a.n_spans; ++s) {
+    const KvSpan& sp = a.spans[s];
+    for (int32_t c0 = 0; c0 < sp.n_tokens; c0 += kChunk) {
+      const int n = std::min<int32_t>(kChunk, sp.n_tokens - c0);
+      const int32_t p0 = sp.pos0 + c0;
+      // Token t sees key positions <= q_pos0 + t; earlier tokens may see none of the chunk.
+      const int32_t t_first = std::max<int32_t>(0, p0 - a.q_pos0);
+      if (t_first >= a.n_q) continue;
+      const int64_t off =
+          static_cast<int64_t>(c0) * sp.stride + static_cast<int64_t>(a.kv_head) * D;
+      const uint16_t* k = sp.k + off;
+      const uint16_t* v = sp.v + off;
+      for (int r0 = t_first * a.n_rep; r0 < n_rows; r0 += 4) {
+        const int g = std::min(4, n_rows - r0);
+        RowState rows[4];
+        for (int i = 0; i < g; ++i) {
+          const int r = r0 + i, t = r / a.n_rep, j = r % a.n_rep;
+          rows[i].q = a.q + static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(j) * D;
+          rows[i].acc = acc + static_cast<int64_t>(r) * D;
+          rows[i].scores = scores + static_cast<int64_t>(r % 4) * kChunk;
+          rows[i].m = m + r;
+          rows[i].l = l + r;
+          rows[i].visible = std::clamp(a.q_pos0 + t - p0 + 1, 0, n);
+          rows[i].alpha = 1.f;
+        }
+        switch (g) {
+          case 4:
+            ProcessGroup<4>(rows, k, v, sp.stride, n, D, a.scale);
+            break;
+          case 3:
+            ProcessGroup<3>(rows, k, v, sp.stride, n, D, a.scale);
+            break;
+          case 2:
+            ProcessGroup<2>(rows, k, v, sp.stride, n, D, a.scale);
+            break;
+          default:
+            ProcessGroup<1>(rows, k, v, sp.stride, n, D, a.scale);
+            break;
+        }
+      }
+    }
+  }
+
+  for (int r = 0; r < n_rows; ++r) {
+    const int t = r / a.n_rep, j = r % a.n_rep;
+    float* o = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(j) * D;
+    const __m512 inv = _mm512_set1_ps(l[r] > 0.f ? 1.f / l[r] : 0.f);
+    for (int d = 0; d < D; d += 16) {
+      _mm512_storeu_ps(o + d,
+                       _mm512_mul_ps(_mm512_loadu_ps(acc + static_cast<int64_t>(r) * D + d), inv));
+    }
+  }
+}
+
+}  // namespace strata::kernels::cpu
