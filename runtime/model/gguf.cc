@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -268,6 +269,14 @@ Status GgufFile::Parse() {
     std::string_view key;
     STRATA_RETURN_IF_ERROR(r.ReadString(&key, idx + " key", kMaxKeyBytes));
     if (key.empty()) return Status::Corruption(path_ + ": " + idx + ": empty key");
+    // The spec makes keys ASCII; anything else is damage (and unprintable in messages).
+    for (size_t c = 0; c < key.size(); ++c) {
+      const auto ch = static_cast<unsigned char>(key[c]);
+      if (ch < 0x20 || ch > 0x7E) {
+        return Status::Corruption(path_ + ": " + idx + ": key byte " + std::to_string(c) + " is " +
+                                  Hex(ch) + ", not printable ASCII");
+      }
+    }
     const std::string what = "metadata '" + std::string(key) + "'";
     if (!keys.insert(key).second) {
       return Status::Corruption(path_ + ": " + what + " appears twice");

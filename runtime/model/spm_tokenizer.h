@@ -5,7 +5,9 @@
 // when tokenizer.ggml.add_space_prefix is set (the default). Characters are merged
 // pairwise, always taking the pair whose merged piece has the highest score (leftmost on
 // ties), while the merged piece is in the vocabulary; characters with no piece fall back
-// to the <0xXX> byte tokens, or to the unknown token. Immutable; safe from many threads.
+// to the <0xXX> byte tokens, or to the unknown token. Decoding turns "▁" back into a space
+// and keeps the prefix space (as llama.cpp's token pieces do); a caller printing a reply
+// may drop it. Immutable; safe from many threads.
 #pragma once
 
 #include <array>

@@ -1,6 +1,7 @@
 #include "runtime/model/synthetic_model.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <set>

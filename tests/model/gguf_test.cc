@@ -253,6 +253,10 @@ TEST(GgufTest, RejectsBadStringsAndArrays) {
   Patch<uint64_t>(&bad, l.kvs[0].key_at, 1ull << 40);
   EXPECT_NE(ParseError(bad).find("metadata entry 0 key length 1099511627776 exceeds the limit"),
             std::string::npos);
+  bad = bytes;
+  bad[l.kvs[0].key_at + 8 + 3] = 0x01;
+  EXPECT_NE(ParseError(bad).find("metadata entry 0: key byte 3 is 0x1, not printable ASCII"),
+            std::string::npos);
   // The architecture string value (key 0) runs past the end of the file.
   bad = bytes;
   Patch<uint64_t>(&bad, l.kvs[0].value_at, bytes.size());
