@@ -59,11 +59,12 @@ struct Q4_KTraits {
   template <bool kTail>
   STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const BlockQ4_K& b = *reinterpret_cast<const BlockQ4_K*>(p);
-    alignas(16) uint8_t sm[16];  // 8 scales then 8 mins
-    Q4KScalesMins(b.scales, sm, sm + 8);
+    uint32_t sm[4];  // bytes: 8 scales then 8 mins
+    Q4KScalesMinsWords(b.scales, sm);
     // Words 0..15 = scales, mins; word 31 (used as "zero" by the index tables) = 0.
     const __m512i s16 = _mm512_cvtepu8_epi16(
-        _mm256_zextsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(sm))));
+        _mm256_zextsi128_si256(_mm_setr_epi32(static_cast<int>(sm[0]), static_cast<int>(sm[1]),
+                                              static_cast<int>(sm[2]), static_cast<int>(sm[3]))));
     for (int j = 0; j < 4; ++j) w.scale[j] = _mm512_permutexvar_epi16(Load(kQ4KScale[j]), s16);
     w.mins = _mm512_permutexvar_epi16(Load(kQ4KMins), s16);
     const __m512i m4 = _mm512_set1_epi8(0x0f);
@@ -155,10 +156,10 @@ struct Q6_KTraits {
 }  // namespace
 
 void Avx512MatmulQ4_K(const MatmulArgs& a, int64_t rb, int64_t re) {
-  MatmulQuantized<Q4_KTraits, 8, 4, 4>(a, rb, re);
+  MatmulQuantized<Q4_KTraits, 8, 2, 4>(a, rb, re);
 }
 void Avx512MatmulQ6_K(const MatmulArgs& a, int64_t rb, int64_t re) {
-  MatmulQuantized<Q6_KTraits, 8, 4, 4>(a, rb, re);
+  MatmulQuantized<Q6_KTraits, 8, 2, 4>(a, rb, re);
 }
 
 }  // namespace strata::kernels::cpu

@@ -1,0 +1,173 @@
+// AVX2 attention over F16 KV spans: the AVX-512 algorithm (avx512_attention.cc) with 8-lane
+// registers, scores two keys at a time and P x V 16 dims at a time so four query rows fit
+// in the 16 registers.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu/avx2_common.h"
+#include "kernels/cpu/avx2_internal.h"
+#include "kernels/cpu/kernel_table.h"
+
+namespace strata::kernels::cpu {
+namespace {
+
+constexpr int kChunk = kAttnChunk;
+
+struct RowState {
+  const float* q;
+  float* acc;
+  float* scores;
+  float* m;
+  float* l;
+  int visible;
+  float alpha;
+};
+
+template <int G>
+void Scores(RowState* rows, const uint16_t* k, int64_t stride, int n, int D) {
+  for (int j0 = 0; j0 < n; j0 += 2) {
+    const uint16_t* k0 = k + static_cast<int64_t>(j0) * stride;
+    const uint16_t* k1 = k + static_cast<int64_t>(std::min(j0 + 1, n - 1)) * stride;
+    __m256 part[G][2];
+    for (int r = 0; r < G; ++r) part[r][0] = part[r][1] = _mm256_setzero_ps();
+    for (int d = 0; d < D; d += 8) {
+      const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k0 + d)));
+      const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k1 + d)));
+      for (int r = 0; r < G; ++r) {
+        const __m256 q = _mm256_loadu_ps(rows[r].q + d);
+        part[r][0] = _mm256_fmadd_ps(q, a, part[r][0]);
+        part[r][1] = _mm256_fmadd_ps(q, b, part[r][1]);
+      }
+    }
+    for (int r = 0; r < G; ++r) {
+      const __m128 s = _mm256_castps256_ps128(ReduceLanes8<2>(part[r]));
+      _mm_storel_pi(reinterpret_cast<__m64*>(rows[r].scores + j0), s);
+    }
+  }
+}
+
+void SoftmaxStep(RowState& row, float scale) {
+  float* s = row.scores;
+  float mx = -INFINITY;
+  for (int j = 0; j < row.visible; ++j) mx = std::max(mx, s[j] *= scale);
+  const float m_new = std::max(*row.m, mx);
+  const __m256 vm = _mm256_set1_ps(m_new);
+  const __m256 idx = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256 sum = _mm256_setzero_ps();
+  for (int j = 0; j < kChunk; j += 8) {
+    // Lanes at or past `visible` get probability 0.
+    const __m256 keep = _mm256_cmp_ps(_mm256_add_ps(idx, _mm256_set1_ps(static_cast<float>(j))),
+                                      _mm256_set1_ps(static_cast<float>(row.visible)), _CMP_LT_OQ);
+    const __m256 p = _mm256_and_ps(keep, Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm)));
+    _mm256_storeu_ps(s + j, p);
+    sum = _mm256_add_ps(sum, p);
+  }
+  row.alpha = *row.m == -INFINITY ? 0.f : std::exp(*row.m - m_new);
+  *row.l = *row.l * row.alpha + _mm256_cvtss_f32(ReduceLanes8<1>(&sum));
+  *row.m = m_new;
+}
+
+template <int G, int NC>
+void AccumulateV(RowState* rows, const uint16_t* v, int64_t stride, int n, int d0) {
+  __m256 acc[G][NC];
+  for (int r = 0; r < G; ++r) {
+    const __m256 alpha = _mm256_set1_ps(rows[r].alpha);
+    for (int c = 0; c < NC; ++c)
+      acc[r][c] = _mm256_mul_ps(_mm256_loadu_ps(rows[r].acc + d0 + 8 * c), alpha);
+  }
+  for (int j = 0; j < n; ++j) {
+    const uint16_t* vr = v + static_cast<int64_t>(j) * stride + d0;
+    __m256 vv[NC];
+    for (int c = 0; c < NC; ++c) {
+      vv[c] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + 8 * c)));
+    }
+    for (int r = 0; r < G; ++r) {
+      const __m256 p = _mm256_broadcast_ss(rows[r].scores + j);
+      for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_fmadd_ps(p, vv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < G; ++r) {
+    for (int c = 0; c < NC; ++c) _mm256_storeu_ps(rows[r].acc + d0 + 8 * c, acc[r][c]);
+  }
+}
+
+template <int G>
+void ProcessGroup(RowState* rows, const uint16_t* k, const uint16_t* v, int64_t stride, int n,
+                  int D, float scale) {
+  Scores<G>(rows, k, stride, n, D);
+  int n_vis = 0;
+  for (int r = 0; r < G; ++r) {
+    SoftmaxStep(rows[r], scale);
+    n_vis = std::max(n_vis, rows[r].visible);
+  }
+  for (int d0 = 0; d0 < D; d0 += 16) AccumulateV<G, 2>(rows, v, stride, n_vis, d0);
+}
+
+}  // namespace
+
+void Avx2Attention(const AttentionArgs& a) {
+  const int D = a.head_dim;
+  const int n_rows = a.n_q * a.n_rep;
+  float* base =
+      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(a.scratch) + 63) & ~uintptr_t{63});
+  float* acc = base;
+  float* m = acc + static_cast<int64_t>(n_rows) * D;
+  float* l = m + n_rows;
+  float* scores = l + n_rows;
+  std::fill(acc, acc + static_cast<int64_t>(n_rows) * D, 0.f);
+  std::fill(m, m + n_rows, -INFINITY);
+  std::fill(l, l + n_rows, 0.f);
+  for (int32_t s = 0; s < a.n_spans; ++s) {
+    const KvSpan& sp = a.spans[s];
+    for (int32_t c0 = 0; c0 < sp.n_tokens; c0 += kChunk) {
+      const int n = std::min<int32_t>(kChunk, sp.n_tokens - c0);
+      const int32_t p0 = sp.pos0 + c0;
+      const int32_t t_first = std::max<int32_t>(0, p0 - a.q_pos0);
+      if (t_first >= a.n_q) continue;
+      const int64_t off =
+          static_cast<int64_t>(c0) * sp.stride + static_cast<int64_t>(a.kv_head) * D;
+      for (int r0 = t_first * a.n_rep; r0 < n_rows; r0 += 4) {
+        const int g = std::min(4, n_rows - r0);
+        RowState rows[4];
+        for (int i = 0; i < g; ++i) {
+          const int r = r0 + i, t = r / a.n_rep, j = r % a.n_rep;
+          rows[i] = {a.q + static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(j) * D,
+                     acc + static_cast<int64_t>(r) * D,
+                     scores + static_cast<int64_t>(r % 4) * kChunk,
+                     m + r,
+                     l + r,
+                     std::clamp(a.q_pos0 + t - p0 + 1, 0, n),
+                     1.f};
+        }
+        const uint16_t* k = sp.k + off;
+        const uint16_t* v = sp.v + off;
+        switch (g) {
+          case 4:
+            ProcessGroup<4>(rows, k, v, sp.stride, n, D, a.scale);
+            break;
+          case 3:
+            ProcessGroup<3>(rows, k, v, sp.stride, n, D, a.scale);
+            break;
+          case 2:
+            ProcessGroup<2>(rows, k, v, sp.stride, n, D, a.scale);
+            break;
+          default:
+            ProcessGroup<1>(rows, k, v, sp.stride, n, D, a.scale);
+            break;
+        }
+      }
+    }
+  }
+  for (int r = 0; r < n_rows; ++r) {
+    const int t = r / a.n_rep, j = r % a.n_rep;
+    float* o = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(j) * D;
+    const __m256 inv = _mm256_set1_ps(l[r] > 0.f ? 1.f / l[r] : 0.f);
+    for (int d = 0; d < D; d += 8) {
+      _mm256_storeu_ps(o + d,
+                       _mm256_mul_ps(_mm256_loadu_ps(acc + static_cast<int64_t>(r) * D + d), inv));
+    }
+  }
+}
+
+}  // namespace strata::kernels::cpu

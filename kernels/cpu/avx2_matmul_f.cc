@@ -1,0 +1,130 @@
+// AVX2 matmul for float weights (F32, F16, BF16) with F32 activations, and MatVecF16:
+// R x T register tiles, 8 values per step, weights converted in registers; the last k % 8
+// values go through a zero-padded copy.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/avx2_common.h"
+#include "kernels/cpu/avx2_internal.h"
+
+namespace strata::kernels::cpu {
+namespace {
+
+template <DType kType>
+STRATA_INLINE __m256 LoadW8(const uint8_t* row, int64_t i) {
+  if constexpr (kType == DType::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
+  } else if constexpr (kType == DType::kF16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + i)));
+  } else {
+    const __m128i h = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+// The last (k % 8) values of a row, zero padded to a full vector.
+template <DType kType>
+STRATA_INLINE __m256 LoadTail(const uint8_t* row, int64_t i, int64_t n) {
+  constexpr size_t kElem = kType == DType::kF32 ? 4 : 2;
+  alignas(32) uint8_t buf[32] = {};
+  std::memcpy(buf, row + i * kElem, static_cast<size_t>(n) * kElem);
+  return LoadW8<kType>(buf, 0);
+}
+
+STRATA_INLINE __m256 LoadXTail(const float* x, int64_t i, int64_t n) {
+  alignas(32) float buf[8] = {};
+  std::memcpy(buf, x + i, static_cast<size_t>(n) * sizeof(float));
+  return _mm256_load_ps(buf);
+}
+
+template <DType kType, int R, int T>
+STRATA_INLINE void FloatTile8(const uint8_t* const* rows, const float* const* xs, int64_t k,
+                              __m256* acc) {
+  for (int i = 0; i < R * T; ++i) acc[i] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    for (int r = 0; r < R; ++r) {
+      const __m256 w = LoadW8<kType>(rows[r], i);
+      for (int t = 0; t < T; ++t) {
+        acc[t * R + r] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xs[t] + i), acc[t * R + r]);
+      }
+    }
+  }
+  if (i < k) {
+    for (int r = 0; r < R; ++r) {
+      const __m256 w = LoadTail<kType>(rows[r], i, k - i);
+      for (int t = 0; t < T; ++t) {
+        acc[t * R + r] = _mm256_fmadd_ps(w, LoadXTail(xs[t], i, k - i), acc[t * R + r]);
+      }
+    }
+  }
+}
+
+template <DType kType, int R, int T>
+void FloatMatmul8(const MatmulArgs& a, int64_t rb, int64_t re) {
+  static_assert(R * T <= 8);
+  constexpr int N = R * T <= 1 ? 1 : R * T <= 2 ? 2 : R * T <= 4 ? 4 : 8;
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  const uint8_t* x = static_cast<const uint8_t*>(a.xq);
+  for (int64_t t0 = 0; t0 < a.n_tok; t0 += T) {
+    const int nt = static_cast<int>(std::min<int64_t>(T, a.n_tok - t0));
+    const float* xs[T];
+    for (int t = 0; t < T; ++t) {
+      xs[t] = reinterpret_cast<const float*>(x + (t0 + std::min(t, nt - 1)) * a.xq_row_bytes);
+    }
+    for (int64_t r0 = rb; r0 < re; r0 += R) {
+      const int nr = static_cast<int>(std::min<int64_t>(R, re - r0));
+      const uint8_t* rows[R];
+      for (int r = 0; r < R; ++r) rows[r] = w + (r0 + std::min(r, nr - 1)) * a.w_row_bytes;
+      __m256 v[N];
+      FloatTile8<kType, R, T>(rows, xs, a.k, v);
+      for (int j = R * T; j < N; ++j) v[j] = _mm256_setzero_ps();
+      alignas(32) float sums[8];
+      _mm256_store_ps(sums, ReduceLanes8<N>(v));
+      for (int t = 0; t < nt; ++t) {
+        for (int r = 0; r < nr; ++r) a.y[(t0 + t) * a.y_stride + r0 + r] = sums[t * R + r];
+      }
+    }
+  }
+}
+
+template <DType kType>
+void FloatMatmulAny8(const MatmulArgs& a, int64_t rb, int64_t re) {
+  if (a.n_tok == 1) {
+    FloatMatmul8<kType, 4, 1>(a, rb, re);
+  } else {
+    FloatMatmul8<kType, 2, 4>(a, rb, re);
+  }
+}
+
+}  // namespace
+
+void Avx2MatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re) {
+  switch (a.wtype) {
+    case DType::kF32:
+      return FloatMatmulAny8<DType::kF32>(a, rb, re);
+    case DType::kF16:
+      return FloatMatmulAny8<DType::kF16>(a, rb, re);
+    default:
+      return FloatMatmulAny8<DType::kBF16>(a, rb, re);
+  }
+}
+
+void Avx2MatVecF16(const uint16_t* a, int64_t rows, int64_t cols, int64_t row_stride,
+                   const float* x, float* y) {
+  MatmulArgs m{};
+  m.wtype = DType::kF16;
+  m.w = a;
+  m.w_row_bytes = static_cast<size_t>(row_stride) * sizeof(uint16_t);
+  m.k = cols;
+  m.xq = x;
+  m.xq_row_bytes = static_cast<size_t>(cols) * sizeof(float);
+  m.n_tok = 1;
+  m.y = y;
+  m.y_stride = 0;
+  FloatMatmul8<DType::kF16, 4, 1>(m, 0, rows);
+}
+
+}  // namespace strata::kernels::cpu
