@@ -123,6 +123,22 @@ const char* IsaName(Isa isa) {
   return "unknown";
 }
 
+namespace cpu {
+
+std::vector<const KernelTable*> RunnableTables() {
+  std::vector<const KernelTable*> out = {&ScalarKernels()};
+  if (const KernelTable* t = TableFor(Isa::kAvx2)) out.push_back(t);
+  if (const KernelTable* t = TableFor(Isa::kAvx512)) out.push_back(t);
+  if (const KernelTable* t = NeonKernels(false)) out.push_back(t);
+  if (CpuHasNeonDotprod()) out.push_back(NeonKernels(true));
+  return out;
+}
+
+const KernelTable* ActiveTable() { return &K(); }
+void SetActiveTable(const KernelTable* t) { g_table.store(t, std::memory_order_relaxed); }
+
+}  // namespace cpu
+
 Isa ActiveIsa() { return K().isa; }
 const char* ActiveIsaVariant() { return K().variant; }
 bool IsaSupported(Isa isa) { return TableFor(isa) != nullptr; }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/kernels.h"
 
@@ -48,6 +49,14 @@ const KernelTable* NeonKernels(bool dotprod);
 bool CpuHasAvx2();
 bool CpuHasAvx512();
 bool CpuHasNeonDotprod();
+
+// Every table this CPU and build can run, scalar first, both NEON flavours where they apply
+// (tests and benchmarks reach each code path through these).
+std::vector<const KernelTable*> RunnableTables();
+// The table the public entry points use, and a switch for tests (not thread-safe with
+// respect to running kernels, like ForceIsa).
+const KernelTable* ActiveTable();
+void SetActiveTable(const KernelTable* t);
 
 // Keys per chunk of the attention kernels' online softmax. Part of the scratch size
 // contract (AttentionScratchFloats), so every ISA uses the same value.

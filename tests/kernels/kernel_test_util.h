@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels::testing {
@@ -20,22 +21,29 @@ inline bool QuickMode() {
   return v != nullptr && *v != '\0' && *v != '0';
 }
 
-inline std::vector<Isa> SupportedIsas() {
-  std::vector<Isa> out;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
-    if (IsaSupported(isa)) out.push_back(isa);
+using Variant = const cpu::KernelTable*;
+
+// Every kernel table this machine runs (scalar, AVX2, AVX-512, NEON with and without SDOT).
+inline std::vector<Variant> AllVariants() { return cpu::RunnableTables(); }
+
+// The SIMD tables only (what gets compared against the scalar reference).
+inline std::vector<Variant> SimdVariants() {
+  std::vector<Variant> out;
+  for (Variant v : AllVariants()) {
+    if (v->isa != Isa::kScalar) out.push_back(v);
   }
   return out;
 }
 
-// The SIMD ISAs only (what gets compared against the scalar reference).
-inline std::vector<Isa> SimdIsas() {
-  std::vector<Isa> out;
-  for (Isa isa : SupportedIsas()) {
-    if (isa != Isa::kScalar) out.push_back(isa);
-  }
-  return out;
-}
+// Makes a table active for the scope of a test.
+class ScopedVariant {
+ public:
+  explicit ScopedVariant(Variant v) : saved_(cpu::ActiveTable()) { cpu::SetActiveTable(v); }
+  ~ScopedVariant() { cpu::SetActiveTable(saved_); }
+
+ private:
+  Variant saved_;
+};
 
 class ScopedIsa {
  public:
@@ -70,8 +78,12 @@ inline std::vector<uint16_t> ToF16(const std::vector<float>& v) {
   return out;
 }
 
-inline std::string IsaParamName(const ::testing::TestParamInfo<Isa>& info) {
-  return IsaName(info.param);
+inline std::string VariantName(const ::testing::TestParamInfo<Variant>& info) {
+  std::string name = info.param->variant;
+  for (char& c : name) {
+    if (c == '+') c = '_';
+  }
+  return name;
 }
 
 }  // namespace strata::kernels::testing

@@ -226,7 +226,7 @@ TEST(MatmulScalar, ActivationQuantizationErrorIsWithinItsBound) {
   }
 }
 
-class MatmulSimd : public ::testing::TestWithParam<Isa> {};
+class MatmulSimd : public ::testing::TestWithParam<testing::Variant> {};
 
 TEST_P(MatmulSimd, MatchesScalarReference) {
   const int64_t rows = 53;  // not a multiple of 16: ragged last chunk
@@ -246,8 +246,7 @@ TEST_P(MatmulSimd, MatchesScalarReference) {
           ScopedIsa scalar(Isa::kScalar);
           Matmul(Args(w, a, ref.data(), y_stride), 0, rows);
         }
-        ScopedIsa simd(GetParam());
-        ASSERT_TRUE(simd.ok());
+        testing::ScopedVariant simd(GetParam());
         for (auto [rb, re] : ranges) {
           std::vector<float> y(n_tok * y_stride, std::numeric_limits<float>::quiet_NaN());
           Matmul(Args(w, a, y.data(), y_stride), rb, re);
@@ -278,7 +277,7 @@ TEST_P(MatmulSimd, MatchesScalarReference) {
 }
 
 TEST_P(MatmulSimd, EmptyRangeWritesNothing) {
-  ScopedIsa simd(GetParam());
+  testing::ScopedVariant simd(GetParam());
   Weights w = MakeWeights(DType::kQ4_1, 16, 64, 7);
   Activations a = MakeActivations(DType::kQ4_1, 2, 64, 8);
   std::vector<float> y(32, 7.f);
@@ -301,15 +300,15 @@ TEST_P(MatmulSimd, QuantizeActivationsMatchesScalarBytes) {
         ScopedIsa scalar(Isa::kScalar);
         QuantizeActivations(t, x.data(), k, ref.data());
       }
-      ScopedIsa simd(GetParam());
+      testing::ScopedVariant simd(GetParam());
       QuantizeActivations(t, x.data(), k, got.data());
       EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), bytes));
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, MatmulSimd, ::testing::ValuesIn(testing::SimdIsas()),
-                         testing::IsaParamName);
+INSTANTIATE_TEST_SUITE_P(Isas, MatmulSimd, ::testing::ValuesIn(testing::SimdVariants()),
+                         testing::VariantName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MatmulSimd);
 
 }  // namespace

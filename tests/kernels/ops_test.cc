@@ -14,13 +14,12 @@ namespace strata::kernels {
 namespace {
 
 using testing::GaussianFloats;
-using testing::ScopedIsa;
 
-class OpsIsa : public ::testing::TestWithParam<Isa> {
+class OpsIsa : public ::testing::TestWithParam<testing::Variant> {
  protected:
-  void SetUp() override { ASSERT_TRUE(ForceIsa(GetParam())); }
-  void TearDown() override { ForceIsa(saved_); }
-  Isa saved_ = ActiveIsa();
+  void SetUp() override { cpu::SetActiveTable(GetParam()); }
+  void TearDown() override { cpu::SetActiveTable(saved_); }
+  testing::Variant saved_ = cpu::ActiveTable();
 };
 
 // Lengths around the vector widths (4, 8, 16 floats) and their multiples.
@@ -171,8 +170,8 @@ TEST_P(OpsIsa, MatVecF16) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, OpsIsa, ::testing::ValuesIn(testing::SupportedIsas()),
-                         testing::IsaParamName);
+INSTANTIATE_TEST_SUITE_P(Isas, OpsIsa, ::testing::ValuesIn(testing::AllVariants()),
+                         testing::VariantName);
 
 TEST(TopK, OrdersByValueThenIndex) {
   const std::vector<float> x = {1.f, 5.f, 3.f, 5.f, -2.f, 7.f, 3.f, std::nanf(""), 0.f};

@@ -36,10 +36,10 @@ std::vector<Fixture> Fixtures() {
   };
 }
 
-class QuantIsa : public ::testing::TestWithParam<Isa> {};
+class QuantIsa : public ::testing::TestWithParam<testing::Variant> {};
 
 TEST_P(QuantIsa, DequantizeMatchesGgufPyDecoder) {
-  ScopedIsa isa(GetParam());
+  testing::ScopedVariant isa(GetParam());
   for (const Fixture& f : Fixtures()) {
     SCOPED_TRACE(TypeName(f.type));
     ASSERT_EQ(RowBytes(f.type, f.n), f.n_bytes);
@@ -66,14 +66,14 @@ TEST_P(QuantIsa, DequantizeMatchesScalarForEveryType) {
       ScopedIsa scalar(Isa::kScalar);
       DequantizeRow(t, q.data(), ref.data(), n);
     }
-    ScopedIsa isa(GetParam());
+    testing::ScopedVariant isa(GetParam());
     DequantizeRow(t, q.data(), got.data(), n);
     for (int64_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(got[i], ref[i]) << "value " << i;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, QuantIsa, ::testing::ValuesIn(testing::SupportedIsas()),
-                         testing::IsaParamName);
+INSTANTIATE_TEST_SUITE_P(Isas, QuantIsa, ::testing::ValuesIn(testing::AllVariants()),
+                         testing::VariantName);
 
 // Largest magnitude in [i0, i1).
 float AbsMax(const std::vector<float>& x, int64_t i0, int64_t i1) {

@@ -1,0 +1,20 @@
+// Entry points of the NEON kernel files, assembled into the tables by neon.cc (internal to
+// kernels/cpu/).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace strata::kernels::cpu {
+
+// Q4_0, Q4_1, Q8_0, Q4_K, Q6_K with widening multiplies (every Armv8-A CPU).
+void NeonMatmulQuantized(const MatmulArgs& a, int64_t rb, int64_t re);
+// The same with SDOT; only after CpuHasNeonDotprod().
+void NeonMatmulQuantizedDotprod(const MatmulArgs& a, int64_t rb, int64_t re);
+void NeonMatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re);
+void NeonMatVecF16(const uint16_t* a, int64_t rows, int64_t cols, int64_t row_stride,
+                   const float* x, float* y);
+void NeonAttention(const AttentionArgs& a);
+
+}  // namespace strata::kernels::cpu
