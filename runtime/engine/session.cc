@@ -73,8 +73,8 @@ Status Session::Chat(std::string_view user_message, const GenerateParams& params
   std::vector<ChatMessage> rendered = msgs;
   if (!system_.empty() && (rendered.empty() || rendered[0].role != "system"))
     rendered.insert(rendered.begin(), {"system", system_});
-  const std::string text =
-      ApplyChatTemplate(kind, rendered, /*add_generation_prompt=*/true, DefaultSystemPrompt(model));
+  const std::string text = ApplyChatTemplate(kind, rendered, /*add_generation_prompt=*/true,
+                                             model.default_system_prompt());
   std::vector<int32_t> ids;
   STRATA_RETURN_IF_ERROR(model.tokenizer().Encode(text, true, /*parse_special=*/true, &ids));
   // Reuse the KV when it holds a prefix of the new rendering; otherwise start over.
@@ -92,24 +92,6 @@ Status Session::Chat(std::string_view user_message, const GenerateParams& params
   messages_.push_back({"assistant", out});
   if (answer) *answer = std::move(out);
   return Status::OK();
-}
-
-std::string DefaultSystemPrompt(const Model& model) {
-  // A ChatML template that injects a system turn when there is none writes it literally:
-  // '<|im_start|>system\n...<|im_end|>' inside the Jinja source.
-  if (model.chat_template() != ChatTemplateKind::kChatML) return "";
-  std::string tmpl;
-  if (!model.gguf().GetString("tokenizer.chat_template", &tmpl).ok()) return "";
-  const std::string open = "<|im_start|>system\n";
-  size_t b = tmpl.find(open);
-  if (b == std::string::npos) return "";
-  b += open.size();
-  size_t e = tmpl.find("<|im_end|>", b);
-  if (e == std::string::npos) return "";
-  std::string sys = tmpl.substr(b, e - b);
-  // Only a literal default, not a Jinja expression such as messages[0]['content'].
-  if (sys.find("{{") != std::string::npos || sys.find('\'') != std::string::npos) return "";
-  return sys;
 }
 
 }  // namespace strata

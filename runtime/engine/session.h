@@ -51,8 +51,4 @@ class Session {
   GenerationStats last_stats_;
 };
 
-// SmolLM2's template adds this system prompt when a conversation has none; other
-// templates' defaults are found the same way by DefaultSystemPrompt.
-std::string DefaultSystemPrompt(const Model& model);
-
 }  // namespace strata

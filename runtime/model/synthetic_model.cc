@@ -262,14 +262,21 @@ std::vector<uint8_t> RandomTensor(DType type, int64_t cols, int64_t rows, float 
       std::memcpy(p, &d, 4);
       continue;
     }
+    float d_value = 0.f;
     if (sf.d_at >= 0) {
-      const uint16_t d = kernels::F32ToF16(scale / sf.d_div * rng->Uniform(0.5f, 1.f));
+      d_value = scale / sf.d_div * rng->Uniform(0.5f, 1.f);
+      const uint16_t d = kernels::F32ToF16(d_value);
       std::memcpy(p + sf.d_at, &d, 2);
     }
     if (sf.m_at >= 0) {
-      // *_1 formats add the min (w = d*q + m); K formats subtract dmin * a 6-bit min.
+      // *_1 formats add the min (w = d*q + m); K formats subtract dmin * a 6-bit min. A
+      // real quantizer puts a block's min near -(levels/2)*d, so the block is centred on
+      // zero; a fixed min would give every row the same large offset, which no real model
+      // has and which makes a random network needlessly sensitive to rounding.
       const bool k_format = type == DType::kQ2_K || type == DType::kQ4_K || type == DType::kQ5_K;
-      const float m = k_format ? scale / sf.d_div : -scale;
+      const float levels = type == DType::kQ5_1 ? 31.f : type == DType::kQ8_1 ? 255.f : 15.f;
+      const float m = k_format ? scale / sf.d_div
+                               : -0.5f * levels * d_value * rng->Uniform(0.8f, 1.2f);
       const uint16_t h = kernels::F32ToF16(m);
       std::memcpy(p + sf.m_at, &h, 2);
     }

@@ -3,7 +3,10 @@
 
 Writes tests/fixtures/generation_smollm2.json with, for each prompt:
   - the prompt's token ids (so the generation test does not depend on the tokenizer),
-  - llama.cpp's greedy continuation (64 tokens),
+  - llama.cpp's greedy continuation (up to 64 tokens, ending at EOS) and the margin between
+    its best and second-best logit at every step,
+  - whether llama.cpp's continuation is the same when it evaluates the prompt token by
+    token instead of as one batch, and how far its top-5 logits move between the two,
   - the top-5 (token, logit) pairs at the first 16 positions of prompt + continuation,
 and tests/fixtures/perplexity_smollm2.json with the perplexity of the first 32K tokens of
 tinyshakespeare.txt in windows of 1024 tokens, every token after a window's first scored
@@ -25,14 +28,32 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 
+def _chat(question):
+    return ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\n" + question + "<|im_end|>\n<|im_start|>assistant\n")
+
+
+# Prose, code, lists and chat turns. Each is run twice by the peer (prompt evaluated as one
+# batch, and token by token): where the two greedy continuations differ, llama.cpp itself
+# does not determine the continuation (a near-tie flips with its own evaluation order), so
+# the test does not count that prompt towards "identical continuations".
 PROMPTS = [
     "The capital of France is",
     "Once upon a time, in a small village by the sea, there lived",
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
-    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
-    "<|im_end|>\n<|im_start|>user\nWhat is the tallest mountain in the world?<|im_end|>\n"
-    "<|im_start|>assistant\n",
+    _chat("What is the tallest mountain in the world?"),
     "1, 2, 3, 4, 5, 6, 7,",
+    "10, 20, 30, 40, 50,",
+    _chat("Count from 1 to 30, separated by commas."),
+    "Monday, Tuesday, Wednesday, Thursday,",
+    _chat("What is 2 + 2?"),
+    "import numpy as np\nimport",
+    "Q: What is the capital of Germany?\nA:",
+    "The sun rises in the",
+    _chat("Write a haiku about the sea."),
+    "for i in range(10):\n    print(i)\n",
+    "Water boils at",
+    "Python is a programming language that",
 ]
 
 
@@ -47,34 +68,57 @@ def log_softmax(row):
     return row - m - math.log(np.exp(row - m).sum())
 
 
+def greedy(llm, toks, n_gen, sequential):
+    """Greedy continuation (stops after EOS); returns (tokens, margins, logits rows used)."""
+    llm.reset()
+    if sequential:
+        for t in toks:
+            llm.eval([t])
+    else:
+        llm.eval(toks)
+    gen, margins = [], []
+    for _ in range(n_gen):
+        row = np.array(llm.scores[llm.n_tokens - 1])
+        s = np.sort(row)
+        margins.append(float(s[-1] - s[-2]))
+        nxt = int(row.argmax())
+        gen.append(nxt)
+        if nxt == llm.token_eos():
+            break
+        llm.eval([nxt])
+    return gen, margins
+
+
 def generation(llm, n_gen=64, n_top=5, n_pos=16):
     out = []
     for prompt in PROMPTS:
         toks = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+        gen, margins = greedy(llm, toks, n_gen, sequential=False)
+        gen_seq, _ = greedy(llm, toks, n_gen, sequential=True)
+        seq = (toks + gen)[:n_pos]
+        # Logits of prompt + continuation evaluated as one batch and token by token: how
+        # far the peer's logits move with its own evaluation order.
         llm.reset()
-        llm.eval(toks)
-        gen = []
-        for _ in range(n_gen):
-            row = np.array(llm.scores[llm.n_tokens - 1])
-            nxt = int(row.argmax())
-            gen.append(nxt)
-            llm.eval([nxt])
-        seq = toks + gen
+        llm.eval(seq)
+        batch_rows = np.array(llm.scores[:len(seq)])
+        llm.reset()
+        for t in seq:
+            llm.eval([t])
+        seq_rows = np.array(llm.scores[:len(seq)])
         top = []
-        for pos in range(min(n_pos, len(seq))):
-            row = np.array(llm.scores[pos])
+        for pos in range(len(seq)):
+            row = batch_rows[pos]
             idx = np.argsort(-row, kind="stable")[:n_top]
             top.append([[int(i), float(row[i])] for i in idx])
-        # The margin between the best and second-best logit at each greedy step: a test
-        # that sees a different choice can tell whether it was a near-tie.
-        margins = []
-        for i in range(len(gen)):
-            row = np.array(llm.scores[len(toks) - 1 + i])
-            s = np.sort(row)
-            margins.append(float(s[-1] - s[-2]))
-        out.append({"prompt": prompt, "prompt_tokens": toks, "greedy": gen, "top5": top,
-                    "greedy_margins": margins})
-        print(f"prompt {len(out)}: {len(toks)} tokens -> "
+        self_diff = max(float(np.abs(batch_rows[p][[i for i, _ in top[p]]] -
+                                     seq_rows[p][[i for i, _ in top[p]]]).max())
+                        for p in range(len(seq)))
+        out.append({"prompt": prompt, "prompt_tokens": toks, "greedy": gen,
+                    "greedy_margins": margins, "top5": top,
+                    "peer_self_consistent": gen == gen_seq,
+                    "peer_self_top5_max_diff": self_diff})
+        print(f"prompt {len(out)}: {len(toks)} tokens, self-consistent {gen == gen_seq}, "
+              f"self top-5 diff {self_diff:.3f} -> "
               f"{llm.detokenize(gen).decode('utf-8', 'replace')!r}", file=sys.stderr)
     return out
 

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Bad input to the `strata` command gives a clear error (naming the file, key or limit)
+# and a plain non-zero exit, never a crash (exit >= 128) or a hang.
+# Usage: cli_errors_test.sh PATH/TO/strata REAL_MODEL.gguf
+set -u
+strata="$1"
+model="$2"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+
+# expect NAME EXPECTED_TEXT -- command...
+expect() {
+  local name="$1" want="$2"
+  shift 3
+  local out rc
+  out=$(timeout 120 "$@" 2>&1 </dev/null)
+  rc=$?
+  if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then
+    echo "FAIL $name: exit code $rc (want a clean error)"; echo "$out" | tail -5; fails=$((fails + 1))
+  elif ! grep -qF -- "$want" <<<"$out"; then
+    echo "FAIL $name: output lacks '$want':"; echo "$out" | tail -5; fails=$((fails + 1))
+  else
+    echo "ok   $name: $(grep -F -- "$want" <<<"$out" | head -1)"
+  fi
+}
+
+head -c 100000 "$model" >"$tmp/truncated.gguf"
+printf 'GGUX\003\000\000\000' >"$tmp/magic.gguf"; head -c 4096 /dev/zero >>"$tmp/magic.gguf"
+printf 'GGUF\011\000\000\000' >"$tmp/version.gguf"; head -c 4096 /dev/zero >>"$tmp/version.gguf"
+printf 'threads: 2\nsampling:\n  temprature: 0.5\n' >"$tmp/typo.yaml"
+printf 'batch: 0\n' >"$tmp/range.yaml"
+printf 'threads: [1,\n' >"$tmp/syntax.yaml"
+printf 'bad \xff byte' >"$tmp/badutf8.txt"
+head -c 40000 /dev/zero | tr '\0' 'a' | sed 's/aaaa/ab c/g' >"$tmp/long.txt"
+
+expect missing-model "/nonexistent.gguf" -- "$strata" run -m /nonexistent.gguf -p hi
+expect truncated "truncated.gguf" -- "$strata" run -m "$tmp/truncated.gguf" -p hi
+expect bad-magic "magic" -- "$strata" info -m "$tmp/magic.gguf"
+expect bad-version "version" -- "$strata" info -m "$tmp/version.gguf"
+expect yaml-typo "did you mean 'sampling.temperature'" -- "$strata" run -m "$model" --config "$tmp/typo.yaml" -p hi
+expect yaml-range "batch: 0 is out of range [1, 8192]" -- "$strata" run -m "$model" --config "$tmp/range.yaml" -p hi
+expect yaml-syntax "syntax.yaml:" -- "$strata" run -m "$model" --config "$tmp/syntax.yaml" -p hi
+expect yaml-missing "/nonexistent.yaml" -- "$strata" run -m "$model" --config /nonexistent.yaml -p hi
+expect bad-utf8 "UTF-8" -- "$strata" run -m "$model" -f "$tmp/badutf8.txt" -n 4
+expect long-prompt "context" -- "$strata" run -m "$model" --ctx 256 -f "$tmp/long.txt" -n 4
+expect bad-kv "unknown KV policy 'ssd'" -- "$strata" run -m "$model" --kv ssd -p hi
+expect bad-temp "sampling.temperature" -- "$strata" run -m "$model" --temp -1 -p hi
+
+[ $fails -eq 0 ] && echo "all CLI error checks passed"
+exit $fails

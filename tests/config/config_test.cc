@@ -1,0 +1,117 @@
+#include "runtime/config/config.h"
+
+#include <gtest/gtest.h>
+
+namespace strata {
+namespace {
+
+Status Parse(const std::string& text, Config* c) { return ParseConfig(text, "strata.yaml", c); }
+
+TEST(ConfigTest, EmptyFileKeepsDefaults) {
+  Config c;
+  ASSERT_TRUE(Parse("", &c).ok());
+  ASSERT_TRUE(Parse("# only a comment\n", &c).ok());
+  EXPECT_EQ(c.engine.n_batch, 512);
+  EXPECT_EQ(c.engine.kv.policy, KvPolicyKind::kMemory);
+}
+
+TEST(ConfigTest, ReadsEverySection) {
+  Config c;
+  Status s = Parse(
+      "model: /m.gguf\nthreads: 2\ncontext: 4096\nbatch: 256\nmax_sequences: 8\n"
+      "generate:\n  max_tokens: 50\n  stop: [\"\\n\\n\", \"User:\"]\n  ignore_eos: true\n"
+      "sampling:\n  temperature: 0\n  top_k: 10\n  top_p: 0.9\n  min_p: 0.1\n"
+      "  repeat_penalty: 1.1\n  repeat_last_n: 32\n  seed: 77\n"
+      "kv:\n  policy: memory\n",
+      &c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(c.model, "/m.gguf");
+  EXPECT_EQ(c.engine.n_threads, 2);
+  EXPECT_EQ(c.engine.n_ctx, 4096);
+  EXPECT_EQ(c.engine.n_batch, 256);
+  EXPECT_EQ(c.engine.max_sequences, 8);
+  EXPECT_EQ(c.generate.max_tokens, 50);
+  ASSERT_EQ(c.generate.stop.size(), 2u);
+  EXPECT_EQ(c.generate.stop[0], "\n\n");
+  EXPECT_TRUE(c.generate.ignore_eos);
+  EXPECT_EQ(c.generate.sampling.temperature, 0.f);
+  EXPECT_EQ(c.generate.sampling.top_k, 10);
+  EXPECT_FLOAT_EQ(c.generate.sampling.top_p, 0.9f);
+  EXPECT_EQ(c.generate.sampling.seed, 77u);
+}
+
+TEST(ConfigTest, UnknownKeyNamesKeyLineAndSuggestion) {
+  Config c;
+  Status s = Parse("threads: 2\nsampling:\n  temprature: 0.5\n", &c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("strata.yaml:3"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("sampling.temprature"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("did you mean 'sampling.temperature'"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(c.engine.n_threads, 0) << "a failed parse must not apply any setting";
+}
+
+TEST(ConfigTest, OutOfRangeNamesValueAndRange) {
+  Config c;
+  Status s = Parse("batch: 0\n", &c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kOutOfRange);
+  EXPECT_NE(s.message().find("strata.yaml:1: batch: 0 is out of range [1, 8192]"),
+            std::string::npos)
+      << s.message();
+  s = Parse("sampling:\n  top_p: 1.5\n", &c);
+  EXPECT_NE(s.message().find("sampling.top_p: 1.5 is out of range (0, 1]"), std::string::npos)
+      << s.message();
+}
+
+TEST(ConfigTest, WrongTypesAreErrors) {
+  Config c;
+  Status s = Parse("threads: two\n", &c);
+  EXPECT_NE(s.message().find("'two' is not an integer"), std::string::npos) << s.message();
+  s = Parse("sampling: 3\n", &c);
+  EXPECT_NE(s.message().find("is a section"), std::string::npos) << s.message();
+  s = Parse("threads: [1, 2]\n", &c);
+  EXPECT_NE(s.message().find("expected an integer, got a list"), std::string::npos) << s.message();
+  s = Parse("kv:\n  policy: ssd\n", &c);
+  EXPECT_NE(s.message().find("unknown KV policy 'ssd'"), std::string::npos) << s.message();
+  s = Parse("- a\n- b\n", &c);
+  EXPECT_NE(s.message().find("top level must be a map"), std::string::npos) << s.message();
+}
+
+TEST(ConfigTest, SyntaxErrorGivesLineAndColumn) {
+  Config c;
+  Status s = Parse("threads: 2\nsampling:\n  top_k: [1, 2\n", &c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("YAML syntax error"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("strata.yaml:"), std::string::npos) << s.message();
+}
+
+TEST(ConfigTest, WriterOutputParsesBackToTheSameConfig) {
+  Config a;
+  a.model = "/path/with: colon.gguf";
+  a.engine.n_threads = 3;
+  a.generate.stop = {"a\"b", "\n"};
+  a.generate.sampling.top_p = 0.75f;
+  a.generate.sampling.seed = 123456789;
+  const std::string yaml = ConfigToYaml(a);
+  Config b;
+  Status s = Parse(yaml, &b);
+  ASSERT_TRUE(s.ok()) << s.ToString() << "\n" << yaml;
+  EXPECT_EQ(ConfigToYaml(b), yaml);
+  EXPECT_EQ(b.model, a.model);
+  EXPECT_EQ(b.generate.stop, a.generate.stop);
+  for (const std::string& key : ConfigKeys()) {
+    const std::string leaf = key.substr(key.rfind('.') + 1);
+    EXPECT_NE(yaml.find(leaf + ":"), std::string::npos) << key << " missing from the writer";
+  }
+}
+
+TEST(ConfigTest, MissingFileIsAnErrorNamingIt) {
+  Config c;
+  Status s = LoadConfigFile("/nonexistent/strata.yaml", &c);
+  EXPECT_EQ(s.code(), Status::Code::kNotFound);
+  EXPECT_NE(s.message().find("/nonexistent/strata.yaml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,294 @@
+// The engine's forward pass against the plain reference (reference_forward.cc) on tiny
+// synthetic models of every supported architecture and weight type, plus the invariants
+// that tie prefill, decode, batching and threading together.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "runtime/engine/engine.h"
+#include "runtime/engine/session.h"
+#include "runtime/model/synthetic_model.h"
+#include "tests/engine/reference_forward.h"
+
+namespace strata {
+namespace {
+
+using kernels::DType;
+
+struct Case {
+  const char* name;
+  SyntheticModelSpec spec;
+  double tol;  // max |engine - reference| relative to the largest reference logit
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> c;
+  SyntheticModelSpec s;
+  c.push_back({"llama_f32", s, 2e-4});
+  s.weight_type = DType::kF16;
+  s.embd_type = DType::kF16;
+  c.push_back({"llama_f16", s, 3e-3});
+  s = SyntheticModelSpec();
+  s.weight_type = DType::kQ8_0;
+  s.embd_type = DType::kQ8_0;
+  s.tied_output = true;
+  c.push_back({"llama_q8_0_tied", s, 2e-2});
+  s = SyntheticModelSpec();
+  s.weight_type = DType::kQ4_1;
+  s.embd_type = DType::kQ8_0;
+  s.output_type = DType::kQ4_0;
+  s.n_head = 6;
+  s.n_head_kv = 2;
+  s.n_embd = 96;
+  c.push_back({"llama_q4_1_gqa3", s, 3e-2});
+  s = SyntheticModelSpec();
+  s.arch = "qwen2";
+  s.weight_type = DType::kBF16;
+  c.push_back({"qwen2_bias_neox_bf16", s, 5e-3});
+  s = SyntheticModelSpec();
+  s.arch = "qwen3";
+  s.head_dim = 64;
+  s.n_embd = 128;
+  s.n_head = 2;
+  s.n_head_kv = 1;
+  c.push_back({"qwen3_qknorm_hd64", s, 2e-4});
+  s = SyntheticModelSpec();
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = 4;
+  s.n_ff = 512;
+  s.weight_type = DType::kQ4_K;
+  s.embd_type = DType::kQ6_K;
+  s.output_type = DType::kQ6_K;
+  s.rope_freqs = true;
+  s.rope_linear_factor = 2.0f;
+  c.push_back({"llama_kquants_ropescaling", s, 3e-2});
+  return c;
+}
+
+class ForwardTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    path_ =
+        (std::filesystem::temp_directory_path() /
+         ("strata_fwd_" + std::string(GetParam().name) + "_" + std::to_string(getpid()) + ".gguf"))
+            .string();
+    ASSERT_TRUE(WriteSyntheticModel(GetParam().spec, path_).ok());
+    Status s = Model::Load(path_, &model_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  void TearDown() override { std::filesystem::remove(path_); }
+
+  std::unique_ptr<Engine> MakeEngine(int threads, int batch, int max_seqs = 2) {
+    EngineOptions o;
+    o.n_threads = threads;
+    o.n_ctx = 128;
+    o.n_batch = batch;
+    o.max_sequences = max_seqs;
+    std::unique_ptr<Engine> e;
+    Status s = Engine::Create(*model_, o, &e);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return e;
+  }
+
+  std::vector<int32_t> RandomTokens(int n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> t(n);
+    for (int32_t& x : t) x = int32_t(rng() % uint32_t(model_->hparams().n_vocab));
+    return t;
+  }
+
+  std::string path_;
+  std::unique_ptr<Model> model_;
+};
+
+double MaxAbs(const float* a, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, double(std::fabs(a[i])));
+  return m;
+}
+
+double MaxDiff(const float* a, const float* b, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
+  return m;
+}
+
+TEST_P(ForwardTest, MatchesTheReferenceForwardPass) {
+  const int n = 37;
+  auto tokens = RandomTokens(n, 11);
+  auto ref = testing::ReferenceLogits(*model_, tokens);
+  // A batch limit of 16 makes prefill run in three passes that must chain through the KV.
+  auto engine = MakeEngine(2, 16);
+  SeqId seq;
+  ASSERT_TRUE(engine->NewSequence(&seq).ok());
+  std::vector<float> logits;
+  Status s = engine->Prefill(seq, tokens, &logits, /*all_logits=*/true);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const size_t V = size_t(model_->hparams().n_vocab);
+  ASSERT_EQ(logits.size(), n * V);
+  double worst = 0;
+  for (int t = 0; t < n; ++t) {
+    const double scale = MaxAbs(ref[t].data(), V);
+    worst = std::max(worst, MaxDiff(logits.data() + t * V, ref[t].data(), V) / scale);
+  }
+  EXPECT_LT(worst, GetParam().tol) << GetParam().name;
+}
+
+TEST_P(ForwardTest, DecodeTokenByTokenEqualsPrefill) {
+  const int n = 20;
+  auto tokens = RandomTokens(n, 5);
+  auto engine = MakeEngine(2, 64);
+  SeqId a, b;
+  ASSERT_TRUE(engine->NewSequence(&a).ok());
+  ASSERT_TRUE(engine->NewSequence(&b).ok());
+  std::vector<float> all, one;
+  ASSERT_TRUE(engine->Prefill(a, tokens, &all, true).ok());
+  const size_t V = size_t(model_->hparams().n_vocab);
+  for (int t = 0; t < n; ++t) {
+    ASSERT_TRUE(engine->Prefill(b, {&tokens[t], 1}, &one).ok());
+    const double scale = MaxAbs(all.data() + t * V, V);
+    EXPECT_LT(MaxDiff(one.data(), all.data() + t * V, V) / scale, 1e-4) << "position " << t;
+  }
+}
+
+TEST_P(ForwardTest, SequencesInOneBatchEqualSeparateRuns) {
+  auto t1 = RandomTokens(9, 1), t2 = RandomTokens(14, 2);
+  auto engine = MakeEngine(2, 64, 4);
+  SeqId s1, s2, r1, r2;
+  ASSERT_TRUE(engine->NewSequence(&s1).ok());
+  ASSERT_TRUE(engine->NewSequence(&s2).ok());
+  ForwardBatch batch;
+  batch.Add(s1, 0, t1, true);
+  batch.Add(s2, 0, t2, true);
+  std::vector<float> together;
+  ASSERT_TRUE(engine->Evaluate(batch, &together).ok());
+  ASSERT_TRUE(engine->NewSequence(&r1).ok());
+  ASSERT_TRUE(engine->NewSequence(&r2).ok());
+  std::vector<float> a, b;
+  ASSERT_TRUE(engine->Prefill(r1, t1, &a, true).ok());
+  ASSERT_TRUE(engine->Prefill(r2, t2, &b, true).ok());
+  a.insert(a.end(), b.begin(), b.end());
+  ASSERT_EQ(a.size(), together.size());
+  EXPECT_LT(MaxDiff(a.data(), together.data(), a.size()) / MaxAbs(a.data(), a.size()), 1e-5);
+  EXPECT_EQ(engine->kv().Length(s1), 9);
+  EXPECT_EQ(engine->kv().Length(s2), 14);
+}
+
+TEST_P(ForwardTest, ThreadCountDoesNotChangeResults) {
+  auto tokens = RandomTokens(24, 3);
+  std::vector<float> ref;
+  for (int threads : {1, 2, 3}) {
+    auto engine = MakeEngine(threads, 64);
+    SeqId seq;
+    ASSERT_TRUE(engine->NewSequence(&seq).ok());
+    std::vector<float> logits;
+    ASSERT_TRUE(engine->Prefill(seq, tokens, &logits, true).ok());
+    if (ref.empty()) {
+      ref = logits;
+    } else {
+      EXPECT_LT(MaxDiff(ref.data(), logits.data(), ref.size()) / MaxAbs(ref.data(), ref.size()),
+                1e-6)
+          << threads << " threads";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, ForwardTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+class EngineErrorsTest : public ForwardTest {};
+
+TEST_P(EngineErrorsTest, BadTokensAndFullContextAreClearErrors) {
+  auto engine = MakeEngine(1, 16);
+  SeqId seq;
+  ASSERT_TRUE(engine->NewSequence(&seq).ok());
+  std::vector<float> logits;
+  const int32_t bad = model_->hparams().n_vocab;
+  Status s = engine->Prefill(seq, {&bad, 1}, &logits);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("outside the vocabulary"), std::string::npos) << s.ToString();
+  EXPECT_EQ(engine->kv().Length(seq), 0) << "a failed pass must not grow the sequence";
+
+  auto tokens = RandomTokens(129, 4);  // context is 128
+  s = engine->Prefill(seq, tokens, &logits);
+  EXPECT_EQ(s.code(), Status::Code::kOutOfRange);
+  EXPECT_NE(s.message().find("context length 128"), std::string::npos) << s.ToString();
+
+  std::unique_ptr<Session> session;
+  ASSERT_TRUE(Session::Create(engine.get(), &session).ok());
+  std::string long_prompt(4000, 'x');
+  s = session->Generate(long_prompt, GenerateParams(), nullptr, nullptr, nullptr);
+  EXPECT_EQ(s.code(), Status::Code::kOutOfRange) << s.ToString();
+}
+
+TEST_P(EngineErrorsTest, GenerationIsDeterministicAndGreedyFollowsTheLogits) {
+  auto engine = MakeEngine(2, 32);
+  GenerateParams p;
+  p.max_tokens = 12;
+  p.ignore_eos = true;
+  p.sampling.temperature = 0;
+  std::vector<int32_t> prompt = RandomTokens(6, 8);
+  GenerationRequest r;
+  ASSERT_TRUE(engine->NewSequence(&r.seq).ok());
+  r.prompt = prompt;
+  r.params = p;
+  ASSERT_TRUE(engine->Generate({&r, 1}, nullptr).ok());
+  ASSERT_EQ(r.tokens.size(), 12u);
+  EXPECT_EQ(r.stop_reason, StopReason::kMaxTokens);
+  // Each greedy token is the argmax of the reference logits after the tokens before it,
+  // wherever the reference's top two are not a near-tie.
+  std::vector<int32_t> seq = prompt;
+  for (int32_t tok : r.tokens) {
+    auto ref = testing::ReferenceLogits(*model_, seq).back();
+    std::vector<float> sorted = ref;
+    std::sort(sorted.rbegin(), sorted.rend());
+    if (sorted[0] - sorted[1] > 0.05 * std::fabs(sorted[0])) {
+      EXPECT_EQ(tok, std::max_element(ref.begin(), ref.end()) - ref.begin());
+    }
+    seq.push_back(tok);
+  }
+  // Same seed, same sampled text.
+  p.sampling.temperature = 0.9f;
+  p.sampling.seed = 42;
+  std::vector<std::vector<int32_t>> outs;
+  for (int i = 0; i < 2; ++i) {
+    GenerationRequest q;
+    ASSERT_TRUE(engine->NewSequence(&q.seq).ok());
+    q.prompt = prompt;
+    q.params = p;
+    ASSERT_TRUE(engine->Generate({&q, 1}, nullptr).ok());
+    outs.push_back(q.tokens);
+    ASSERT_TRUE(engine->RemoveSequence(q.seq).ok());
+  }
+  EXPECT_EQ(outs[0], outs[1]);
+}
+
+TEST_P(EngineErrorsTest, ChatReusesTheConversationPrefix) {
+  auto engine = MakeEngine(2, 64);
+  std::unique_ptr<Session> session;
+  ASSERT_TRUE(Session::Create(engine.get(), &session).ok());
+  GenerateParams p;
+  p.max_tokens = 4;
+  p.sampling.temperature = 0;
+  std::string answer;
+  Status s = session->Chat("hello there", p, nullptr, &answer, nullptr);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const size_t after_first = session->tokens().size();
+  EXPECT_EQ(int32_t(after_first), engine->kv().Length(session->seq()));
+  s = session->Chat("and again", p, nullptr, &answer, nullptr);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_GT(session->tokens().size(), after_first);
+  EXPECT_EQ(int32_t(session->tokens().size()), engine->kv().Length(session->seq()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Llama, EngineErrorsTest, ::testing::Values(Cases()[0]),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+}  // namespace
+}  // namespace strata
