@@ -70,14 +70,33 @@ Engine::~Engine() = default;
 
 Status Engine::Create(const Model& model, const EngineOptions& options,
                       std::unique_ptr<Engine>* out) {
+  return Create(model, options, nullptr, out);
+}
+
+Status Engine::Create(const Model& model, const EngineOptions& options,
+                      std::unique_ptr<KvPolicy> kv, std::unique_ptr<Engine>* out) {
   STRATA_RETURN_IF_ERROR(ValidateEngineOptions(options, model.hparams()));
   std::unique_ptr<Engine> e(new Engine(model, options));
   EngineOptions& o = e->options_;
   if (o.n_threads == 0) o.n_threads = int32_t(std::max(1u, std::thread::hardware_concurrency()));
   if (o.n_ctx == 0) o.n_ctx = model.hparams().n_ctx_train > 0 ? model.hparams().n_ctx_train : 4096;
   e->pool_ = std::make_unique<ThreadPool>(o.n_threads);
-  STRATA_RETURN_IF_ERROR(
-      CreateKvPolicy(model, o.kv, o.n_ctx, o.max_sequences, e->pool_.get(), &e->kv_));
+  if (kv) {
+    const HParams& hp = model.hparams();
+    const KvShape& sh = kv->shape();
+    if (sh.n_layer != hp.n_layer || sh.n_head_kv != hp.n_head_kv || sh.head_dim != hp.head_dim)
+      return Status::InvalidArgument(
+          std::string("KV policy '") + kv->name() + "' is shaped for " +
+          std::to_string(sh.n_layer) + " layers x " + std::to_string(sh.n_head_kv) +
+          " KV heads x " + std::to_string(sh.head_dim) + " dims, the model has " +
+          std::to_string(hp.n_layer) + " x " + std::to_string(hp.n_head_kv) + " x " +
+          std::to_string(hp.head_dim));
+    o.n_ctx = sh.n_ctx;
+    e->kv_ = std::move(kv);
+  } else {
+    STRATA_RETURN_IF_ERROR(
+        CreateKvPolicy(model, o.kv, o.n_ctx, o.max_sequences, e->pool_.get(), &e->kv_));
+  }
   // A pass never needs more rows than the batch limit or the context.
   e->forward_ = std::make_unique<Forward>(model, e->kv_.get(), e->pool_.get(),
                                           std::min(o.n_batch, o.n_ctx * o.max_sequences));

@@ -76,6 +76,10 @@ class Engine {
  public:
   static Status Create(const Model& model, const EngineOptions& options,
                        std::unique_ptr<Engine>* out);
+  // With a KV policy the caller built (options.kv is then ignored). The policy's shape must
+  // match the model; its n_ctx becomes the engine's context length.
+  static Status Create(const Model& model, const EngineOptions& options,
+                       std::unique_ptr<KvPolicy> kv, std::unique_ptr<Engine>* out);
   ~Engine();
 
   const Model& model() const { return model_; }

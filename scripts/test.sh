@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The test suite, as CI runs it: packages, model, Release build with tests, every test
+# (unit, real-model integration, the C program against the C API, the CLI's bad-input
+# cases), a short libFuzzer run of the GGUF reader and the tokenizer, and the kernels
+# built for aarch64 and run under qemu. Exits non-zero on the first failing stage.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+jobs=$(nproc)
+stage() { printf '\n==== %s\n' "$*"; }
+
+stage "dependencies and model"
+"$root/scripts/install_deps.sh"
+"$root/scripts/fetch_model.sh"
+
+stage "build (Release, warnings as errors)"
+cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$root/build" -j"$jobs"
+
+stage "tests"
+ctest --test-dir "$root/build" --output-on-failure -j"$jobs" --timeout 900
+
+stage "fuzz smoke (GGUF reader, tokenizer)"
+FUZZ_SECONDS="${FUZZ_SECONDS:-20}" "$root/scripts/fuzz_smoke.sh"
+
+stage "aarch64 kernels under qemu"
+"$root/scripts/test_aarch64.sh"
+
+printf '\nall test stages passed\n'
