@@ -1,6 +1,7 @@
 // Picks the kernel table once (CPU features, then the STRATA_ISA override) and forwards
 // the public entry points of kernels.h to it.
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -155,6 +156,15 @@ void QuantizeActivations(DType weight, const float* x, int64_t n, void* out) {
 }
 void Matmul(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
   if (row_end <= row_begin || a.n_tok <= 0) return;
+  const TypeInfo* info = FindTypeInfo(static_cast<uint32_t>(a.wtype));
+  if (info == nullptr || !info->weight_supported || a.k % info->block_elems != 0) [[unlikely]] {
+    // The engine validates weights at load time; if a bad one gets here anyway, NaN rows
+    // make it visible downstream instead of plausible-looking garbage.
+    for (int64_t t = 0; t < a.n_tok; ++t) {
+      for (int64_t r = row_begin; r < row_end; ++r) a.y[t * a.y_stride + r] = std::nanf("");
+    }
+    return;
+  }
   K().matmul(a, row_begin, row_end);
 }
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {

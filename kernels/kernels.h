@@ -53,11 +53,16 @@ struct MatmulArgs {
 };
 // Computes output rows [row_begin, row_end) for all n_tok tokens. The engine splits rows
 // across threads in multiples of kMatmulRowAlign (the last chunk may be ragged).
+// wtype must be a weight_supported type and k a multiple of its block size (32 or 256;
+// float types take any k); otherwise the rows are filled with NaN. Rows and activation rows
+// need no alignment. Uses up to ~70 KB of the calling thread's stack (activation panel).
+// Concurrent calls on disjoint row ranges (or different y) are safe.
 constexpr int64_t kMatmulRowAlign = 16;
 void Matmul(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
 
 // Dequantizes n values (one row of a tensor of type t) to floats, e.g. an embedding row.
-// Handles every weight type plus the activation formats Q8_0, Q8_1 and Q8_K.
+// Handles every weight type plus the activation formats Q8_0, Q8_1 and Q8_K; other types
+// give NaN. Scalar on every ISA (one row per token: not worth SIMD).
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n);
 
 // Quantizes n floats into type t (weight types and Q8_0/Q8_1/Q8_K), round to nearest with

@@ -290,8 +290,8 @@ void ScalarDequantizeRow(DType t, const void* src, float* dst, int64_t n) {
     }
     default:
       // Formats without a decoder (Q5_*, Q2_K, ...): the engine rejects such tensors at
-      // load time, so reaching here is a bug; zeros keep it visible without a crash.
-      std::fill(dst, dst + std::max<int64_t>(n, 0), 0.f);
+      // load time, so reaching here is a bug; NaN keeps it visible without a crash.
+      std::fill(dst, dst + std::max<int64_t>(n, 0), std::nanf(""));
       return;
   }
 }

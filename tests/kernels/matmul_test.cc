@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "kernel_test_util.h"
@@ -310,6 +311,57 @@ TEST_P(MatmulSimd, QuantizeActivationsMatchesScalarBytes) {
 INSTANTIATE_TEST_SUITE_P(Isas, MatmulSimd, ::testing::ValuesIn(testing::SimdVariants()),
                          testing::VariantName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MatmulSimd);
+
+}  // namespace
+}  // namespace strata::kernels
+
+namespace strata::kernels {
+namespace {
+
+TEST(Matmul, UnsupportedTypeOrPartialBlockGivesNaNRows) {
+  std::vector<uint8_t> w(4096, 0);
+  std::vector<uint8_t> x(4096, 0);
+  std::vector<float> y(8, 1.f);
+  MatmulArgs a{};
+  a.wtype = DType::kQ5_0;  // known to GGUF, no kernel here
+  a.w = w.data();
+  a.w_row_bytes = 22;
+  a.k = 32;
+  a.xq = x.data();
+  a.xq_row_bytes = 64;
+  a.n_tok = 2;
+  a.y = y.data();
+  a.y_stride = 4;
+  Matmul(a, 1, 3);
+  EXPECT_EQ(y[0], 1.f);
+  EXPECT_TRUE(std::isnan(y[1]) && std::isnan(y[2]) && std::isnan(y[5]) && std::isnan(y[6]));
+  EXPECT_EQ(y[3], 1.f);
+  std::fill(y.begin(), y.end(), 1.f);
+  a.wtype = DType::kQ4_K;
+  a.k = 128;  // not a whole super-block
+  Matmul(a, 0, 1);
+  EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[4]));
+  EXPECT_EQ(y[1], 1.f);
+}
+
+// The engine's workers call Matmul at the same time on disjoint row ranges; each call's
+// activation panel lives on its own stack.
+TEST(Matmul, ConcurrentCallsOnDisjointRowsMatchOneCall) {
+  const int64_t rows = 96, k = 576, n_tok = 5;
+  for (testing::Variant v : testing::AllVariants()) {
+    testing::ScopedVariant scoped(v);
+    Weights w = MakeWeights(DType::kQ4_1, rows, k, 31);
+    Activations x = MakeActivations(DType::kQ4_1, n_tok, k, 32);
+    std::vector<float> one(rows * n_tok), split(rows * n_tok);
+    Matmul(Args(w, x, one.data(), rows), 0, rows);
+    std::vector<std::thread> threads;
+    for (int64_t r0 = 0; r0 < rows; r0 += 32) {
+      threads.emplace_back([&, r0] { Matmul(Args(w, x, split.data(), rows), r0, r0 + 32); });
+    }
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(one, split) << v->variant;
+  }
+}
 
 }  // namespace
 }  // namespace strata::kernels
