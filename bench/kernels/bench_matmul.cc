@@ -61,6 +61,10 @@ void BM_StreamRead(benchmark::State& state, size_t matrix_bytes) {
     i = (i + 1) % copies;
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * part));
+  // Summed over threads and divided by the run's time: the machine-wide read rate.
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(part) / 1e9,
+                         benchmark::Counter::kIsRate);
 }
 
 MatmulArgs ArgsFor(const WeightSet& w, int copy, const uint8_t* xq, size_t xq_row_bytes,
@@ -99,8 +103,11 @@ void BM_Gemv(benchmark::State& state, Shape s, Isa isa, bool cold) {
     benchmark::ClobberMemory();
     i = (i + 1) % copies;
   }
-  state.SetBytesProcessed(
-      static_cast<int64_t>(state.iterations() * RowBytes(s.type, s.k) * (re - rb)));
+  const double bytes = static_cast<double>(RowBytes(s.type, s.k) * (re - rb));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+  // Summed over threads and divided by the run's time: the machine-wide weight rate.
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * bytes / 1e9,
+                                              benchmark::Counter::kIsRate);
 }
 
 void BM_Gemm(benchmark::State& state, Shape s, Isa isa, int64_t n_tok) {
@@ -153,8 +160,7 @@ int Register() {
                                  std::to_string(rows) + "x" + std::to_string(s.k) + "/" +
                                  IsaName(isa) + "/n_tok:" + std::to_string(n_tok);
         benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, Shape{s.type, rows, s.k, s.what}, isa,
-                                     n_tok)
-            ->UseRealTime();
+                                     n_tok);
       }
     }
   }
