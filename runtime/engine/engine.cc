@@ -98,8 +98,9 @@ Status Engine::Create(const Model& model, const EngineOptions& options,
         CreateKvPolicy(model, o.kv, o.n_ctx, o.max_sequences, e->pool_.get(), &e->kv_));
   }
   // A pass never needs more rows than the batch limit or the context.
-  e->forward_ = std::make_unique<Forward>(model, e->kv_.get(), e->pool_.get(),
-                                          std::min(o.n_batch, o.n_ctx * o.max_sequences));
+  const int64_t most_rows = std::min<int64_t>(o.n_batch, int64_t(o.n_ctx) * o.max_sequences);
+  e->forward_ =
+      std::make_unique<Forward>(model, e->kv_.get(), e->pool_.get(), int32_t(most_rows));
   *out = std::move(e);
   return Status::OK();
 }
