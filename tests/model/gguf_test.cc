@@ -7,13 +7,13 @@
 #include <gtest/gtest.h>
 
 #include "runtime/model/gguf_writer.h"
-#include "tests/model/model_test_util.h"
+#include "tests/testing/test_model.h"
 
 namespace strata {
 namespace {
 
 using kernels::DType;
-using testing_model::TempFile;
+using testing::TempFile;
 
 std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -7,13 +7,13 @@
 
 #include "runtime/model/gguf_writer.h"
 #include "runtime/model/synthetic_model.h"
-#include "tests/model/model_test_util.h"
+#include "tests/testing/test_model.h"
 
 namespace strata {
 namespace {
 
 using kernels::DType;
-using testing_model::TempFile;
+using testing::TempFile;
 
 Status LoadSynthetic(const SyntheticModelSpec& spec, const std::string& name,
                      std::unique_ptr<Model>* out) {
@@ -301,7 +301,7 @@ TEST(ModelTest, ErrorsNameTheProblem) {
 }
 
 TEST(ModelTest, RealModelHyperParameters) {
-  STRATA_MODEL_REQUIRE_REAL(path);
+  STRATA_REQUIRE_REAL_MODEL(path);
   std::unique_ptr<Model> m;
   STRATA_ASSERT_OK(Model::Load(path, &m));
   const HParams& hp = m->hparams();

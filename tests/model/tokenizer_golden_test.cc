@@ -8,7 +8,7 @@
 
 #include "runtime/model/gguf.h"
 #include "runtime/model/tokenizer.h"
-#include "tests/model/model_test_util.h"
+#include "tests/testing/test_model.h"
 
 namespace strata {
 namespace {
@@ -26,8 +26,8 @@ std::string Hex(std::string_view bytes) {
 class TokenizerGoldenTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string path = testing_model::RealModelPath();
-    if (!testing_model::FileExists(path)) return;  // each test fails with the hint
+    const std::string path = testing::RealModelPath();
+    if (!std::filesystem::exists(path)) return;  // each test fails with the hint
     Status s = GgufFile::Open(path, &gguf_);
     if (s.ok()) s = Tokenizer::FromGguf(*gguf_, &tokenizer_);
     load_status_ = new Status(s);
@@ -39,7 +39,7 @@ class TokenizerGoldenTest : public ::testing::Test {
     load_status_ = nullptr;
   }
   void SetUp() override {
-    STRATA_MODEL_REQUIRE_REAL(path);
+    STRATA_REQUIRE_REAL_MODEL(path);
     ASSERT_NE(load_status_, nullptr);
     ASSERT_TRUE(load_status_->ok()) << load_status_->ToString();
     std::ifstream in(std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/tokenizer_smollm2.json");

@@ -8,7 +8,7 @@
 #include "runtime/model/gguf_writer.h"
 #include "runtime/model/pretokenizer.h"
 #include "runtime/model/synthetic_model.h"
-#include "tests/model/model_test_util.h"
+#include "tests/testing/test_model.h"
 
 namespace strata {
 namespace {
