@@ -9,6 +9,10 @@
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/kernels.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #ifndef HWCAP_ASIMDDP
@@ -20,9 +24,14 @@ namespace strata::kernels {
 namespace cpu {
 
 #if defined(__x86_64__)
+// F16C from CPUID leaf 1 (ECX bit 29, Intel SDM vol. 2A): clang's __builtin_cpu_supports
+// does not know the "f16c" feature name, GCC's does; CPUID works for both.
+bool CpuHasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+}
 bool CpuHasAvx2() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && CpuHasF16c();
 }
 // libgcc's probe also checks that the OS saves the ZMM state (XGETBV), so a kernel with
 // AVX-512 disabled reports false here.
