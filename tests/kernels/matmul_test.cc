@@ -308,6 +308,32 @@ TEST_P(MatmulSimd, QuantizeActivationsMatchesScalarBytes) {
   }
 }
 
+// Batch invariance: a token's outputs are bit-identical whatever other tokens share the
+// call and whichever row range a thread computes. The engine relies on it: step-wise beam
+// search must give the same results however beams are grouped into batches.
+TEST_P(MatmulSimd, EachTokensOutputIsIndependentOfTheBatch) {
+  const int64_t rows = 37;
+  for (DType t : kWeightTypes) {
+    const int64_t k = InnerSizes(t).back();
+    SCOPED_TRACE(std::string(TypeName(t)) + " k=" + std::to_string(k));
+    Weights w = MakeWeights(t, rows, k, 77);
+    Activations a = MakeActivations(t, 19, k, 78);
+    testing::ScopedVariant simd(GetParam());
+    std::vector<float> all(19 * rows);
+    Matmul(Args(w, a, all.data(), rows), 0, rows);
+    for (int64_t tok = 0; tok < 19; ++tok) {
+      Activations one = a;
+      one.n_tok = 1;
+      one.q.assign(a.q.begin() + tok * a.row_bytes, a.q.begin() + (tok + 1) * a.row_bytes);
+      std::vector<float> y(rows);
+      Matmul(Args(w, one, y.data(), rows), 0, 16);
+      Matmul(Args(w, one, y.data(), rows), 16, rows);
+      ASSERT_EQ(0, std::memcmp(y.data(), all.data() + tok * rows, rows * sizeof(float)))
+          << "token " << tok;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, MatmulSimd, ::testing::ValuesIn(testing::SimdVariants()),
                          testing::VariantName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MatmulSimd);
