@@ -1,0 +1,41 @@
+// Slow-disk emulation: caps a store's bandwidth and adds a fixed latency to every request, so
+// eMMC-class devices can be studied on a faster disk. Off by default. Every report that uses
+// it must say so: BlockStore puts Describe() into its counters (CountersSnapshot::emulation)
+// and the storage benchmark labels such rows.
+//
+// The model is a device of bandwidth B with latency L and unlimited internal parallelism: a
+// request of n bytes occupies the shared bandwidth for n / B after the previous one (a token
+// bucket with no burst), and completes L after that. At queue depth 1 a request takes
+// L + n / B; at any depth throughput stays at or below B. Real completions are never reported
+// early, so the emulation only ever slows the real device down.
+//
+// Threads: configure before Open; the store owns the emulation afterwards.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "storage/io_backend.h"
+
+namespace strata::storage {
+
+struct SlowDiskOptions {
+  bool enabled = false;
+  double bandwidth_bytes_per_second = 0;  // 0: no bandwidth cap
+  std::chrono::microseconds latency{0};   // added to every request
+
+  // The eMMC class of issue #3: about 250 MB/s. The per-request latency is left at 0; give
+  // one measured on the device being studied.
+  static SlowDiskOptions Emmc();
+  // "slow-disk emulation: 250 MB/s, +0 us per request".
+  std::string Describe() const;
+  Status Validate() const;
+};
+
+// Wraps inner so its traffic follows options (which must be enabled and valid).
+std::unique_ptr<IoBackend> WrapWithSlowDisk(std::unique_ptr<IoBackend> inner,
+                                            const SlowDiskOptions& options);
+
+}  // namespace strata::storage
