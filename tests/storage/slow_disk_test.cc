@@ -1,0 +1,86 @@
+// The slow-disk emulation is off by default, labelled wherever it is on, keeps data intact,
+// and never lets a request finish sooner than its model allows. Only lower bounds on time are
+// checked: the emulation can make things slower than asked on a busy machine, never faster.
+#include "storage/slow_disk.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+
+#include "storage/aligned_buffer.h"
+#include "storage/block_store.h"
+#include "tests/storage/storage_test_util.h"
+
+namespace strata::storage {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::FillPattern;
+using testing::MatchesPattern;
+using testing::TempDir;
+
+TEST(SlowDiskTest, OffByDefault) {
+  StoreOptions o;
+  EXPECT_FALSE(o.slow_disk.enabled);
+  EXPECT_EQ(o.slow_disk.Describe(), "");
+}
+
+TEST(SlowDiskTest, EmmcPresetIsLabelled) {
+  const SlowDiskOptions e = SlowDiskOptions::Emmc();
+  EXPECT_TRUE(e.enabled);
+  EXPECT_DOUBLE_EQ(e.bandwidth_bytes_per_second, 250e6);
+  EXPECT_NE(e.Describe().find("slow-disk emulation: 250 MB/s"), std::string::npos) << e.Describe();
+}
+
+class SlowDiskStoreTest : public ::testing::TestWithParam<BackendKind> {};
+
+TEST_P(SlowDiskStoreTest, LatencyAndBandwidthAreFloorsAndDataIsIntact) {
+  if (GetParam() == BackendKind::kUring && !testing::UringRefusal().empty()) {
+    GTEST_SKIP() << "io_uring refused on this machine: " << testing::UringRefusal();
+  }
+  TempDir dir;
+  StoreOptions o = testing::SmallStore(dir.path(), 8 << 20, GetParam());
+  o.slow_disk.enabled = true;
+  o.slow_disk.bandwidth_bytes_per_second = 100e6;  // 100 MB/s
+  o.slow_disk.latency = 2ms;
+  std::vector<std::string> reports;
+  o.report = [&](std::string_view l) { reports.emplace_back(l); };
+  std::unique_ptr<BlockStore> store;
+  ASSERT_TRUE(BlockStore::Open(o, &store).ok());
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_NE(reports[0].find("slow-disk emulation: 100 MB/s, +2000 us"), std::string::npos)
+      << reports[0];
+  EXPECT_NE(store->counters().emulation.find("slow-disk emulation"), std::string::npos);
+  EXPECT_NE(store->counters().backend.find("slow-disk emulation"), std::string::npos);
+  EXPECT_NE(store->counters().ToJson().find("slow-disk emulation"), std::string::npos);
+
+  AlignedBuffer buf;
+  ASSERT_TRUE(AlignedBuffer::Allocate(16 << 20, 4096, &buf).ok());
+  FillPattern(buf.data(), 4 << 20, 1, 1);
+  ASSERT_TRUE(store->Write(0, buf.data(), 4 << 20).ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(store->Read(i * 4096, buf.data(), 4096).ok());
+  // Every small read took at least the added latency.
+  const CountersSnapshot c = store->counters();
+  EXPECT_GE(c.read_latency.Quantile(0.0), 2'000'000u * 7 / 8);  // bucket resolution
+  EXPECT_GE(c.read_latency.sum_ns, 5u * 2'000'000u);
+  // 16 MiB at 100 MB/s cannot finish in less than 0.167 s, however deep the queue.
+  IoBatch batch;
+  for (int i = 0; i < 16; ++i)
+    batch.AddRead((i % 4) << 20, buf.data() + (size_t{1} << 20) * i, 1 << 20);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(store->Submit(batch).ok());
+  ASSERT_TRUE(store->Wait(batch).ok());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(seconds, 16.0 * (1 << 20) / 100e6);
+  for (int i = 0; i < 16; i += 4)
+    EXPECT_TRUE(MatchesPattern(buf.data() + (size_t{1} << 20) * i, 4 << 20, 1, 1)) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, SlowDiskStoreTest,
+                         ::testing::Values(BackendKind::kUring, BackendKind::kThreadPool),
+                         testing::BackendParamName);
+
+}  // namespace
+}  // namespace strata::storage
