@@ -23,10 +23,14 @@ struct CommonFlags {
   int32_t ctx = 0;
   int32_t batch = 0;
   std::string kv;
+  std::string kv_dir;
+  int64_t kv_budget = 0;
   CLI::Option* threads_opt = nullptr;
   CLI::Option* ctx_opt = nullptr;
   CLI::Option* batch_opt = nullptr;
   CLI::Option* kv_opt = nullptr;
+  CLI::Option* kv_dir_opt = nullptr;
+  CLI::Option* kv_budget_opt = nullptr;
 };
 void AddCommonFlags(CLI::App* app, CommonFlags* f);
 // Loads the config file (if any) and applies the flags given on the command line.
@@ -47,5 +51,6 @@ void AddRunCommand(CLI::App* app);
 void AddInfoCommand(CLI::App* app);
 void AddPerplexityCommand(CLI::App* app);
 void AddBenchCommand(CLI::App* app);
+void AddCalibrateCommand(CLI::App* app);
 
 }  // namespace strata::cli

@@ -19,7 +19,10 @@ void AddCommonFlags(CLI::App* app, CommonFlags* f) {
   f->threads_opt = app->add_option("-t,--threads", f->threads, "worker threads (0 = all cores)");
   f->ctx_opt = app->add_option("--ctx", f->ctx, "context length in tokens (0 = the model's)");
   f->batch_opt = app->add_option("--batch", f->batch, "most tokens per forward pass");
-  f->kv_opt = app->add_option("--kv", f->kv, "KV policy: memory");
+  f->kv_opt = app->add_option("--kv", f->kv, "KV policy: memory, disk");
+  f->kv_dir_opt = app->add_option("--kv-dir", f->kv_dir, "directory of the disk KV store");
+  f->kv_budget_opt =
+      app->add_option("--kv-budget", f->kv_budget, "disk KV memory per sequence in bytes");
 }
 
 Status ResolveConfig(const CommonFlags& f, Config* cfg) {
@@ -29,6 +32,13 @@ Status ResolveConfig(const CommonFlags& f, Config* cfg) {
   if (f.batch_opt->count()) cfg->engine.n_batch = f.batch;
   if (f.kv_opt->count())
     STRATA_RETURN_IF_ERROR(ParseKvPolicyKind(f.kv, &cfg->engine.kv.policy).WithContext("--kv"));
+  if (f.kv_dir_opt->count()) cfg->engine.kv.disk.dir = f.kv_dir;
+  if (f.kv_budget_opt->count()) {
+    if (f.kv_budget < 0)
+      return Status::InvalidArgument("--kv-budget: " + std::to_string(f.kv_budget) +
+                                     " is negative (0 = 1/13 of the full cache)");
+    cfg->engine.kv.disk.budget_bytes = f.kv_budget;
+  }
   return Status::OK();
 }
 
@@ -82,12 +92,31 @@ nlohmann::json StatsJson(const GenerationStats& s) {
                           {"attention", s.forward.attention},
                           {"kv", s.forward.kv},
                           {"other", s.forward.other}};
-  j["kv"] = {
-      {"resident_bytes", s.kv.resident_bytes},  {"peak_resident_bytes", s.kv.peak_resident_bytes},
-      {"bytes_read", s.kv.bytes_read},          {"bytes_written", s.kv.bytes_written},
-      {"reads_issued", s.kv.reads_issued},      {"groups_selected", s.kv.groups_selected},
-      {"reuse_hits", s.kv.reuse_hits},          {"io_wait_seconds", s.kv.io_wait_seconds},
-      {"predict_seconds", s.kv.predict_seconds}};
+  j["kv"] = {{"resident_bytes", s.kv.resident_bytes},
+             {"peak_resident_bytes", s.kv.peak_resident_bytes},
+             {"bytes_read", s.kv.bytes_read},
+             {"bytes_written", s.kv.bytes_written},
+             {"reads_issued", s.kv.reads_issued},
+             {"groups_selected", s.kv.groups_selected},
+             {"reuse_hits", s.kv.reuse_hits},
+             {"io_wait_seconds", s.kv.io_wait_seconds},
+             {"predict_seconds", s.kv.predict_seconds},
+             {"budget_bytes", s.kv.budget_bytes},
+             {"peak_sequence_resident_bytes", s.kv.peak_sequence_resident_bytes},
+             {"peak_staging_bytes", s.kv.peak_staging_bytes},
+             {"steps", s.kv.steps},
+             {"step_seconds", s.kv.step_seconds},
+             {"write_requests", s.kv.write_requests}};
+  // Per pass averages: what one decode step moved and waited for.
+  if (s.kv.steps > 0) {
+    const double n = double(s.kv.steps);
+    j["kv"]["per_step"] = {
+        {"bytes_read", double(s.kv.bytes_read) / n},
+        {"reads_issued", double(s.kv.reads_issued) / n},
+        {"reuse_hits", double(s.kv.reuse_hits) / n},
+        {"io_wait_seconds", s.kv.io_wait_seconds / n},
+        {"compute_seconds", (s.kv.step_seconds - s.kv.io_wait_seconds - s.kv.predict_seconds) / n}};
+  }
   return j;
 }
 

@@ -1,4 +1,4 @@
-// The `strata` command: run (generate or chat), info, perplexity, bench.
+// The `strata` command: run (generate or chat), info, perplexity, bench, calibrate.
 #include <CLI/CLI.hpp>
 
 #include "runtime/cli/cli.h"
@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   strata::cli::AddInfoCommand(&app);
   strata::cli::AddPerplexityCommand(&app);
   strata::cli::AddBenchCommand(&app);
+  strata::cli::AddCalibrateCommand(&app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -184,7 +184,7 @@ const std::vector<Setting>& Schema() {
     v.push_back(Int<uint64_t>(
         "sampling.seed", "random seed", [sp](Config& c) -> uint64_t& { return sp(c).seed; }, 0,
         INT64_MAX));
-    Setting kv_policy{"kv.policy", "where KV lives: memory", nullptr, nullptr};
+    Setting kv_policy{"kv.policy", "where KV lives: memory, disk", nullptr, nullptr};
     kv_policy.set = [](const YAML::Node& n, const Where& w, Config* c) -> Status {
       STRATA_RETURN_IF_ERROR(Expect(n, w, "a policy name"));
       Status s = ParseKvPolicyKind(n.Scalar(), &c->engine.kv.policy);
@@ -194,6 +194,70 @@ const std::vector<Setting>& Schema() {
       return std::string(KvPolicyKindName(c.engine.kv.policy));
     };
     v.push_back(std::move(kv_policy));
+    // The disk-backed sparse policy (kv.policy: disk); see runtime/kv/kv_options.h.
+    auto dk = [](Config& c) -> DiskKvOptions& { return c.engine.kv.disk; };
+    v.push_back(String("kv.dir", "directory of the disk KV store file",
+                       [dk](Config& c) -> std::string& { return dk(c).dir; }));
+    v.push_back(String("kv.adapters", "adapters file from strata calibrate, \"\" = MODEL.adapters",
+                       [dk](Config& c) -> std::string& { return dk(c).adapters; }));
+    v.push_back(Int<int32_t>(
+        "kv.group_size", "G: tokens per group record",
+        [dk](Config& c) -> int32_t& { return dk(c).group_size; }, 1, 64));
+    v.push_back(Int<int32_t>(
+        "kv.ratio", "sigma: key summary compression (adapters must hold it)",
+        [dk](Config& c) -> int32_t& { return dk(c).ratio; }, 1, 4096));
+    v.push_back(Int<int32_t>(
+        "kv.groups_per_step", "M: groups loaded per layer, 0 = 400/G or what fits",
+        [dk](Config& c) -> int32_t& { return dk(c).groups_per_step; }, 0, 1 << 20));
+    v.push_back(Int<int32_t>(
+        "kv.reuse_slots", "C: loaded groups kept per layer, 0 = what the budget allows",
+        [dk](Config& c) -> int32_t& { return dk(c).reuse_slots; }, 0, 1 << 20));
+    v.push_back(Int<int64_t>(
+        "kv.budget_bytes", "KV memory per sequence, 0 = 1/13 of the full cache",
+        [dk](Config& c) -> int64_t& { return dk(c).budget_bytes; }, 0, int64_t(1) << 50));
+    v.push_back(Int<int32_t>(
+        "kv.sink_groups", "leading groups always resident",
+        [dk](Config& c) -> int32_t& { return dk(c).sink_groups; }, 0, 64));
+    v.push_back(Int<int32_t>(
+        "kv.recent_groups", "newest full groups always resident",
+        [dk](Config& c) -> int32_t& { return dk(c).recent_groups; }, 0, 64));
+    auto choice = [](std::string key, std::string help, auto parse, auto name) {
+      Setting s{std::move(key), std::move(help), nullptr, nullptr};
+      s.set = [parse](const YAML::Node& n, const Where& w, Config* c) -> Status {
+        STRATA_RETURN_IF_ERROR(Expect(n, w, "a name"));
+        Status st = parse(n.Scalar(), c);
+        return st.ok() ? st : Status::InvalidArgument(w.str() + ": " + st.message());
+      };
+      s.get = [name](const Config& c) { return std::string(name(c)); };
+      return s;
+    };
+    v.push_back(choice(
+        "kv.reuse", "reuse buffer replacement: fifo, lru, lfu",
+        [](const std::string& n, Config* c) {
+          return ParseReusePolicy(n, &c->engine.kv.disk.reuse);
+        },
+        [](const Config& c) { return ReusePolicyName(c.engine.kv.disk.reuse); }));
+    v.push_back(choice(
+        "kv.scoring", "how heads' scores combine: softmax, sum",
+        [](const std::string& n, Config* c) {
+          return ParseGroupScoring(n, &c->engine.kv.disk.scoring);
+        },
+        [](const Config& c) { return GroupScoringName(c.engine.kv.disk.scoring); }));
+    v.push_back(choice(
+        "kv.backend", "block store backend: auto, io_uring, pread",
+        [](const std::string& n, Config* c) {
+          if (n != "auto" && n != "io_uring" && n != "pread")
+            return Status::InvalidArgument("'" + n +
+                                           "' is not a backend (accepted: auto, io_uring, pread)");
+          c->engine.kv.disk.backend = n;
+          return Status::OK();
+        },
+        [](const Config& c) { return c.engine.kv.disk.backend.c_str(); }));
+    v.push_back(Int<int32_t>(
+        "kv.queue_depth", "most reads in the block store at once",
+        [dk](Config& c) -> int32_t& { return dk(c).queue_depth; }, 1, 4096));
+    v.push_back(Bool("kv.emulate_emmc", "cap the KV store at eMMC speed (250 MB/s, labelled)",
+                     [dk](Config& c) -> bool& { return dk(c).emulate_emmc; }));
     return v;
   }();
   return schema;

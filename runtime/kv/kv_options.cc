@@ -1,14 +1,27 @@
 #include "runtime/kv/kv_options.h"
 
+#include "runtime/kv/disk_kv.h"
 #include "runtime/kv/memory_kv.h"
 #include "runtime/model/model.h"
 
 namespace strata {
+namespace {
+
+Status Range(const char* key, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi)
+    return Status::OutOfRange(std::string(key) + " = " + std::to_string(v) + " is out of range [" +
+                              std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return Status::OK();
+}
+
+}  // namespace
 
 const char* KvPolicyKindName(KvPolicyKind kind) {
   switch (kind) {
     case KvPolicyKind::kMemory:
       return "memory";
+    case KvPolicyKind::kDisk:
+      return "disk";
   }
   return "?";
 }
@@ -18,17 +31,80 @@ Status ParseKvPolicyKind(const std::string& name, KvPolicyKind* out) {
     *out = KvPolicyKind::kMemory;
     return Status::OK();
   }
-  return Status::InvalidArgument("unknown KV policy '" + name + "' (accepted: memory)");
+  if (name == "disk") {
+    *out = KvPolicyKind::kDisk;
+    return Status::OK();
+  }
+  return Status::InvalidArgument("unknown KV policy '" + name + "' (accepted: memory, disk)");
+}
+
+const char* ReusePolicyName(ReusePolicy p) {
+  switch (p) {
+    case ReusePolicy::kFifo:
+      return "fifo";
+    case ReusePolicy::kLru:
+      return "lru";
+    case ReusePolicy::kLfu:
+      return "lfu";
+  }
+  return "?";
+}
+
+Status ParseReusePolicy(const std::string& name, ReusePolicy* out) {
+  for (ReusePolicy p : {ReusePolicy::kFifo, ReusePolicy::kLru, ReusePolicy::kLfu}) {
+    if (name == ReusePolicyName(p)) {
+      *out = p;
+      return Status::OK();
+    }
+  }
+  return Status::InvalidArgument("unknown reuse policy '" + name + "' (accepted: fifo, lru, lfu)");
+}
+
+const char* GroupScoringName(GroupScoring s) {
+  return s == GroupScoring::kSoftmax ? "softmax" : "sum";
+}
+
+Status ParseGroupScoring(const std::string& name, GroupScoring* out) {
+  if (name == "softmax" || name == "sum") {
+    *out = name == "sum" ? GroupScoring::kSum : GroupScoring::kSoftmax;
+    return Status::OK();
+  }
+  return Status::InvalidArgument("unknown group scoring '" + name + "' (accepted: softmax, sum)");
+}
+
+Status ValidateDiskKvOptions(const DiskKvOptions& o) {
+  // G above 64 makes a record of a big model larger than the store's largest request unit
+  // and defeats the point of prediction; the paper uses 4 to 8.
+  STRATA_RETURN_IF_ERROR(Range("kv.group_size (G)", o.group_size, 1, 64));
+  STRATA_RETURN_IF_ERROR(Range("kv.ratio (sigma)", o.ratio, 1, 4096));
+  STRATA_RETURN_IF_ERROR(Range("kv.groups_per_step (M)", o.groups_per_step, 0, 1 << 20));
+  STRATA_RETURN_IF_ERROR(Range("kv.reuse_slots (C)", o.reuse_slots, 0, 1 << 20));
+  STRATA_RETURN_IF_ERROR(Range("kv.budget_bytes", o.budget_bytes, 0, int64_t(1) << 50));
+  STRATA_RETURN_IF_ERROR(Range("kv.sink_groups", o.sink_groups, 0, 64));
+  STRATA_RETURN_IF_ERROR(Range("kv.recent_groups", o.recent_groups, 0, 64));
+  STRATA_RETURN_IF_ERROR(Range("kv.queue_depth", o.queue_depth, 1, 4096));
+  if (o.backend != "auto" && o.backend != "io_uring" && o.backend != "pread")
+    return Status::InvalidArgument("kv.backend = '" + o.backend +
+                                   "' is not a block store backend (accepted: auto, io_uring, "
+                                   "pread)");
+  if (o.dir.empty()) return Status::InvalidArgument("kv.dir is empty: name a KV directory");
+  return Status::OK();
 }
 
 Status CreateKvPolicy(const Model& model, const KvOptions& options, int32_t n_ctx,
-                      int32_t max_sequences, ThreadPool* /*pool*/, std::unique_ptr<KvPolicy>* out) {
+                      int32_t max_sequences, ThreadPool* pool, std::unique_ptr<KvPolicy>* out) {
   const HParams& hp = model.hparams();
   KvShape shape{hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx};
   switch (options.policy) {
     case KvPolicyKind::kMemory: {
       std::unique_ptr<MemoryKv> kv;
       STRATA_RETURN_IF_ERROR(MemoryKv::Create(shape, max_sequences, &kv));
+      *out = std::move(kv);
+      return Status::OK();
+    }
+    case KvPolicyKind::kDisk: {
+      std::unique_ptr<DiskKv> kv;
+      STRATA_RETURN_IF_ERROR(DiskKv::Create(model, options.disk, n_ctx, max_sequences, pool, &kv));
       *out = std::move(kv);
       return Status::OK();
     }

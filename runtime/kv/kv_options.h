@@ -10,18 +10,72 @@
 #include "runtime/kv/kv_policy.h"
 
 namespace strata {
+namespace storage {
+class FaultInjector;
+}
 
 class Model;
 class ThreadPool;
 
-enum class KvPolicyKind { kMemory };
+enum class KvPolicyKind { kMemory, kDisk };
 const char* KvPolicyKindName(KvPolicyKind kind);
-// "memory" -> kMemory; the error lists the accepted names.
+// "memory" -> kMemory, "disk" -> kDisk; the error lists the accepted names.
 Status ParseKvPolicyKind(const std::string& name, KvPolicyKind* out);
+
+// Which loaded group a full reuse buffer gives up for a new one.
+enum class ReusePolicy {
+  kFifo,  // the group loaded longest ago (KVSwap's choice)
+  kLru,   // the group selected longest ago
+  kLfu,   // the group selected least often (counts halve every C steps, so old fame fades)
+};
+const char* ReusePolicyName(ReusePolicy p);
+Status ParseReusePolicy(const std::string& name, ReusePolicy* out);
+
+// How per-head low-rank scores become one score per token before the max per group.
+enum class GroupScoring {
+  kSoftmax,  // each head's scores through its own softmax, summed: the attention mass a
+             // token would get from all heads, so no head's logit scale drowns the others
+  kSum,      // raw scores summed over heads (one matrix-vector product per layer)
+};
+const char* GroupScoringName(GroupScoring s);
+Status ParseGroupScoring(const std::string& name, GroupScoring* out);
+
+// The disk-backed sparse policy (KVSwap): the full KV on disk in group records, a low-rank
+// key summary and a few loaded groups in memory. Defaults follow the paper (M*G ~ 400,
+// G = 4 on NVMe) unless a measurement here says otherwise (see bench/kv).
+struct DiskKvOptions {
+  std::string dir = "/var/tmp";  // directory of the KV store file (deleted on close)
+  // Adapters file from `strata calibrate`; "" = the model's path with ".gguf" replaced by
+  // ".adapters".
+  std::string adapters;
+  int32_t group_size = 4;       // G: tokens per group record
+  int32_t ratio = 16;           // sigma = n_head_kv*head_dim / rank of the key summary
+  int32_t groups_per_step = 0;  // M: groups attention loads per layer; 0 = 400/G or what fits
+  int32_t reuse_slots = 0;      // C: loaded groups kept per layer; 0 = all the budget allows
+  // Resident bytes per sequence (key summary, rolling/recent/sink records, reuse slots,
+  // tables); 0 = 1/13 of the full F16 cache at the context length (the paper's ratio).
+  int64_t budget_bytes = 0;
+  int32_t sink_groups = 1;    // leading groups always resident (attention sink)
+  int32_t recent_groups = 0;  // newest full groups always resident, besides the rolling one
+  ReusePolicy reuse = ReusePolicy::kLru;
+  GroupScoring scoring = GroupScoring::kSoftmax;
+  std::string backend = "auto";  // block store backend: auto, io_uring or pread
+  int32_t queue_depth = 64;      // most reads in the block store at once
+  bool emulate_emmc = false;     // cap the store at eMMC speed (storage's slow-disk emulation)
+  // FlexGen-style baseline for benchmarks: every step reads each layer's whole KV back
+  // instead of predicting groups (the budget then does not bound the staging it needs).
+  bool reload_all = false;
+  std::shared_ptr<storage::FaultInjector> faults;  // tests only: the store's fault injection
+};
 
 struct KvOptions {
   KvPolicyKind policy = KvPolicyKind::kMemory;
+  DiskKvOptions disk;
 };
+
+// Checks the ranges of every option that does not depend on the model; errors name the
+// setting, the value and the accepted range.
+Status ValidateDiskKvOptions(const DiskKvOptions& o);
 
 // Builds the policy the options name for `model`, sized for n_ctx tokens per sequence and
 // at most max_sequences sequences.

@@ -60,6 +60,16 @@ struct KvCounters {
   double predict_seconds = 0;    // time spent choosing what to load
   uint64_t resident_bytes = 0;   // now: memory the policy holds for KV (all sequences)
   uint64_t peak_resident_bytes = 0;
+  // The most any one sequence has held, and the per-sequence limit it must stay within
+  // (0: the policy has no budget).
+  uint64_t peak_sequence_resident_bytes = 0;
+  uint64_t budget_bytes = 0;
+  // Transient buffers outside the budget (e.g. a disk policy's prefill staging): now, peak.
+  uint64_t staging_bytes = 0;
+  uint64_t peak_staging_bytes = 0;
+  uint64_t steps = 0;           // forward passes completed (BeginBatch .. EndBatch)
+  double step_seconds = 0;      // wall time inside those passes
+  uint64_t write_requests = 0;  // requests that wrote to the slow tier
 };
 
 class KvPolicy {

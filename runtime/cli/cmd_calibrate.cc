@@ -1,0 +1,67 @@
+// strata calibrate: computes the disk KV policy's low-rank key adapters for a model from
+// calibration text and writes them, with the model's identity and a checksum, to one file.
+//
+//   strata calibrate -m MODEL --text FILE --ratios 8,16,32 -o FILE
+#include <cstdio>
+
+#include "runtime/cli/cli.h"
+#include "tuner/calibration.h"
+
+namespace strata::cli {
+namespace {
+
+struct CalibrateFlags {
+  std::string model, text, output;
+  std::vector<int32_t> ratios = {8, 16, 32};
+  CalibrationOptions options;
+};
+
+Status Calibrate(CalibrateFlags& f) {
+  CommonFlags common;
+  common.model = f.model;
+  std::string path;
+  STRATA_RETURN_IF_ERROR(ResolveModelPath(common, Config{}, &path));
+  std::unique_ptr<Model> model;
+  STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
+  f.options.text_path = f.text;
+  f.options.ratios = f.ratios;
+  std::string out = f.output;
+  if (out.empty()) {
+    // Where the disk policy looks when kv.adapters is not set.
+    out = path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0
+              ? path.substr(0, path.size() - 5) + ".adapters"
+              : path + ".adapters";
+  }
+  Adapters a;
+  STRATA_RETURN_IF_ERROR(strata::Calibrate(*model, f.options, &a, [](const std::string& line) {
+    std::fprintf(stderr, "calibrate: %s\n", line.c_str());
+  }));
+  STRATA_RETURN_IF_ERROR(a.Write(out));
+  std::printf("wrote %s: ratios %s for model %s (%s), %s\n", out.c_str(), a.RatioList().c_str(),
+              path.c_str(), model->identity_hex().c_str(), a.note.c_str());
+  return Status::OK();
+}
+
+}  // namespace
+
+void AddCalibrateCommand(CLI::App* app) {
+  auto f = std::make_shared<CalibrateFlags>();
+  CLI::App* cmd = app->add_subcommand(
+      "calibrate", "compute the disk KV policy's key adapters (SVD of post-RoPE keys)");
+  cmd->add_option("-m,--model", f->model, "GGUF model file (default: as for run)");
+  cmd->add_option("--text", f->text, "calibration text (UTF-8)")->required();
+  cmd->add_option("--ratios", f->ratios, "compression ratios sigma, comma separated")
+      ->delimiter(',');
+  cmd->add_option("-o,--output", f->output, "adapters file (default: MODEL with .adapters)");
+  cmd->add_option("--tokens", f->options.tokens, "keys collected per layer");
+  cmd->add_option("--window", f->options.window, "tokens per forward window");
+  cmd->add_option("--text-fraction", f->options.text_fraction,
+                  "use only this leading fraction of the text (the rest is for evaluation)");
+  cmd->add_option("-t,--threads", f->options.threads, "worker threads (0 = all cores)");
+  cmd->callback([f] {
+    Status s = Calibrate(*f);
+    if (!s.ok()) ExitCode() = ReportError("calibrate", s);
+  });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,262 @@
+#include "runtime/kv/adapters.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/model/model.h"
+
+namespace strata {
+namespace {
+
+constexpr char kMagic[8] = {'S', 'T', 'R', 'K', 'V', 'A', 'D', 'P'};
+constexpr uint32_t kVersion = 1;
+// Far above any real model; keeps a damaged count from asking for gigabytes.
+constexpr uint32_t kMaxDim = 1 << 16;
+constexpr uint32_t kMaxSets = 64;
+constexpr uint32_t kMaxNote = 1 << 16;
+
+// FNV-1a 64 (the public FNV reference's offset basis and prime).
+uint64_t Fnv64(const uint8_t* p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+class Writer {
+ public:
+  void Bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    buf_.insert(buf_.end(), b, b + n);
+  }
+  template <class T>
+  void Put(T v) {
+    Bytes(&v, sizeof v);  // the project targets little-endian hosts (x86-64, aarch64)
+  }
+  std::vector<uint8_t>& buf() { return buf_; }
+
+ private:
+  std::vector<uint8_t> buf_;
+};
+
+class Reader {
+ public:
+  Reader(const std::vector<uint8_t>& b, size_t end, const std::string& path)
+      : b_(b), end_(end), path_(path) {}
+  template <class T>
+  Status Get(const char* field, T* v) {
+    return Bytes(field, v, sizeof *v);
+  }
+  Status Bytes(const char* field, void* p, size_t n) {
+    if (end_ - pos_ < n)
+      return Status::Corruption("adapters " + path_ + ": file ends inside '" + field +
+                                "' at byte " + std::to_string(pos_) + " (truncated?)");
+    std::memcpy(p, b_.data() + pos_, n);
+    pos_ += n;
+    return Status::OK();
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  const std::vector<uint8_t>& b_;
+  const size_t end_;
+  const std::string& path_;
+  size_t pos_ = 0;
+};
+
+Status CheckDim(const std::string& path, const char* field, uint32_t v) {
+  if (v == 0 || v > kMaxDim)
+    return Status::Corruption("adapters " + path + ": " + field + " = " + std::to_string(v) +
+                              " is out of range [1, " + std::to_string(kMaxDim) + "]");
+  return Status::OK();
+}
+
+}  // namespace
+
+Status RankForRatio(int32_t row, int32_t ratio, int32_t* rank) {
+  if (ratio < 1 || ratio > row)
+    return Status::OutOfRange("key compression ratio " + std::to_string(ratio) +
+                              " is out of range [1, " + std::to_string(row) +
+                              "] (n_head_kv*head_dim of the model)");
+  *rank = std::max(1, row / ratio);
+  return Status::OK();
+}
+
+const AdapterSet* Adapters::Find(int32_t ratio) const {
+  for (const AdapterSet& s : sets)
+    if (s.ratio == ratio) return &s;
+  return nullptr;
+}
+
+std::string Adapters::RatioList() const {
+  std::string out;
+  for (const AdapterSet& s : sets) out += (out.empty() ? "" : ", ") + std::to_string(s.ratio);
+  return out;
+}
+
+Status Adapters::Write(const std::string& path) const {
+  Writer w;
+  w.Bytes(kMagic, sizeof kMagic);
+  w.Put<uint32_t>(kVersion);
+  w.Put<uint64_t>(model_identity);
+  w.Put<uint32_t>(uint32_t(n_layer));
+  w.Put<uint32_t>(uint32_t(n_head_kv));
+  w.Put<uint32_t>(uint32_t(head_dim));
+  w.Put<uint64_t>(calibration_tokens);
+  w.Put<uint32_t>(uint32_t(note.size()));
+  w.Bytes(note.data(), note.size());
+  w.Put<uint32_t>(uint32_t(sets.size()));
+  for (const AdapterSet& s : sets) {
+    w.Put<uint32_t>(uint32_t(s.ratio));
+    w.Put<uint32_t>(uint32_t(s.rank));
+  }
+  const size_t per_layer_row = size_t(row());
+  for (const AdapterSet& s : sets) {
+    if (int32_t(s.layers.size()) != n_layer)
+      return Status::Internal("adapters: set for ratio " + std::to_string(s.ratio) + " has " +
+                              std::to_string(s.layers.size()) + " layers, expected " +
+                              std::to_string(n_layer));
+    for (const std::vector<float>& a : s.layers) {
+      if (a.size() != per_layer_row * size_t(s.rank))
+        return Status::Internal("adapters: a layer matrix has the wrong size");
+      w.Bytes(a.data(), a.size() * sizeof(float));
+    }
+  }
+  const uint64_t sum = Fnv64(w.buf().data(), w.buf().size());
+  w.Put<uint64_t>(sum);
+
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return Status::FromErrno("adapters: creating " + tmp, errno);
+    out.write(reinterpret_cast<const char*>(w.buf().data()), std::streamsize(w.buf().size()));
+    out.flush();
+    if (!out) return Status::FromErrno("adapters: writing " + tmp, errno);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    return Status::FromErrno("adapters: renaming " + tmp + " to " + path, err);
+  }
+  return Status::OK();
+}
+
+Status Adapters::Read(const std::string& path, Adapters* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    if (err == ENOENT)
+      return Status::NotFound("adapters file " + path +
+                              " does not exist; make it with `strata calibrate -m MODEL --text "
+                              "FILE --ratios 8,16,32 -o " +
+                              path + "`");
+    return Status::FromErrno("adapters file " + path, err);
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const std::string s = ss.str();
+  const std::vector<uint8_t> b(s.begin(), s.end());
+  if (b.size() < sizeof kMagic + sizeof(uint64_t))
+    return Status::Corruption("adapters " + path + ": " + std::to_string(b.size()) +
+                              " bytes is too short to be an adapters file");
+  if (std::memcmp(b.data(), kMagic, sizeof kMagic) != 0)
+    return Status::Corruption("adapters " + path +
+                              ": not an adapters file (magic is not STRKVADP)");
+  const size_t body = b.size() - sizeof(uint64_t);
+  uint64_t stored = 0;
+  std::memcpy(&stored, b.data() + body, sizeof stored);
+  const uint64_t actual = Fnv64(b.data(), body);
+  if (stored != actual) {
+    char msg[160];
+    std::snprintf(msg, sizeof msg, ": checksum mismatch (stored %016llx, computed %016llx)",
+                  (unsigned long long)stored, (unsigned long long)actual);
+    return Status::Corruption("adapters " + path + msg + ": the file is damaged");
+  }
+
+  Reader r(b, body, path);
+  Adapters a;
+  char magic[8];
+  STRATA_RETURN_IF_ERROR(r.Bytes("magic", magic, sizeof magic));
+  uint32_t version = 0, n_layer = 0, n_head_kv = 0, head_dim = 0, note_len = 0, n_sets = 0;
+  STRATA_RETURN_IF_ERROR(r.Get("version", &version));
+  if (version != kVersion)
+    return Status::Corruption("adapters " + path + ": version " + std::to_string(version) +
+                              " is not the supported version " + std::to_string(kVersion));
+  STRATA_RETURN_IF_ERROR(r.Get("model identity", &a.model_identity));
+  STRATA_RETURN_IF_ERROR(r.Get("n_layer", &n_layer));
+  STRATA_RETURN_IF_ERROR(r.Get("n_head_kv", &n_head_kv));
+  STRATA_RETURN_IF_ERROR(r.Get("head_dim", &head_dim));
+  STRATA_RETURN_IF_ERROR(CheckDim(path, "n_layer", n_layer));
+  STRATA_RETURN_IF_ERROR(CheckDim(path, "n_head_kv", n_head_kv));
+  STRATA_RETURN_IF_ERROR(CheckDim(path, "head_dim", head_dim));
+  STRATA_RETURN_IF_ERROR(r.Get("calibration tokens", &a.calibration_tokens));
+  STRATA_RETURN_IF_ERROR(r.Get("note length", &note_len));
+  if (note_len > kMaxNote)
+    return Status::Corruption("adapters " + path + ": note length " + std::to_string(note_len) +
+                              " exceeds " + std::to_string(kMaxNote));
+  a.note.resize(note_len);
+  STRATA_RETURN_IF_ERROR(r.Bytes("note", a.note.data(), note_len));
+  STRATA_RETURN_IF_ERROR(r.Get("set count", &n_sets));
+  if (n_sets == 0 || n_sets > kMaxSets)
+    return Status::Corruption("adapters " + path + ": set count " + std::to_string(n_sets) +
+                              " is out of range [1, " + std::to_string(kMaxSets) + "]");
+  a.n_layer = int32_t(n_layer);
+  a.n_head_kv = int32_t(n_head_kv);
+  a.head_dim = int32_t(head_dim);
+  const uint64_t row = uint64_t(n_head_kv) * head_dim;
+  a.sets.resize(n_sets);
+  for (AdapterSet& set : a.sets) {
+    uint32_t ratio = 0, rank = 0;
+    STRATA_RETURN_IF_ERROR(r.Get("ratio", &ratio));
+    STRATA_RETURN_IF_ERROR(r.Get("rank", &rank));
+    if (rank == 0 || rank > row || ratio == 0 || ratio > row)
+      return Status::Corruption("adapters " + path + ": ratio " + std::to_string(ratio) +
+                                " with rank " + std::to_string(rank) + " does not fit row " +
+                                std::to_string(row));
+    set.ratio = int32_t(ratio);
+    set.rank = int32_t(rank);
+  }
+  for (AdapterSet& set : a.sets) {
+    set.layers.resize(n_layer);
+    for (std::vector<float>& m : set.layers) {
+      m.resize(size_t(row) * set.rank);
+      STRATA_RETURN_IF_ERROR(r.Bytes("matrix", m.data(), m.size() * sizeof(float)));
+      for (float v : m)
+        if (!std::isfinite(v))
+          return Status::Corruption("adapters " + path + ": a matrix of ratio " +
+                                    std::to_string(set.ratio) + " holds a non-finite value");
+    }
+  }
+  if (r.pos() != body)
+    return Status::Corruption("adapters " + path + ": " + std::to_string(body - r.pos()) +
+                              " unexpected bytes after the matrices");
+  *out = std::move(a);
+  return Status::OK();
+}
+
+Status Adapters::CheckModel(const Model& model, const std::string& path) const {
+  const HParams& hp = model.hparams();
+  if (model_identity != model.identity()) {
+    char msg[200];
+    std::snprintf(msg, sizeof msg, " were made for model identity %016llx, not for %s (%s)",
+                  (unsigned long long)model_identity, model.path().c_str(),
+                  model.identity_hex().c_str());
+    return Status::InvalidArgument("adapters " + path + msg +
+                                   "; run `strata calibrate` for this model");
+  }
+  if (n_layer != hp.n_layer || n_head_kv != hp.n_head_kv || head_dim != hp.head_dim)
+    return Status::InvalidArgument(
+        "adapters " + path + " are shaped for " + std::to_string(n_layer) + " layers x " +
+        std::to_string(n_head_kv) + " KV heads x " + std::to_string(head_dim) +
+        " dims, the model has " + std::to_string(hp.n_layer) + " x " +
+        std::to_string(hp.n_head_kv) + " x " + std::to_string(hp.head_dim));
+  return Status::OK();
+}
+
+}  // namespace strata

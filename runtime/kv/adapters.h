@@ -1,0 +1,60 @@
+// Adapters: the low-rank key projections A of the disk-backed policy, one per layer and
+// compression ratio, and the binary file `strata calibrate` writes them to.
+//
+// For a layer, A is (n_head_kv*head_dim) x rank with orthonormal columns (the leading right
+// singular vectors of calibration keys), so K_lr = K * A keeps most of what q.k depends on
+// and sigma = n_head_kv*head_dim / rank. The file records the model's identity so the
+// runtime refuses adapters made for another model, and a checksum so a damaged file is
+// refused rather than used.
+//
+// File layout (little-endian): "STRKVADP", u32 version, u64 model identity, u32 n_layer,
+// n_head_kv, head_dim, u64 calibration tokens, u32 note length + note bytes, u32 set count,
+// then per set u32 ratio and u32 rank, then per set per layer rank*row F32 values (row-major
+// [row][rank]), and last a u64 FNV-1a checksum of every byte before it.
+//
+// A plain value; thread-compatible. Read and Write touch only the named file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace strata {
+
+class Model;
+
+// rank = row / ratio (at least 1); errors name the ratio and the accepted range [1, row].
+Status RankForRatio(int32_t row, int32_t ratio, int32_t* rank);
+
+struct AdapterSet {
+  int32_t ratio = 0;
+  int32_t rank = 0;
+  std::vector<std::vector<float>> layers;  // per layer [row][rank]
+};
+
+struct Adapters {
+  uint64_t model_identity = 0;
+  int32_t n_layer = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;
+  uint64_t calibration_tokens = 0;
+  std::string note;  // what the calibration ran on, for people reading `strata info`
+  std::vector<AdapterSet> sets;
+
+  int32_t row() const { return n_head_kv * head_dim; }
+  const AdapterSet* Find(int32_t ratio) const;
+  // "8, 16, 32"
+  std::string RatioList() const;
+
+  // Errors: missing file (NotFound), damage (Corruption: bad magic, version, sizes,
+  // checksum), each naming the file and the field.
+  static Status Read(const std::string& path, Adapters* out);
+  // Writes to path + ".tmp" and renames, so a reader never sees half a file.
+  Status Write(const std::string& path) const;
+  // Refuses adapters made for another model: identity and shape must match.
+  Status CheckModel(const Model& model, const std::string& path) const;
+};
+
+}  // namespace strata

@@ -1,0 +1,543 @@
+#include "runtime/kv/disk_kv.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "runtime/kv/disk_kv_internal.h"
+#include "runtime/model/model.h"
+
+namespace strata {
+namespace {
+
+using disk_kv_internal::kBulkRequestBytes;
+using disk_kv_internal::kReadbackTag;
+using disk_kv_internal::LoadTag;
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::atomic<uint32_t> g_store_counter{0};
+
+storage::BackendKind BackendOf(const std::string& name) {
+  if (name == "io_uring") return storage::BackendKind::kUring;
+  if (name == "pread") return storage::BackendKind::kThreadPool;
+  return storage::BackendKind::kAuto;
+}
+
+std::string DefaultAdaptersPath(const std::string& model_path) {
+  const std::string ext = ".gguf";
+  if (model_path.size() > ext.size() &&
+      model_path.compare(model_path.size() - ext.size(), ext.size(), ext) == 0)
+    return model_path.substr(0, model_path.size() - ext.size()) + ".adapters";
+  return model_path + ".adapters";
+}
+
+}  // namespace
+
+DiskKv::DiskKv(const Model& model, const DiskKvOptions& options, const KvShape& shape)
+    : model_(model), options_(options), shape_(shape) {}
+
+DiskKv::~DiskKv() {
+  // Nothing may still write into a sequence's buffers once they are freed.
+  if (store_) {
+    for (auto& b : reads_)
+      if (b) (void)store_->Wait(*b);
+    if (decode_writes_) (void)store_->Wait(*decode_writes_);
+    for (auto& [id, s] : seqs_)
+      if (s->staging)
+        for (auto& w : s->staging->writes) (void)store_->Wait(w);
+  }
+}
+
+Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t n_ctx,
+                      int32_t max_sequences, ThreadPool* pool, std::unique_ptr<DiskKv>* out) {
+  STRATA_RETURN_IF_ERROR(ValidateDiskKvOptions(options));
+  const HParams& hp = model.hparams();
+  if (n_ctx <= 0 || max_sequences <= 0)
+    return Status::InvalidArgument("disk KV: context and max_sequences must be > 0");
+  KvShape shape{hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx};
+  std::unique_ptr<DiskKv> kv(new DiskKv(model, options, shape));
+  kv->max_sequences_ = max_sequences;
+
+  int32_t rank = 0;
+  STRATA_RETURN_IF_ERROR(RankForRatio(shape.row(), options.ratio, &rank).WithContext("kv.ratio"));
+  const std::string adapters =
+      options.adapters.empty() ? DefaultAdaptersPath(model.path()) : options.adapters;
+  STRATA_RETURN_IF_ERROR(Adapters::Read(adapters, &kv->adapters_));
+  STRATA_RETURN_IF_ERROR(kv->adapters_.CheckModel(model, adapters));
+  const AdapterSet* set = kv->adapters_.Find(options.ratio);
+  if (!set)
+    return Status::InvalidArgument("kv.ratio = " + std::to_string(options.ratio) +
+                                   " is not in adapters " + adapters + " (they hold ratios " +
+                                   kv->adapters_.RatioList() + "); calibrate it with --ratios");
+
+  storage::StoreOptions so;
+  so.directory = options.dir;
+  so.mode = storage::OpenMode::kCreate;
+  so.backend = BackendOf(options.backend);
+  so.queue_depth = uint32_t(options.queue_depth);
+  if (options.emulate_emmc) so.slow_disk = storage::SlowDiskOptions::Emmc();
+  so.faults = options.faults;
+  const std::string stem =
+      "kv-" + std::to_string(getpid()) + "-" + std::to_string(g_store_counter.fetch_add(1));
+  // Records are padded to the device block, so the plan needs the block size first: a
+  // tiny probe store tells it (and fails early, with the store's message, on a bad dir).
+  uint32_t block = 0;
+  {
+    storage::StoreOptions probe = so;
+    probe.file_name = stem + "-probe.strata";
+    probe.capacity = 1 << 20;
+    probe.faults = nullptr;
+    probe.slow_disk = {};
+    std::unique_ptr<storage::BlockStore> s;
+    STRATA_RETURN_IF_ERROR(storage::BlockStore::Open(probe, &s).WithContext("disk KV store"));
+    block = s->block_size();
+  }
+  STRATA_RETURN_IF_ERROR(PlanDiskKv(shape, options, block, &kv->plan_));
+  if (kv->plan_.rank != set->rank)
+    return Status::Corruption("adapters " + adapters + ": ratio " + std::to_string(set->ratio) +
+                              " has rank " + std::to_string(set->rank) + ", expected " +
+                              std::to_string(kv->plan_.rank));
+  kv->layout_ = kv->plan_.layout;
+  so.file_name = stem + ".strata";
+  so.capacity = uint64_t(max_sequences) * kv->layout_.sequence_bytes();
+  so.block_size = block;
+  Status st = storage::BlockStore::Open(so, &kv->store_);
+  if (!st.ok())
+    return st.WithContext("disk KV store of " + std::to_string(so.capacity) + " bytes (" +
+                          std::to_string(max_sequences) + " sequences x " + std::to_string(n_ctx) +
+                          " tokens) in " + options.dir);
+  struct stat sb {};
+  if (stat(kv->store_->path().c_str(), &sb) != 0)
+    return Status::FromErrno("disk KV: stat " + kv->store_->path(), errno);
+  kv->store_dev_ = sb.st_dev;
+  kv->store_ino_ = sb.st_ino;
+
+  STRATA_RETURN_IF_ERROR(GroupPredictor::Create(model, *set, options.scoring, n_ctx, max_sequences,
+                                                pool, &kv->predictor_));
+  for (int32_t l = 0; l < hp.n_layer; ++l)
+    kv->reads_.push_back(std::make_unique<storage::IoBatch>());
+  kv->reads_settled_.assign(size_t(hp.n_layer), 1);
+  kv->decode_writes_ = std::make_unique<storage::IoBatch>();
+  for (int32_t r = max_sequences - 1; r >= 0; --r) kv->free_regions_.push_back(r);
+  kv->q_lr_.resize(size_t(max_sequences) * hp.n_head * kv->plan_.rank);
+  kv->sparse_x_.resize(size_t(max_sequences) * hp.n_embd);
+  kv->c_.budget_bytes = kv->plan_.budget_bytes;
+  *out = std::move(kv);
+  return Status::OK();
+}
+
+DiskKv::Sequence* DiskKv::Find(SeqId seq) {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? nullptr : it->second.get();
+}
+const DiskKv::Sequence* DiskKv::Find(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? nullptr : it->second.get();
+}
+
+Status DiskKv::AddSequence(SeqId* out) {
+  if (free_regions_.empty())
+    return Status::ResourceExhausted("disk KV: already " + std::to_string(seqs_.size()) +
+                                     " sequences, the limit is " + std::to_string(max_sequences_));
+  auto s = std::make_unique<Sequence>();
+  const uint64_t rec = layout_.record_bytes;
+  const int32_t per_layer = plan_.arena_records_per_layer();
+  STRATA_RETURN_IF_ERROR(storage::AlignedBuffer::Allocate(size_t(shape_.n_layer) * per_layer * rec,
+                                                          store_->block_size(), &s->arena));
+  s->klr_map_bytes = size_t(shape_.n_layer) * shape_.n_ctx * plan_.rank * sizeof(uint16_t);
+  void* p = mmap(nullptr, s->klr_map_bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    return Status::FromErrno(
+        "disk KV: reserving " + std::to_string(s->klr_map_bytes) + " bytes for the key summary",
+        errno);
+  s->klr_map = p;
+  s->layers.resize(size_t(shape_.n_layer));
+  for (int32_t l = 0; l < shape_.n_layer; ++l) {
+    Layer& L = s->layers[size_t(l)];
+    std::byte* base = s->arena.data() + size_t(l) * per_layer * rec;
+    L.slots = base;
+    L.ring = L.slots + size_t(plan_.reuse_slots) * rec;
+    L.sink = L.ring + size_t(plan_.ring_records()) * rec;
+    L.write = L.sink + size_t(plan_.sink_groups) * rec;
+    L.klr = static_cast<uint16_t*>(p) + size_t(l) * shape_.n_ctx * plan_.rank;
+    L.reuse = ReuseBuffer(plan_.reuse_slots, options_.reuse);
+    L.selected.reserve(size_t(plan_.groups_per_step));
+    L.placed.reserve(size_t(plan_.groups_per_step));
+    L.view.reserve(size_t(plan_.groups_per_step + plan_.sink_groups + plan_.recent_groups + 1));
+  }
+  s->region = free_regions_.back();
+  free_regions_.pop_back();
+  const SeqId id = next_id_++;
+  seqs_[id] = std::move(s);
+  *out = id;
+  NoteMemory();
+  return Status::OK();
+}
+
+Status DiskKv::RemoveSequence(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return Status::NotFound("disk KV: no sequence " + std::to_string(seq));
+  // Its buffers may still be the target or source of I/O.
+  for (auto& b : reads_) (void)store_->Wait(*b);
+  (void)store_->Wait(*decode_writes_);
+  free_regions_.push_back(it->second->region);
+  seqs_.erase(it);
+  NoteMemory();
+  return Status::OK();
+}
+
+int32_t DiskKv::Length(SeqId seq) const {
+  const Sequence* s = Find(seq);
+  return s ? s->length : 0;
+}
+
+Status DiskKv::CheckStoreFile() const {
+  struct stat sb {};
+  if (stat(store_->path().c_str(), &sb) != 0 || sb.st_dev != store_dev_ || sb.st_ino != store_ino_)
+    return Status::IOError("disk KV: the store file " + store_->path() +
+                           " is gone (was the KV directory " + options_.dir +
+                           " removed?); the KV cache of every sequence is lost");
+  return Status::OK();
+}
+
+Status DiskKv::SettleDecodeWrites() {
+  if (decode_writes_->empty()) return Status::OK();
+  const auto t0 = Clock::now();
+  const Status st = store_->Wait(*decode_writes_);
+  c_.io_wait_seconds += Seconds(t0, Clock::now());
+  if (!st.ok()) {
+    // The failed records are gone for good: their sequences cannot attend correctly.
+    for (size_t i = 0; i < decode_writes_->size(); ++i) {
+      if (decode_writes_->status(i).ok()) continue;
+      const int32_t region = int32_t(decode_writes_->request(i).tag);
+      for (auto& [id, s] : seqs_)
+        if (s->region == region && s->lost.ok())
+          s->lost = decode_writes_->status(i).WithContext(
+              "disk KV: sequence " + std::to_string(id) + " lost a group record");
+    }
+  }
+  decode_writes_->Clear();
+  return st.WithContext("disk KV: writing group records");
+}
+
+Status DiskKv::BeginBatch(std::span<const BatchSeq> batch) {
+  if (!broken_.ok()) return broken_;
+  if (Status st = CheckStoreFile(); !st.ok()) {
+    broken_ = st;
+    return st;
+  }
+  STRATA_RETURN_IF_ERROR(SettleDecodeWrites());
+  for (const BatchSeq& b : batch) {
+    const Sequence* s = Find(b.seq);
+    if (!s) return Status::NotFound("disk KV: no sequence " + std::to_string(b.seq));
+    if (!s->lost.ok()) return s->lost;
+    if (b.pos0 != s->length)
+      return Status::InvalidArgument("disk KV: sequence " + std::to_string(b.seq) + " has " +
+                                     std::to_string(s->length) +
+                                     " tokens, batch starts at position " + std::to_string(b.pos0));
+    if (b.n_new <= 0 || int64_t(s->length) + b.n_new > shape_.n_ctx)
+      return Status::OutOfRange("context full: sequence " + std::to_string(b.seq) + " has " +
+                                std::to_string(s->length) + " tokens + " + std::to_string(b.n_new) +
+                                " new > context length " + std::to_string(shape_.n_ctx));
+  }
+  pass_start_ = Clock::now();
+  batch_.assign(batch.begin(), batch.end());
+  batch_seqs_.clear();
+  int32_t row = 0;
+  const uint64_t rec = layout_.record_bytes;
+  const size_t R = size_t(plan_.ring_records());
+  for (const BatchSeq& b : batch_) {
+    Sequence* s = Find(b.seq);
+    s->pending = b.n_new;
+    s->row = row;
+    row += b.n_new;
+    s->exact = b.n_new > 1 || options_.reload_all;
+    batch_seqs_.push_back(s);
+    if (!s->exact) continue;
+    auto st = std::make_unique<Staging>();
+    const int32_t G = layout_.group_size;
+    const uint64_t prior = uint64_t(s->length / G) * rec;
+    const uint64_t fresh = uint64_t(s->length % G + b.n_new);
+    const uint64_t full = uint64_t((s->length + b.n_new) / G - s->length / G) * rec;
+    const size_t align = store_->block_size();
+    for (int i = 0; i < 2; ++i) {
+      if (prior)
+        STRATA_RETURN_IF_ERROR(storage::AlignedBuffer::Allocate(prior, align, &st->readback[i]));
+      if (full)
+        STRATA_RETURN_IF_ERROR(storage::AlignedBuffer::Allocate(full, align, &st->records[i]));
+    }
+    STRATA_RETURN_IF_ERROR(
+        storage::AlignedBuffer::Allocate(size_t(shape_.n_layer) * R * rec, align, &st->ring));
+    st->fresh_k.resize(fresh * layout_.row);
+    st->fresh_v.resize(fresh * layout_.row);
+    st->view.reserve(size_t(s->length / G) + 1);
+    st->bytes = 2 * (prior + full) + st->ring.size() + 2 * fresh * layout_.row * 2 +
+                st->view.capacity() * sizeof(kernels::KvSpan);
+    s->staging = std::move(st);
+  }
+  std::fill(reads_settled_.begin(), reads_settled_.end(), 1);
+  NoteMemory();
+  return Status::OK();
+}
+
+Status DiskKv::Prepare(int32_t layer, const float* x, int64_t n_embd) {
+  if (layer < 0 || layer >= shape_.n_layer) return Status::OK();
+  const auto t0 = Clock::now();
+  storage::IoBatch& rb = *reads_[size_t(layer)];
+  // A pass that ended without viewing this layer may have left its reads in flight.
+  STRATA_RETURN_IF_ERROR(SettleReads(layer));
+  rb.Clear();
+  STRATA_RETURN_IF_ERROR(PrepareSparse(layer, x, n_embd));
+  for (Sequence* s : batch_seqs_)
+    if (s->exact) AddReadback(layer, *s);
+  if (!rb.empty()) {
+    STRATA_RETURN_IF_ERROR(store_->Submit(rb).WithContext("disk KV: reading group records"));
+    reads_settled_[size_t(layer)] = 0;
+    c_.reads_issued += rb.size();
+    for (size_t i = 0; i < rb.size(); ++i) c_.bytes_read += rb.request(i).length;
+  }
+  c_.predict_seconds += Seconds(t0, Clock::now());
+  return Status::OK();
+}
+
+Status DiskKv::PrepareSparse(int32_t layer, const float* x, int64_t n_embd) {
+  sparse_rows_.clear();
+  sparse_pos_.clear();
+  for (size_t i = 0; i < batch_seqs_.size(); ++i) {
+    const Sequence* s = batch_seqs_[i];
+    if (s->exact) continue;
+    std::memcpy(sparse_x_.data() + sparse_rows_.size() * n_embd, x + int64_t(s->row) * n_embd,
+                size_t(n_embd) * sizeof(float));
+    sparse_rows_.push_back(int32_t(i));
+    sparse_pos_.push_back(s->length);
+  }
+  if (sparse_rows_.empty()) return Status::OK();
+  const int32_t G = layout_.group_size, rank = plan_.rank;
+  const int32_t n_head = predictor_->n_head();
+  predictor_->LowRankQueries(layer, sparse_x_.data(), int64_t(sparse_rows_.size()),
+                             sparse_pos_.data(), q_lr_.data());
+  for (size_t j = 0; j < sparse_rows_.size(); ++j) {
+    Sequence& s = *batch_seqs_[size_t(sparse_rows_[j])];
+    Layer& L = s.layers[size_t(layer)];
+    const int32_t gp = s.length / G;
+    const int32_t g_lo = std::min(plan_.sink_groups, gp);
+    const int32_t g_hi = std::max(g_lo, gp - plan_.recent_groups);
+    predictor_->SelectGroups(q_lr_.data() + j * n_head * rank, L.klr + size_t(g_lo) * G * rank,
+                             g_lo, g_hi, G, plan_.groups_per_step, &L.selected);
+    L.reuse.Resolve(L.selected, &L.placed);
+    AddLoads(layer, s);
+  }
+  return Status::OK();
+}
+
+void DiskKv::AddLoads(int32_t layer, Sequence& s) {
+  Layer& L = s.layers[size_t(layer)];
+  storage::IoBatch& rb = *reads_[size_t(layer)];
+  const uint32_t rec = layout_.record_bytes;
+  c_.groups_selected += L.placed.size();
+  for (size_t i = 0; i < L.placed.size();) {
+    const ReuseBuffer::Placement& p = L.placed[i];
+    if (!p.load) {
+      ++c_.reuse_hits;
+      ++i;
+      continue;
+    }
+    // Groups adjacent on disk that landed in adjacent slots travel in one request.
+    size_t j = i + 1;
+    while (j < L.placed.size() && L.placed[j].load &&
+           L.placed[j].group == p.group + int32_t(j - i) &&
+           L.placed[j].slot == p.slot + int32_t(j - i) &&
+           uint64_t(j - i + 1) * rec <= kBulkRequestBytes)
+      ++j;
+    const int32_t n = int32_t(j - i);
+    rb.AddRead(layout_.Offset(s.region, layer, p.group), L.slots + size_t(p.slot) * rec,
+               uint32_t(n) * rec, LoadTag(s.region, p.slot, n));
+    i = j;
+  }
+}
+
+Status DiskKv::SettleReads(int32_t layer) {
+  if (reads_settled_[size_t(layer)]) return Status::OK();
+  storage::IoBatch& rb = *reads_[size_t(layer)];
+  const auto t0 = Clock::now();
+  const Status st = store_->Wait(rb);
+  c_.io_wait_seconds += Seconds(t0, Clock::now());
+  reads_settled_[size_t(layer)] = 1;
+  if (st.ok()) return st;
+  for (size_t i = 0; i < rb.size(); ++i) {
+    const uint64_t tag = rb.request(i).tag;
+    if (rb.status(i).ok() || tag == kReadbackTag) continue;
+    const int32_t region = int32_t(tag >> 40), slot = int32_t((tag >> 20) & 0xFFFFF);
+    const int32_t count = int32_t(tag & 0xFFFFF);
+    for (auto& [id, s] : seqs_)
+      if (s->region == region)
+        for (int32_t k = 0; k < count; ++k) s->layers[size_t(layer)].reuse.Invalidate(slot + k);
+  }
+  return st.WithContext("disk KV: reading layer " + std::to_string(layer) + " records");
+}
+
+Status DiskKv::Append(int32_t layer, SeqId seq, const float* k, const float* v) {
+  Sequence* s = Find(seq);
+  if (!s || layer < 0 || layer >= shape_.n_layer || s->pending == 0)
+    return Status::InvalidArgument("disk KV: append to unknown sequence " + std::to_string(seq) +
+                                   " or layer " + std::to_string(layer) + " outside a pass");
+  if (s->exact) return AppendExact(layer, *s, k, v);
+  AppendDecode(layer, *s, k, v);
+  return Status::OK();
+}
+
+void DiskKv::AppendDecode(int32_t layer, Sequence& s, const float* k, const float* v) {
+  Layer& L = s.layers[size_t(layer)];
+  const int32_t G = layout_.group_size, p = s.length, g = p / G, t = p % G;
+  const uint32_t rec = layout_.record_bytes;
+  std::byte* r = L.ring + size_t(g % plan_.ring_records()) * rec;
+  kernels::F32ToF16Row(k, layout_.KeyRow(r, t), layout_.row);
+  kernels::F32ToF16Row(v, layout_.ValueRow(r, t), layout_.row);
+  predictor_->ProjectKeys(layer, k, 1, L.klr + size_t(p) * plan_.rank);
+  if (t == G - 1) {
+    // The write leaves at EndBatch from its own copy, so the ring slot can take the next
+    // group while it is in flight.
+    std::memcpy(L.write, r, layout_.payload_bytes);
+    L.write_group = g;
+    if (g < plan_.sink_groups) std::memcpy(L.sink + size_t(g) * rec, r, layout_.payload_bytes);
+  }
+}
+
+Status DiskKv::View(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) {
+  Sequence* s = Find(seq);
+  if (!s || layer < 0 || layer >= shape_.n_layer || s->pending == 0)
+    return Status::InvalidArgument("disk KV: view of unknown sequence " + std::to_string(seq) +
+                                   " or layer " + std::to_string(layer) + " outside a pass");
+  STRATA_RETURN_IF_ERROR(SettleReads(layer));
+  if (s->exact) {
+    ViewExact(layer, *s);
+    *out = s->staging->view;
+  } else {
+    ViewDecode(layer, *s);
+    *out = s->layers[size_t(layer)].view;
+  }
+  return Status::OK();
+}
+
+void DiskKv::ViewDecode(int32_t layer, Sequence& s) {
+  Layer& L = s.layers[size_t(layer)];
+  const int32_t G = layout_.group_size, p = s.length, gp = p / G, R = plan_.ring_records();
+  const uint32_t rec = layout_.record_bytes;
+  L.view.clear();
+  const int32_t n_sink = std::min(plan_.sink_groups, gp);
+  for (int32_t g = 0; g < n_sink; ++g)
+    L.view.push_back(layout_.Span(L.sink + size_t(g) * rec, g, G));
+  for (const ReuseBuffer::Placement& pl : L.placed)
+    L.view.push_back(layout_.Span(L.slots + size_t(pl.slot) * rec, pl.group, G));
+  for (int32_t g = std::max(n_sink, gp - plan_.recent_groups); g < gp; ++g)
+    L.view.push_back(layout_.Span(L.ring + size_t(g % R) * rec, g, G));
+  L.view.push_back(layout_.Span(L.ring + size_t(gp % R) * rec, gp, p - gp * G + 1));
+}
+
+Status DiskKv::EndBatch() {
+  Status result;
+  for (int32_t l = 0; l < shape_.n_layer; ++l) {
+    Status st = SettleReads(l);
+    if (result.ok() && !st.ok()) result = st;
+  }
+  for (Sequence* s : batch_seqs_) {
+    if (!s->exact) continue;
+    Status st = FinishExact(*s);
+    if (!st.ok()) {
+      // Nothing of the pass is committed: the sequence stays as it was before it.
+      if (result.ok()) result = st;
+      s->pending = 0;
+    }
+  }
+  if (!result.ok()) {
+    AbortBatch();
+    return result;
+  }
+  decode_writes_->Clear();
+  for (Sequence* s : batch_seqs_) {
+    if (s->exact) continue;
+    for (int32_t l = 0; l < shape_.n_layer; ++l) {
+      Layer& L = s->layers[size_t(l)];
+      if (L.write_group < 0) continue;
+      decode_writes_->AddWrite(layout_.Offset(s->region, l, L.write_group), L.write,
+                               layout_.record_bytes, uint64_t(s->region));
+      L.write_group = -1;
+    }
+  }
+  if (!decode_writes_->empty()) {
+    // Waited for at the next BeginBatch, so the writes overlap the output head and sampling.
+    Status st = store_->Submit(*decode_writes_);
+    if (!st.ok()) {
+      decode_writes_->Clear();
+      AbortBatch();
+      return st.WithContext("disk KV: writing group records");
+    }
+    c_.write_requests += decode_writes_->size();
+    c_.bytes_written += uint64_t(decode_writes_->size()) * layout_.record_bytes;
+  }
+  for (Sequence* s : batch_seqs_) {
+    s->length += s->pending;
+    s->pending = 0;
+    s->exact = false;
+    s->staging.reset();
+  }
+  batch_.clear();
+  batch_seqs_.clear();
+  ++c_.steps;
+  c_.step_seconds += Seconds(pass_start_, Clock::now());
+  NoteMemory();
+  return Status::OK();
+}
+
+void DiskKv::AbortBatch() {
+  for (int32_t l = 0; l < shape_.n_layer; ++l) (void)SettleReads(l);
+  for (Sequence* s : batch_seqs_) {
+    if (s->staging)
+      for (storage::IoBatch& wb : s->staging->writes) (void)store_->Wait(wb);
+    s->staging.reset();
+    s->pending = 0;
+    s->exact = false;
+    for (Layer& L : s->layers) L.write_group = -1;
+  }
+  batch_.clear();
+  batch_seqs_.clear();
+  NoteMemory();
+}
+
+uint64_t DiskKv::SequenceResident(const Sequence& s) const {
+  uint64_t b = s.arena.size();
+  b += uint64_t(shape_.n_layer) * uint64_t(s.length + s.pending) * plan_.rank * sizeof(uint16_t);
+  for (const Layer& L : s.layers)
+    b += ReuseBuffer::TableBytes(L.reuse.capacity()) + L.selected.capacity() * sizeof(int32_t) +
+         L.placed.capacity() * sizeof(ReuseBuffer::Placement) +
+         L.view.capacity() * sizeof(kernels::KvSpan);
+  return b;
+}
+
+void DiskKv::NoteMemory() {
+  uint64_t resident = 0, staging = 0;
+  for (const auto& [id, s] : seqs_) {
+    const uint64_t r = SequenceResident(*s);
+    resident += r;
+    c_.peak_sequence_resident_bytes = std::max(c_.peak_sequence_resident_bytes, r);
+    if (s->staging) staging += s->staging->bytes;
+  }
+  c_.resident_bytes = resident;
+  c_.peak_resident_bytes = std::max(c_.peak_resident_bytes, resident);
+  c_.staging_bytes = staging;
+  c_.peak_staging_bytes = std::max(c_.peak_staging_bytes, staging);
+}
+
+KvCounters DiskKv::counters() const { return c_; }
+
+}  // namespace strata

@@ -1,0 +1,124 @@
+// DiskKv: the disk-backed sparse KV policy (KVSwap). The full K and V of every layer live
+// in a block store on disk as group records; memory holds only the low-rank key summary
+// K_lr, a rolling group of the newest tokens (plus an optional recent window), the sink
+// groups and C reuse slots per layer, all inside a fixed per-sequence budget (DiskKvPlan).
+//
+// Decode (one new token per sequence): Prepare(l+1, x_l), called as layer l starts,
+// predicts layer l+1's top M groups from x_l (GroupPredictor), keeps the ones already in
+// the reuse buffer, and submits reads for the others into their slots, for all sequences
+// of the batch in one submission, adjacent groups in adjacent slots coalesced into one
+// request; View(l+1) waits for them, so the I/O runs under layer l's compute. Attention
+// then walks sink + selected + recent + rolling spans. A group that fills up is written
+// at EndBatch (one submission) and projected into K_lr when its tokens arrive.
+//
+// Layer 0 has no previous layer: Prepare(0, x0) predicts from the embeddings, which are
+// layer 0's real input, so its query is exact (only the low-rank approximation remains)
+// but its reads are not overlapped with compute; the reuse buffer serves most of them.
+//
+// Prefill (a pass with more than one new token for a sequence) attends exactly: Prepare
+// reads each layer's earlier records back into staging (one or a few large requests, also
+// overlapped with the previous layer), new full groups are written as they arrive. This
+// staging is transient, outside the budget, and reported as staging bytes; it scales with
+// the sequence length (two layers of records) plus two layers of the pass's new records.
+//
+// Append without Prepare/View is allowed (importing KV computed elsewhere, e.g. benchmarks
+// replaying a prefix). If the store file disappears (its directory removed) or a write
+// fails, the next pass fails with an error naming it; a sequence whose records were lost
+// refuses further passes.
+//
+// Thread-compatible: the engine thread calls it as KvPolicy describes; the pool workers
+// only read the spans.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "runtime/kv/adapters.h"
+#include "runtime/kv/disk_kv_plan.h"
+#include "runtime/kv/group_predictor.h"
+#include "runtime/kv/kv_options.h"
+#include "runtime/kv/kv_policy.h"
+#include "storage/block_store.h"
+
+namespace strata {
+
+class DiskKv final : public KvPolicy {
+ public:
+  static Status Create(const Model& model, const DiskKvOptions& options, int32_t n_ctx,
+                       int32_t max_sequences, ThreadPool* pool, std::unique_ptr<DiskKv>* out);
+  ~DiskKv() override;
+
+  const char* name() const override { return "disk"; }
+  const KvShape& shape() const override { return shape_; }
+  Status AddSequence(SeqId* out) override;
+  Status RemoveSequence(SeqId seq) override;
+  int32_t Length(SeqId seq) const override;
+  Status BeginBatch(std::span<const BatchSeq> batch) override;
+  Status Prepare(int32_t layer, const float* x, int64_t n_embd) override;
+  Status Append(int32_t layer, SeqId seq, const float* k, const float* v) override;
+  Status View(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) override;
+  Status EndBatch() override;
+  void AbortBatch() override;
+  KvCounters counters() const override;
+
+  const DiskKvPlan& plan() const { return plan_; }
+  const storage::BlockStore& store() const { return *store_; }
+
+ private:
+  struct Layer;
+  struct Staging;
+  struct Sequence;
+  DiskKv(const Model& model, const DiskKvOptions& options, const KvShape& shape);
+
+  Sequence* Find(SeqId seq);
+  const Sequence* Find(SeqId seq) const;
+  Status CheckStoreFile() const;
+  Status PrepareSparse(int32_t layer, const float* x, int64_t n_embd);
+  void AddLoads(int32_t layer, Sequence& s);
+  void AddReadback(int32_t layer, Sequence& s);
+  // Waits for layer's reads; forgets slots whose read failed. Returns the first error.
+  Status SettleReads(int32_t layer);
+  Status SettleDecodeWrites();
+  void AppendDecode(int32_t layer, Sequence& s, const float* k, const float* v);
+  Status AppendExact(int32_t layer, Sequence& s, const float* k, const float* v);
+  void ViewDecode(int32_t layer, Sequence& s);
+  void ViewExact(int32_t layer, Sequence& s);
+  Status FinishExact(Sequence& s);
+  uint64_t SequenceResident(const Sequence& s) const;
+  void NoteMemory();
+
+  const Model& model_;
+  const DiskKvOptions options_;
+  const KvShape shape_;
+  int32_t max_sequences_ = 0;
+  DiskKvPlan plan_;
+  KvRecordLayout layout_;
+  Adapters adapters_;
+  std::unique_ptr<GroupPredictor> predictor_;
+  std::unique_ptr<storage::BlockStore> store_;
+  dev_t store_dev_ = 0;
+  ino_t store_ino_ = 0;
+  Status broken_;  // set once the store file is gone: every later pass fails with it
+
+  SeqId next_id_ = 0;
+  std::map<SeqId, std::unique_ptr<Sequence>> seqs_;
+  std::vector<int32_t> free_regions_;
+
+  // The pass in flight.
+  std::vector<BatchSeq> batch_;
+  std::vector<Sequence*> batch_seqs_;
+  std::vector<std::unique_ptr<storage::IoBatch>> reads_;  // per layer, all sequences
+  std::vector<uint8_t> reads_settled_;                    // per layer, this pass
+  std::unique_ptr<storage::IoBatch> decode_writes_;       // submitted at EndBatch
+  std::vector<int32_t> sparse_rows_, sparse_pos_;
+  std::vector<float> sparse_x_, q_lr_;
+
+  KvCounters c_;
+  std::chrono::steady_clock::time_point pass_start_;
+};
+
+}  // namespace strata

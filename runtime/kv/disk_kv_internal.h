@@ -1,0 +1,69 @@
+// Internal to the disk KV policy (disk_kv.cc and disk_kv_prefill.cc): the per-sequence
+// state and the constants both halves share. Same threading as DiskKv.
+#pragma once
+
+#include <sys/mman.h>
+
+#include <vector>
+
+#include "runtime/kv/disk_kv.h"
+#include "runtime/kv/reuse_buffer.h"
+
+namespace strata::disk_kv_internal {
+
+// Large contiguous transfers (prefill read-back and writes) go in pieces of this size so
+// several run in parallel on the device's queues.
+inline constexpr uint64_t kBulkRequestBytes = 512 * 1024;
+// Tag of read-back requests; decode loads carry (region, first slot, count) instead.
+inline constexpr uint64_t kReadbackTag = ~uint64_t{0};
+inline uint64_t LoadTag(int32_t region, int32_t slot, int32_t count) {
+  return (uint64_t(region) << 40) | (uint64_t(slot) << 20) | uint64_t(count);
+}
+
+}  // namespace strata::disk_kv_internal
+
+namespace strata {
+
+struct DiskKv::Layer {
+  ReuseBuffer reuse;
+  std::byte* slots = nullptr;  // C records
+  std::byte* ring = nullptr;   // recent + 1 records: group g at g % (recent + 1)
+  std::byte* sink = nullptr;   // sink records: group g at g
+  std::byte* write = nullptr;  // one record: a full group waiting for EndBatch
+  uint16_t* klr = nullptr;     // [n_ctx][rank]
+  int32_t write_group = -1;
+  std::vector<int32_t> selected;
+  std::vector<ReuseBuffer::Placement> placed;
+  std::vector<kernels::KvSpan> view;
+};
+
+// Buffers of a pass that attends exactly (prefill, or the reload-everything baseline).
+struct DiskKv::Staging {
+  storage::AlignedBuffer readback[2];  // by layer parity: records [0, pos0/G)
+  storage::AlignedBuffer records[2];   // by layer parity: the pass's new full groups
+  storage::IoBatch writes[2];
+  storage::AlignedBuffer ring;  // [layer][recent + 1] records as they stand after the pass
+  std::vector<uint16_t> fresh_k, fresh_v;  // [pos0 % G + n_new][row]: partial + new tokens
+  std::vector<kernels::KvSpan> view;
+  uint64_t bytes = 0;
+};
+
+struct DiskKv::Sequence {
+  int32_t region = 0;  // which part of the store file holds its records
+  int32_t length = 0;
+  int32_t pending = 0;
+  int32_t row = 0;  // its first row in the pass's x
+  bool exact = false;
+  Status lost;  // set when records could not be written: the sequence is unusable
+  storage::AlignedBuffer arena;
+  void* klr_map = nullptr;
+  size_t klr_map_bytes = 0;
+  std::vector<Layer> layers;
+  std::unique_ptr<Staging> staging;
+
+  ~Sequence() {
+    if (klr_map) munmap(klr_map, klr_map_bytes);
+  }
+};
+
+}  // namespace strata

@@ -1,0 +1,109 @@
+// The exact-attention half of DiskKv: passes with more than one new token per sequence
+// (prefill) and the reload-everything baseline read each layer's earlier records back into
+// staging, write the pass's new full groups as they arrive, and commit the rolling group
+// only at EndBatch.
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/kv/disk_kv_internal.h"
+
+namespace strata {
+
+using disk_kv_internal::kBulkRequestBytes;
+using disk_kv_internal::kReadbackTag;
+
+void DiskKv::AddReadback(int32_t layer, Sequence& s) {
+  const int32_t n_prior = s.length / layout_.group_size;
+  if (n_prior == 0) return;
+  storage::IoBatch& rb = *reads_[size_t(layer)];
+  std::byte* dst = s.staging->readback[layer % 2].data();
+  const uint64_t total = uint64_t(n_prior) * layout_.record_bytes;
+  const uint64_t piece = std::max<uint64_t>(
+      layout_.record_bytes, kBulkRequestBytes / layout_.record_bytes * layout_.record_bytes);
+  const uint64_t origin = layout_.Offset(s.region, layer, 0);
+  for (uint64_t off = 0; off < total; off += piece)
+    rb.AddRead(origin + off, dst + off, uint32_t(std::min(piece, total - off)), kReadbackTag);
+}
+
+Status DiskKv::AppendExact(int32_t layer, Sequence& s, const float* k, const float* v) {
+  Layer& L = s.layers[size_t(layer)];
+  Staging& st = *s.staging;
+  const int32_t G = layout_.group_size, row = layout_.row, R = plan_.ring_records();
+  const uint32_t rec = layout_.record_bytes;
+  const int32_t p0 = s.length, n = s.pending, gp0 = p0 / G, head = p0 - gp0 * G;
+  const size_t row_bytes = size_t(row) * sizeof(uint16_t);
+  uint16_t* fk = st.fresh_k.data();
+  uint16_t* fv = st.fresh_v.data();
+  if (head > 0) {
+    std::byte* r = L.ring + size_t(gp0 % R) * rec;
+    std::memcpy(fk, layout_.KeyRow(r, 0), head * row_bytes);
+    std::memcpy(fv, layout_.ValueRow(r, 0), head * row_bytes);
+  }
+  kernels::F32ToF16Row(k, fk + size_t(head) * row, int64_t(n) * row);
+  kernels::F32ToF16Row(v, fv + size_t(head) * row, int64_t(n) * row);
+  if (!options_.reload_all) predictor_->ProjectKeys(layer, k, n, L.klr + size_t(p0) * plan_.rank);
+
+  auto fill = [&](std::byte* r, int32_t g) {  // record of group g from the fresh tokens
+    const int32_t first = (g - gp0) * G;
+    const int32_t count = std::min(G, head + n - first);
+    std::memcpy(layout_.KeyRow(r, 0), fk + size_t(first) * row, count * row_bytes);
+    std::memcpy(layout_.ValueRow(r, 0), fv + size_t(first) * row, count * row_bytes);
+  };
+  const int32_t gp_end = (p0 + n) / G, n_full = gp_end - gp0;
+  if (n_full > 0) {
+    storage::IoBatch& wb = st.writes[layer % 2];
+    STRATA_RETURN_IF_ERROR(store_->Wait(wb).WithContext("disk KV: writing group records"));
+    wb.Clear();
+    std::byte* recs = st.records[layer % 2].data();
+    for (int32_t i = 0; i < n_full; ++i) {
+      std::byte* r = recs + size_t(i) * rec;
+      fill(r, gp0 + i);
+      if (gp0 + i < plan_.sink_groups)
+        std::memcpy(L.sink + size_t(gp0 + i) * rec, r, layout_.payload_bytes);
+    }
+    const uint64_t total = uint64_t(n_full) * rec;
+    const uint64_t piece = std::max<uint64_t>(rec, kBulkRequestBytes / rec * rec);
+    const uint64_t origin = layout_.Offset(s.region, layer, gp0);
+    for (uint64_t off = 0; off < total; off += piece)
+      wb.AddWrite(origin + off, recs + off, uint32_t(std::min(piece, total - off)),
+                  uint64_t(s.region));
+    STRATA_RETURN_IF_ERROR(store_->Submit(wb).WithContext("disk KV: writing group records"));
+    c_.write_requests += wb.size();
+    c_.bytes_written += total;
+  }
+  // The ring as it must stand after the pass; it replaces the real one only at EndBatch,
+  // so an aborted pass leaves the sequence as it was.
+  std::byte* ring = st.ring.data() + size_t(layer) * R * rec;
+  for (int32_t g = std::max(0, gp_end - plan_.recent_groups); g <= gp_end; ++g) {
+    std::byte* dst = ring + size_t(g % R) * rec;
+    if (g >= gp0) {
+      if ((g - gp0) * G < head + n) fill(dst, g);
+    } else {
+      std::memcpy(dst, L.ring + size_t(g % R) * rec, rec);
+    }
+  }
+  return Status::OK();
+}
+
+void DiskKv::ViewExact(int32_t layer, Sequence& s) {
+  Staging& st = *s.staging;
+  const int32_t G = layout_.group_size, gp0 = s.length / G;
+  const uint32_t rec = layout_.record_bytes;
+  st.view.clear();
+  const std::byte* prior = st.readback[layer % 2].data();
+  for (int32_t g = 0; g < gp0; ++g) st.view.push_back(layout_.Span(prior + size_t(g) * rec, g, G));
+  const int32_t n = s.length - gp0 * G + s.pending;
+  st.view.push_back(kernels::KvSpan{st.fresh_k.data(), st.fresh_v.data(), n, gp0 * G, layout_.row});
+}
+
+Status DiskKv::FinishExact(Sequence& s) {
+  Staging& st = *s.staging;
+  for (storage::IoBatch& wb : st.writes)
+    STRATA_RETURN_IF_ERROR(store_->Wait(wb).WithContext("disk KV: writing group records"));
+  const size_t ring_bytes = size_t(plan_.ring_records()) * layout_.record_bytes;
+  for (int32_t l = 0; l < shape_.n_layer; ++l)
+    std::memcpy(s.layers[size_t(l)].ring, st.ring.data() + size_t(l) * ring_bytes, ring_bytes);
+  return Status::OK();
+}
+
+}  // namespace strata

@@ -1,0 +1,73 @@
+// GroupPredictor: the disk-backed policy's guess of which key groups a layer's attention
+// will need, made before that layer runs (KVSwap's grouped prediction).
+//
+// From the residual stream entering layer l-1 it builds an approximate query for layer l
+// (layer l's attention norm, Wq, bias/Q-norm and RoPE, the same math as the forward pass),
+// projects each query head through the rows of the layer's adapter A that belong to the
+// head's KV head (q_lr . K_lr approximates q_h . k_g), scores the low-rank key summary K_lr,
+// combines the heads (GroupScoring), takes the max per group and returns the top M groups.
+// It also makes K_lr rows from new keys (K_lr = K * A).
+//
+// Owns scratch sized at Create; uses the engine's thread pool for the matmuls. Call from the
+// engine thread only, one call at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/kv/adapters.h"
+#include "runtime/kv/kv_options.h"
+
+namespace strata {
+
+class Model;
+class ThreadPool;
+
+class GroupPredictor {
+ public:
+  // max_rows: most tokens LowRankQueries takes at once; n_ctx: most K_lr rows scored.
+  static Status Create(const Model& model, const AdapterSet& set, GroupScoring scoring,
+                       int32_t n_ctx, int32_t max_rows, ThreadPool* pool,
+                       std::unique_ptr<GroupPredictor>* out);
+  ~GroupPredictor();
+
+  int32_t rank() const { return rank_; }
+  int32_t n_head() const { return n_head_; }
+
+  // K_lr rows of n keys of `layer`: k is [n][row] F32, out is [n][rank] F16.
+  void ProjectKeys(int32_t layer, const float* k, int64_t n, uint16_t* out);
+
+  // Approximate low-rank queries of `layer` for n rows of x (n_embd floats each, the
+  // residual stream entering layer-1) at the given positions: out is [n][n_head][rank].
+  void LowRankQueries(int32_t layer, const float* x, int64_t n, const int32_t* positions,
+                      float* out);
+
+  // The M best groups among groups [g0, g1) for one token's q_lr ([n_head][rank]); klr
+  // points at the K_lr row of token g0*G. Writes min(M, g1-g0) group ids, ascending.
+  void SelectGroups(const float* q_lr, const uint16_t* klr, int32_t g0, int32_t g1,
+                    int32_t group_size, int32_t m, std::vector<int32_t>* out);
+
+  // Bytes of scratch and adapter copies (shared by all sequences).
+  uint64_t scratch_bytes() const;
+
+ private:
+  GroupPredictor(const Model& model, const AdapterSet& set, GroupScoring scoring, ThreadPool* pool);
+  void ScoreTokens(const float* q_lr, const uint16_t* klr, int64_t n);
+
+  const Model& model_;
+  const AdapterSet& set_;
+  const GroupScoring scoring_;
+  ThreadPool* pool_;
+  int32_t rank_ = 0, n_head_ = 0, n_rep_ = 0, head_dim_ = 0, row_ = 0, n_embd_ = 0;
+  float scale_ = 1;
+  std::vector<float> inv_freq_;  // per rotated pair, as the forward pass computes it
+
+  // Scratch.
+  std::vector<float> xn_, q_, cos_sin_, heads_, token_score_, group_score_, key_acc_;
+  std::vector<uint8_t> xq_;
+  std::vector<int32_t> top_;
+};
+
+}  // namespace strata

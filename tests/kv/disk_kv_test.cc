@@ -1,0 +1,365 @@
+// The disk-backed sparse policy inside the engine, on a tiny synthetic model: exact when
+// every group is selected, within budget, batch decode, and clear errors for a removed KV
+// directory, a full disk, failed reads, bad adapters and bad parameters.
+#include "runtime/kv/disk_kv.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "storage/fault_injection.h"
+#include "tests/kv/disk_kv_test_util.h"
+#include "tests/testing/test_model.h"
+
+namespace strata {
+namespace {
+
+using testing::DiskEngineOptions;
+using testing::KvTempDir;
+using testing::MaxRelativeDiff;
+using testing::RunTeacherForced;
+using testing::TestTokens;
+
+constexpr int32_t kCtx = 256;
+
+class DiskKvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    STRATA_ASSERT_OK(testing::LoadSyntheticModel(SyntheticModelSpec(), dir_.path(), "m", &model_));
+    adapters_ = dir_.path() + "/m.adapters";
+    STRATA_ASSERT_OK(testing::WriteIdentityAdapters(*model_, {1, 2, 4, 8}, adapters_));
+    prompt_ = TestTokens(150, model_->hparams().n_vocab, 1);
+    decode_ = TestTokens(70, model_->hparams().n_vocab, 2);
+  }
+
+  EngineOptions Options() { return DiskEngineOptions(kv_dir_.path(), adapters_, kCtx); }
+
+  // Logits of prompt_ + decode_ under `options` (memory policy when memory is true).
+  std::vector<std::vector<float>> Run(EngineOptions o, KvCounters* counters = nullptr) {
+    std::unique_ptr<Engine> e;
+    Status st = Engine::Create(*model_, o, &e);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    if (!st.ok()) return {};
+    SeqId seq;
+    EXPECT_TRUE(e->NewSequence(&seq).ok());
+    std::vector<std::vector<float>> out;
+    st = RunTeacherForced(*e, seq, prompt_, decode_, &out);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    if (counters) *counters = e->kv().counters();
+    return out;
+  }
+
+  std::vector<std::vector<float>> Reference() {
+    EngineOptions o = Options();
+    o.kv.policy = KvPolicyKind::kMemory;
+    return Run(o);
+  }
+
+  KvTempDir dir_, kv_dir_;
+  std::unique_ptr<Model> model_;
+  std::string adapters_;
+  std::vector<int32_t> prompt_, decode_;
+};
+
+// With M as large as the context, every group is selected: the policy then attends to
+// exactly the keys the memory policy holds (both F16), for any G, sink and recent window.
+TEST_F(DiskKvTest, SelectingEveryGroupMatchesFullKv) {
+  const auto ref = Reference();
+  struct Variant {
+    int32_t g, sink, recent;
+  };
+  for (Variant v : {Variant{4, 1, 0}, Variant{1, 0, 0}, Variant{3, 2, 3}, Variant{8, 0, 1}}) {
+    EngineOptions o = Options();
+    o.kv.disk.group_size = v.g;
+    o.kv.disk.sink_groups = v.sink;
+    o.kv.disk.recent_groups = v.recent;
+    o.kv.disk.groups_per_step = (kCtx + v.g - 1) / v.g;
+    KvCounters c;
+    const auto got = Run(o, &c);
+    ASSERT_EQ(got.size(), ref.size());
+    EXPECT_LT(MaxRelativeDiff(got, ref), 1e-4)
+        << "G=" << v.g << " sink=" << v.sink << " recent=" << v.recent;
+    EXPECT_GT(c.bytes_read, 0u);
+    EXPECT_GT(c.bytes_written, 0u);
+  }
+}
+
+// The replacement policy decides where a group sits in memory, never which groups attention
+// sees, so FIFO, LRU and LFU give identical logits; a small M differs from full KV.
+TEST_F(DiskKvTest, ReusePolicyDoesNotChangeResults) {
+  std::vector<std::vector<std::vector<float>>> runs;
+  std::vector<KvCounters> cs;
+  for (ReusePolicy p : {ReusePolicy::kFifo, ReusePolicy::kLru, ReusePolicy::kLfu}) {
+    EngineOptions o = Options();
+    o.kv.disk.groups_per_step = 6;
+    o.kv.disk.reuse_slots = 9;
+    o.kv.disk.reuse = p;
+    KvCounters c;
+    runs.push_back(Run(o, &c));
+    cs.push_back(c);
+  }
+  EXPECT_EQ(MaxRelativeDiff(runs[1], runs[0]), 0.0);
+  EXPECT_EQ(MaxRelativeDiff(runs[2], runs[0]), 0.0);
+  EXPECT_GT(MaxRelativeDiff(runs[0], Reference()), 1e-4);
+  for (const KvCounters& c : cs) {
+    EXPECT_EQ(c.groups_selected, uint64_t(decode_.size()) * 6 * model_->hparams().n_layer);
+    EXPECT_GT(c.reuse_hits, 0u);
+    EXPECT_LT(c.reuse_hits, c.groups_selected);
+  }
+}
+
+TEST_F(DiskKvTest, ResidentMemoryStaysWithinBudgetOverALongGeneration) {
+  EngineOptions o = Options();
+  o.kv.disk.group_size = 2;
+  o.kv.disk.ratio = 8;
+  o.kv.disk.recent_groups = 2;
+  o.kv.disk.groups_per_step = 12;
+  // Tight: the key summary at full context plus about 20 slots per layer.
+  const HParams& hp = model_->hparams();
+  const int64_t rec = 512;  // 2 tokens x 32 values x K,V x 2 bytes = 256, padded to the block
+  o.kv.disk.budget_bytes = int64_t(hp.n_layer) * (kCtx * 4 * 2 + 30 * rec);
+  std::unique_ptr<Engine> e;
+  STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
+  auto& kv = static_cast<DiskKv&>(e->kv());
+  EXPECT_GT(kv.plan().reuse_slots, kv.plan().groups_per_step);
+  EXPECT_LE(kv.plan().total_bytes(), uint64_t(o.kv.disk.budget_bytes));
+  SeqId seq;
+  STRATA_ASSERT_OK(e->NewSequence(&seq));
+  GenerationRequest r;
+  r.seq = seq;
+  r.prompt = TestTokens(20, hp.n_vocab, 3);
+  r.params.max_tokens = kCtx - 21;
+  r.params.ignore_eos = true;
+  r.params.sampling.temperature = 0;
+  GenerationStats st;
+  STRATA_ASSERT_OK(e->Generate({&r, 1}, &st));
+  EXPECT_GE(kv.Length(seq), kCtx - 2);
+  const KvCounters c = kv.counters();
+  EXPECT_EQ(c.budget_bytes, uint64_t(o.kv.disk.budget_bytes));
+  EXPECT_GT(c.peak_sequence_resident_bytes, c.budget_bytes / 2);
+  EXPECT_LE(c.peak_sequence_resident_bytes, c.budget_bytes);
+  EXPECT_LE(c.peak_resident_bytes, c.budget_bytes);
+  EXPECT_GE(c.steps, uint64_t(r.params.max_tokens - 1));
+}
+
+TEST_F(DiskKvTest, BatchDecodeMatchesSingleSequences) {
+  EngineOptions o = Options();
+  o.max_sequences = 3;
+  o.kv.disk.groups_per_step = 5;
+  const int32_t n_vocab = model_->hparams().n_vocab;
+  std::vector<std::vector<int32_t>> prompts, decodes;
+  std::vector<std::vector<std::vector<float>>> alone;
+  for (uint32_t i = 0; i < 3; ++i) {
+    prompts.push_back(TestTokens(60 + 17 * int32_t(i), n_vocab, 10 + i));
+    decodes.push_back(TestTokens(30, n_vocab, 20 + i));
+    std::unique_ptr<Engine> e;
+    STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
+    SeqId s;
+    STRATA_ASSERT_OK(e->NewSequence(&s));
+    alone.emplace_back();
+    STRATA_ASSERT_OK(RunTeacherForced(*e, s, prompts[i], decodes[i], &alone.back()));
+  }
+  std::unique_ptr<Engine> e;
+  STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
+  std::vector<SeqId> seqs(3);
+  std::vector<float> logits;
+  for (size_t i = 0; i < 3; ++i) {
+    STRATA_ASSERT_OK(e->NewSequence(&seqs[i]));
+    STRATA_ASSERT_OK(e->Prefill(seqs[i], prompts[i], &logits));
+  }
+  const uint64_t reads_before = e->kv().counters().reads_issued;
+  ForwardBatch b;
+  for (size_t step = 0; step < 30; ++step) {
+    b.Clear();
+    for (size_t i = 0; i < 3; ++i)
+      b.Add(seqs[i], e->kv().Length(seqs[i]), std::span<const int32_t>(&decodes[i][step], 1));
+    STRATA_ASSERT_OK(e->Evaluate(b, &logits));
+    const size_t n_vocab_sz = size_t(n_vocab);
+    for (size_t i = 0; i < 3; ++i) {
+      std::vector<std::vector<float>> got{std::vector<float>(
+          logits.begin() + i * n_vocab_sz, logits.begin() + (i + 1) * n_vocab_sz)};
+      EXPECT_LT(MaxRelativeDiff(got, {alone[i][step + 1]}), 1e-5)
+          << "seq " << i << " step " << step;
+    }
+  }
+  EXPECT_GT(e->kv().counters().reads_issued, reads_before);
+}
+
+TEST_F(DiskKvTest, RemovingTheKvDirectoryMidRunIsAnError) {
+  auto gone = std::make_unique<KvTempDir>();
+  EngineOptions o = DiskEngineOptions(gone->path(), adapters_, kCtx);
+  std::unique_ptr<Engine> e;
+  STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
+  SeqId seq;
+  STRATA_ASSERT_OK(e->NewSequence(&seq));
+  std::vector<float> logits;
+  STRATA_ASSERT_OK(e->Prefill(seq, prompt_, &logits));
+  const std::string dir = gone->path();
+  gone.reset();
+  ASSERT_FALSE(std::filesystem::exists(dir));
+  ForwardBatch b;
+  b.Add(seq, e->kv().Length(seq), std::span<const int32_t>(&decode_[0], 1));
+  Status st = e->Evaluate(b, &logits);
+  EXPECT_EQ(st.code(), Status::Code::kIOError) << st.ToString();
+  EXPECT_NE(st.message().find(dir), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("removed"), std::string::npos) << st.message();
+  // It stays an error rather than attending to a cache that no longer exists.
+  EXPECT_FALSE(e->Evaluate(b, &logits).ok());
+}
+
+TEST_F(DiskKvTest, FullDiskIsAnErrorAndTheSequenceKeepsItsState) {
+  auto faults = std::make_shared<storage::FaultInjector>();
+  EngineOptions o = Options();
+  o.kv.disk.faults = faults;
+  std::unique_ptr<Engine> e;
+  STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
+  SeqId seq;
+  STRATA_ASSERT_OK(e->NewSequence(&seq));
+  std::vector<float> logits;
+  const std::vector<int32_t> first(prompt_.begin(), prompt_.begin() + 64);
+  STRATA_ASSERT_OK(e->Prefill(seq, first, &logits));
+  storage::FaultRule full = storage::FaultRule::NoSpace();
+  full.times = 0;
+  faults->Add(full);
+  const std::vector<int32_t> more(prompt_.begin() + 64, prompt_.end());
+  Status st = e->Prefill(seq, more, &logits);
+  EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.ToString();
+  EXPECT_NE(st.message().find("No space left on device"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find(kv_dir_.path()), std::string::npos) << st.message();
+  EXPECT_EQ(e->kv().Length(seq), 64);
+  // Space again: the sequence continues from where it was and matches full KV.
+  faults->Clear();
+  STRATA_ASSERT_OK(e->Prefill(seq, more, &logits));
+  std::vector<std::vector<float>> got{logits};
+  std::vector<std::vector<float>> ref = Reference();
+  EXPECT_LT(MaxRelativeDiff(got, {ref[0]}), 1e-4);
+}
+
+TEST_F(DiskKvTest, FailedReadsAreErrorsAndLeaveNoStaleSlots) {
+  auto faults = std::make_shared<storage::FaultInjector>();
+  EngineOptions o = Options();
+  o.kv.disk.faults = faults;
+  o.kv.disk.groups_per_step = (kCtx + 3) / 4;
+  std::unique_ptr<Engine> e;
+  STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
+  SeqId seq;
+  STRATA_ASSERT_OK(e->NewSequence(&seq));
+  std::vector<std::vector<float>> got;
+  std::vector<float> logits;
+  STRATA_ASSERT_OK(e->Prefill(seq, prompt_, &logits));
+  got.push_back(logits);
+  faults->Add(storage::FaultRule::Eio(storage::IoKind::kRead));
+  ForwardBatch b;
+  b.Add(seq, e->kv().Length(seq), std::span<const int32_t>(&decode_[0], 1));
+  Status st = e->Evaluate(b, &logits);
+  EXPECT_EQ(st.code(), Status::Code::kIOError) << st.ToString();
+  EXPECT_EQ(e->kv().Length(seq), int32_t(prompt_.size()));
+  // The next attempt reloads what failed and gets the exact result.
+  for (int32_t tok : decode_) {
+    b.Clear();
+    b.Add(seq, e->kv().Length(seq), std::span<const int32_t>(&tok, 1));
+    STRATA_ASSERT_OK(e->Evaluate(b, &logits));
+    got.push_back(logits);
+  }
+  EXPECT_LT(MaxRelativeDiff(got, Reference()), 1e-4);
+}
+
+TEST_F(DiskKvTest, BudgetBelowTheMinimumSaysWhatTheMinimumIs) {
+  EngineOptions o = Options();
+  o.kv.disk.budget_bytes = 10000;
+  std::unique_ptr<Engine> e;
+  Status st = Engine::Create(*model_, o, &e);
+  ASSERT_EQ(st.code(), Status::Code::kResourceExhausted) << st.ToString();
+  const std::string& m = st.message();
+  EXPECT_NE(m.find("10000 bytes"), std::string::npos) << m;
+  const size_t at = m.find("minimum of ");
+  ASSERT_NE(at, std::string::npos) << m;
+  const int64_t minimum = std::stoll(m.substr(at + 11));
+  // The minimum it names is exactly what it accepts.
+  o.kv.disk.budget_bytes = minimum - 1;
+  EXPECT_EQ(Engine::Create(*model_, o, &e).code(), Status::Code::kResourceExhausted);
+  o.kv.disk.budget_bytes = minimum;
+  STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
+  EXPECT_EQ(static_cast<DiskKv&>(e->kv()).plan().groups_per_step, 1);
+}
+
+TEST_F(DiskKvTest, OutOfRangeParametersNameValueAndLimit) {
+  struct Case {
+    void (*set)(DiskKvOptions*);
+    const char* expect;
+  };
+  const Case cases[] = {
+      {[](DiskKvOptions* d) { d->group_size = 0; },
+       "kv.group_size (G) = 0 is out of range [1, 64]"},
+      {[](DiskKvOptions* d) { d->group_size = 65; },
+       "kv.group_size (G) = 65 is out of range [1, 64]"},
+      {[](DiskKvOptions* d) { d->groups_per_step = 65; },
+       "kv.groups_per_step (M) = 65 is out of range [1, 64]"},
+      {[](DiskKvOptions* d) { d->groups_per_step = -1; }, "kv.groups_per_step (M) = -1"},
+      {[](DiskKvOptions* d) {
+         d->groups_per_step = 10;
+         d->reuse_slots = 5;
+       },
+       "kv.reuse_slots (C) = 5 must be at least M = 10"},
+      {[](DiskKvOptions* d) { d->ratio = 3; }, "kv.ratio = 3 is not in adapters"},
+      {[](DiskKvOptions* d) { d->ratio = 33; }, "ratio 33 is out of range [1, 32]"},
+      {[](DiskKvOptions* d) { d->backend = "spdk"; }, "kv.backend = 'spdk'"},
+  };
+  for (const Case& c : cases) {
+    EngineOptions o = Options();
+    c.set(&o.kv.disk);
+    std::unique_ptr<Engine> e;
+    Status st = Engine::Create(*model_, o, &e);
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find(c.expect), std::string::npos) << st.ToString();
+  }
+}
+
+TEST_F(DiskKvTest, AdaptersOfAnotherModelOrDamagedAreRefused) {
+  SyntheticModelSpec other;
+  other.seed = 7;
+  std::unique_ptr<Model> m2;
+  STRATA_ASSERT_OK(testing::LoadSyntheticModel(other, dir_.path(), "other", &m2));
+  const std::string foreign = dir_.path() + "/other.adapters";
+  STRATA_ASSERT_OK(testing::WriteIdentityAdapters(*m2, {4}, foreign));
+  EngineOptions o = Options();
+  o.kv.disk.adapters = foreign;
+  std::unique_ptr<Engine> e;
+  Status st = Engine::Create(*model_, o, &e);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("were made for model identity " + m2->identity_hex()),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find(model_->identity_hex()), std::string::npos) << st.message();
+
+  std::string bytes;
+  {
+    std::ifstream in(adapters_, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string damaged = dir_.path() + "/damaged.adapters";
+  bytes[bytes.size() / 2] ^= 0x40;
+  std::ofstream(damaged, std::ios::binary) << bytes;
+  o.kv.disk.adapters = damaged;
+  st = Engine::Create(*model_, o, &e);
+  EXPECT_EQ(st.code(), Status::Code::kCorruption);
+  EXPECT_NE(st.message().find("checksum mismatch"), std::string::npos) << st.message();
+
+  o.kv.disk.adapters = dir_.path() + "/missing.adapters";
+  st = Engine::Create(*model_, o, &e);
+  EXPECT_EQ(st.code(), Status::Code::kNotFound);
+  EXPECT_NE(st.message().find("strata calibrate"), std::string::npos) << st.message();
+}
+
+TEST_F(DiskKvTest, MissingKvDirectoryIsAnError) {
+  EngineOptions o = Options();
+  o.kv.disk.dir = kv_dir_.path() + "/does/not/exist";
+  std::unique_ptr<Engine> e;
+  Status st = Engine::Create(*model_, o, &e);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(o.kv.disk.dir), std::string::npos) << st.ToString();
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,158 @@
+// GroupPredictor against plain double-precision math: the approximate query of a layer
+// (norm, Wq, RoPE, projection through the head's rows of A) and the group selection
+// (per-head softmax or raw sum, max per group, top M).
+#include "runtime/kv/group_predictor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "runtime/engine/thread_pool.h"
+#include "tests/kv/disk_kv_test_util.h"
+#include "tests/testing/test_model.h"
+
+namespace strata {
+namespace {
+
+class GroupPredictorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    STRATA_ASSERT_OK(testing::LoadSyntheticModel(SyntheticModelSpec(), dir_.path(), "m", &model_));
+    const std::string path = dir_.path() + "/m.adapters";
+    STRATA_ASSERT_OK(testing::WriteIdentityAdapters(*model_, {1, 4}, path));
+    STRATA_ASSERT_OK(Adapters::Read(path, &adapters_));
+  }
+  testing::KvTempDir dir_;
+  std::unique_ptr<Model> model_;
+  Adapters adapters_;
+  ThreadPool pool_{2};
+};
+
+TEST_F(GroupPredictorTest, LowRankQueriesFollowTheLayersQueryPath) {
+  const HParams& hp = model_->hparams();
+  const AdapterSet& set = *adapters_.Find(4);
+  std::unique_ptr<GroupPredictor> p;
+  STRATA_ASSERT_OK(GroupPredictor::Create(*model_, set, GroupScoring::kSoftmax, 64, 2, &pool_, &p));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(2 * size_t(hp.n_embd));
+  for (float& v : x) v = nd(rng);
+  const int32_t pos[2] = {7, 130};
+  const int32_t layer = 1;
+  std::vector<float> got(2 * size_t(hp.n_head) * set.rank);
+  p->LowRankQueries(layer, x.data(), 2, pos, got.data());
+
+  const LayerWeights& L = model_->weights().layers[layer];
+  const int32_t d = hp.head_dim;
+  for (int t = 0; t < 2; ++t) {
+    const float* xt = x.data() + t * hp.n_embd;
+    double ss = 0;
+    for (int i = 0; i < hp.n_embd; ++i) ss += double(xt[i]) * xt[i];
+    const double inv = 1.0 / std::sqrt(ss / hp.n_embd + hp.rms_eps);
+    std::vector<double> xn(static_cast<size_t>(hp.n_embd)), q(size_t(hp.n_head) * d);
+    for (int i = 0; i < hp.n_embd; ++i) xn[i] = xt[i] * inv * L.attn_norm.f32()[i];
+    std::vector<float> wrow(static_cast<size_t>(hp.n_embd));
+    for (int r = 0; r < hp.n_head * d; ++r) {
+      kernels::DequantizeRow(L.wq.type, static_cast<const uint8_t*>(L.wq.data) + r * L.wq.row_bytes,
+                             wrow.data(), hp.n_embd);
+      for (int i = 0; i < hp.n_embd; ++i) q[r] += double(wrow[i]) * xn[i];
+    }
+    for (int h = 0; h < hp.n_head; ++h)
+      for (int i = 0; i < d / 2; ++i) {
+        const double th = pos[t] * std::pow(double(hp.rope_base), -2.0 * i / d);
+        double& a = q[h * d + 2 * i];
+        double& b = q[h * d + 2 * i + 1];
+        const double a0 = a, b0 = b;
+        a = a0 * std::cos(th) - b0 * std::sin(th);
+        b = a0 * std::sin(th) + b0 * std::cos(th);
+      }
+    const std::vector<float>& A = set.layers[layer];
+    for (int h = 0; h < hp.n_head; ++h) {
+      const int g = h / hp.n_rep();
+      for (int j = 0; j < set.rank; ++j) {
+        double want = 0;
+        for (int i = 0; i < d; ++i) want += q[h * d + i] * A[size_t(g * d + i) * set.rank + j];
+        EXPECT_NEAR(got[(size_t(t) * hp.n_head + h) * set.rank + j], want, 1e-3)
+            << "t " << t << " head " << h << " dim " << j;
+      }
+    }
+  }
+}
+
+// Brute force over the same F16 summary: per-head softmax (or raw) scores summed over
+// heads, max per group, the M largest.
+std::vector<int32_t> BruteForce(const std::vector<uint16_t>& klr, const std::vector<float>& q,
+                                int n_head, int rank, int n, int G, int M, bool softmax,
+                                float scale, int g0) {
+  std::vector<double> tok(size_t(n), 0.0);
+  for (int h = 0; h < n_head; ++h) {
+    std::vector<double> s(static_cast<size_t>(n));
+    for (int t = 0; t < n; ++t)
+      for (int j = 0; j < rank; ++j)
+        s[t] += double(kernels::F16ToF32(klr[size_t(t) * rank + j])) * q[size_t(h) * rank + j];
+    if (!softmax) {
+      for (int t = 0; t < n; ++t) tok[t] += s[t];
+      continue;
+    }
+    const double m = *std::max_element(s.begin(), s.end());
+    double z = 0;
+    for (double& v : s) z += (v = std::exp((v - m) * scale));
+    for (int t = 0; t < n; ++t) tok[t] += s[t] / z;
+  }
+  std::vector<double> gs(static_cast<size_t>(n / G));
+  for (int g = 0; g < n / G; ++g)
+    gs[g] = *std::max_element(tok.begin() + g * G, tok.begin() + (g + 1) * G);
+  std::vector<int32_t> idx(gs.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return gs[a] > gs[b]; });
+  idx.resize(size_t(M));
+  for (int32_t& g : idx) g += g0;
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+TEST_F(GroupPredictorTest, SelectsTheTopGroupsOfTheSummary) {
+  const HParams& hp = model_->hparams();
+  const AdapterSet& set = *adapters_.Find(1);  // full rank: scores are exact q.k
+  const int n = 4096, G = 4, M = 20, g0 = 3;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  std::vector<float> keys(size_t(n) * hp.n_head_kv * hp.head_dim);
+  for (float& v : keys) v = nd(rng);
+  std::vector<float> q(size_t(hp.n_head) * set.rank);
+  for (float& v : q) v = 3 * nd(rng);
+  for (GroupScoring scoring : {GroupScoring::kSoftmax, GroupScoring::kSum}) {
+    std::unique_ptr<GroupPredictor> p;
+    STRATA_ASSERT_OK(GroupPredictor::Create(*model_, set, scoring, n, 1, &pool_, &p));
+    std::vector<uint16_t> klr(size_t(n) * set.rank);
+    p->ProjectKeys(0, keys.data(), n, klr.data());
+    // The identity columns make K_lr a permutation of each key, exactly (F16).
+    EXPECT_EQ(kernels::F16ToF32(klr[0]),
+              kernels::F16ToF32(kernels::F32ToF16(keys[(0 * 7) % set.rank])));
+    std::vector<int32_t> got;
+    p->SelectGroups(q.data(), klr.data(), g0, g0 + n / G, G, M, &got);
+    const auto want =
+        BruteForce(klr, q, hp.n_head, set.rank, n, G, M, scoring == GroupScoring::kSoftmax,
+                   1.0f / std::sqrt(float(hp.head_dim)), g0);
+    EXPECT_EQ(got, want) << GroupScoringName(scoring);
+  }
+}
+
+TEST_F(GroupPredictorTest, FewerCandidatesThanMSelectsThemAll) {
+  std::unique_ptr<GroupPredictor> p;
+  STRATA_ASSERT_OK(GroupPredictor::Create(*model_, *adapters_.Find(4), GroupScoring::kSoftmax, 64,
+                                          1, &pool_, &p));
+  std::vector<float> q(size_t(model_->hparams().n_head) * p->rank(), 1.0f);
+  std::vector<uint16_t> klr(64 * size_t(p->rank()));
+  std::vector<int32_t> got;
+  p->SelectGroups(q.data(), klr.data(), 2, 6, 4, 10, &got);
+  EXPECT_EQ(got, (std::vector<int32_t>{2, 3, 4, 5}));
+  p->SelectGroups(q.data(), klr.data(), 2, 2, 4, 10, &got);
+  EXPECT_TRUE(got.empty());
+}
+
+}  // namespace
+}  // namespace strata

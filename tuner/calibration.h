@@ -1,0 +1,45 @@
+// Calibration of the disk-backed KV policy's adapters: run the model over calibration text,
+// collect every layer's post-RoPE keys, and take the leading right singular vectors of the
+// key matrix (an SVD through LAPACKE) as that layer's low-rank projection A for each
+// requested compression ratio. `strata calibrate` writes the result with Adapters::Write.
+//
+// Keys are taken after RoPE because that is what K_lr summarizes at run time, and from long
+// windows so the rotations of late positions are represented too. The SVD is uncentered:
+// A must keep q.k, which depends on the keys' mean as much as on their spread.
+//
+// Runs its own engine (memory KV) on the caller's thread plus `threads` workers.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/kv/adapters.h"
+
+namespace strata {
+
+class Model;
+
+struct CalibrationOptions {
+  std::string text_path;
+  // Use only the first part of the text (by bytes), so the rest can serve for evaluation;
+  // the project calibrates on the first half of tinyshakespeare and evaluates on the second.
+  double text_fraction = 0.5;
+  std::vector<int32_t> ratios = {8, 16, 32};
+  int32_t tokens = 8192;  // keys collected per layer
+  int32_t window = 8192;  // tokens per forward window (positions 0 .. window-1)
+  int32_t threads = 0;    // 0 = one per core
+};
+
+// progress (may be empty) receives one line per stage.
+Status Calibrate(const Model& model, const CalibrationOptions& options, Adapters* out,
+                 const std::function<void(const std::string&)>& progress = {});
+
+// The projection of one layer: the `rank` leading right singular vectors of keys
+// ([n][row], row-major) as a [row][rank] matrix. Exposed for tests.
+Status LowRankProjection(const std::vector<float>& keys, int32_t n, int32_t row, int32_t rank,
+                         std::vector<float>* a);
+
+}  // namespace strata
