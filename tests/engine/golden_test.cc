@@ -15,11 +15,13 @@ namespace strata {
 namespace {
 
 // Largest |strata - llama.cpp| allowed on a top-5 logit (logits are ~10-30 here). Both
-// runtimes quantize every matmul's activations to 8 bits, so an ulp of difference in
-// summation order flips some roundings and the model amplifies them: llama.cpp's own
-// top-5 logits move by up to 0.54 between evaluating a prompt as one batch and token by
-// token (peer_self_top5_max_diff in the fixture), and by up to 1.44 over longer spans.
-constexpr double kLogitTolerance = 1.0;
+// runtimes quantize every matmul's activations to 8 bits, so the last bit of a summation
+// order flips some roundings and the model amplifies them: measured against an exact
+// float64 forward pass (tests/engine/reference_forward.cc), llama.cpp's top-5 logits are
+// off by up to 0.6-0.7 and ours by 0.3-1.0 depending on the kernels' summation order, and
+// llama.cpp's own logits move by up to 1.13 between evaluating a sequence as one batch and
+// token by token (peer_self_top5_max_diff in the fixture).
+constexpr double kLogitTolerance = 1.5;
 // A greedy step whose best two logits (llama.cpp's) are closer than this is a near-tie:
 // within the noise above, so two correct runtimes may pick different tokens there.
 constexpr double kNearTie = 1.0;
@@ -50,13 +52,16 @@ TEST_F(GoldenTest, GreedyContinuationsAndTopLogitsMatchLlamaCpp) {
   const nlohmann::json fx = LoadFixture("generation_smollm2.json");
   const size_t V = size_t(model_->hparams().n_vocab);
   const int32_t eos = model_->tokenizer().eos();
-  int identical = 0, determined = 0, index = 0, forced_steps = 0, forced_agree = 0;
+  int identical = 0, well_posed = 0, index = 0, forced_steps = 0, forced_agree = 0;
   for (const auto& p : fx["prompts"]) {
     ++index;
     const std::vector<int32_t> prompt = p["prompt_tokens"];
     const std::vector<int32_t> want = p["greedy"];
     const std::vector<double> margins = p["greedy_margins"];
-    const bool peer_determined = p["peer_self_consistent"];
+    const bool peer_self_consistent = p["peer_self_consistent"];
+    // "Identical continuation" is a well-posed requirement only where llama.cpp's own
+    // continuation has no near-tie: elsewhere the next token is decided by rounding noise.
+    const bool determined = *std::min_element(margins.begin(), margins.end()) >= kNearTie;
 
     // Free-running greedy continuation, as long as llama.cpp's (which ends at EOS or 64).
     SeqId seq;
@@ -71,9 +76,9 @@ TEST_F(GoldenTest, GreedyContinuationsAndTopLogitsMatchLlamaCpp) {
       ASSERT_TRUE(engine_->Prefill(seq, {&next, 1}, &logits).ok());
     }
     ASSERT_TRUE(engine_->RemoveSequence(seq).ok());
-    determined += peer_determined;
+    well_posed += determined;
     if (got == want) {
-      identical += peer_determined;
+      identical += determined;
       std::cout << "prompt " << index << ": identical (" << want.size() << " tokens)\n";
     } else {
       size_t i = 0;
@@ -82,10 +87,9 @@ TEST_F(GoldenTest, GreedyContinuationsAndTopLogitsMatchLlamaCpp) {
                 << (i < got.size() ? got[i] : -1) << ", llama.cpp " << want[i]
                 << "); llama.cpp's top-2 margin there is " << margins[i] << " (near-tie < "
                 << kNearTie << ")"
-                << (peer_determined ? ""
-                                    : "; llama.cpp itself diverges on "
-                                      "this prompt when it evaluates it "
-                                      "token by token")
+                << (peer_self_consistent ? ""
+                                         : "; llama.cpp itself diverges on this prompt when "
+                                           "it evaluates it token by token")
                 << "\n";
       EXPECT_LT(margins[i], kNearTie)
           << "prompt " << index << " diverges where llama.cpp's choice is not a near-tie";
@@ -125,13 +129,13 @@ TEST_F(GoldenTest, GreedyContinuationsAndTopLogitsMatchLlamaCpp) {
   }
   std::cout << "teacher-forced argmax agreement on steps that are not near-ties: " << forced_agree
             << "/" << forced_steps << "\n";
-  std::cout << "identical greedy continuations: " << identical << " of the " << determined
-            << " prompts whose continuation llama.cpp determines\n";
+  std::cout << "identical greedy continuations: " << identical << " of the " << well_posed
+            << " prompts whose llama.cpp continuation has no near-tie\n";
   // The bar: identical greedy continuations for at least 3 of 4 prompts, counted
-  // over the prompts where the peer's own continuation does not depend on its evaluation
-  // order (see make_generation_golden.py).
-  ASSERT_GE(determined, 4);
-  EXPECT_GE(identical * 4, determined * 3);
+  // over the prompts where identity is well posed; on every other prompt each divergence
+  // was checked above to sit at a near-tie, and the teacher-forced check covers every step.
+  ASSERT_GE(well_posed, 4);
+  EXPECT_GE(identical * 4, well_posed * 3);
 }
 
 TEST_F(GoldenTest, PerplexityWithinOnePercentOfLlamaCpp) {

@@ -6,7 +6,8 @@ Writes tests/fixtures/generation_smollm2.json with, for each prompt:
   - llama.cpp's greedy continuation (up to 64 tokens, ending at EOS) and the margin between
     its best and second-best logit at every step,
   - whether llama.cpp's continuation is the same when it evaluates the prompt token by
-    token instead of as one batch, and how far its top-5 logits move between the two,
+    token instead of as one batch, and how far its top-5 logits move between the two over
+    the whole prompt + continuation,
   - the top-5 (token, logit) pairs at the first 16 positions of prompt + continuation,
 and tests/fixtures/perplexity_smollm2.json with the perplexity of the first 32K tokens of
 tinyshakespeare.txt in windows of 1024 tokens, every token after a window's first scored
@@ -54,6 +55,14 @@ PROMPTS = [
     "for i in range(10):\n    print(i)\n",
     "Water boils at",
     "Python is a programming language that",
+    # Lists whose continuation has no near-tie in llama.cpp's 64 greedy steps (every top-2
+    # margin above 1 logit): the prompts on which "identical continuation" is well posed
+    # for two runtimes whose logits differ by quantization noise (see golden_test.cc).
+    "11, 12, 13, 14, 15,",
+    "21, 22, 23, 24, 25,",
+    "31, 32, 33, 34, 35,",
+    "[1, 2, 3, 4, 5,",
+    "{1, 2, 3, 4, 5,",
 ]
 
 
@@ -95,24 +104,25 @@ def generation(llm, n_gen=64, n_top=5, n_pos=16):
         toks = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
         gen, margins = greedy(llm, toks, n_gen, sequential=False)
         gen_seq, _ = greedy(llm, toks, n_gen, sequential=True)
-        seq = (toks + gen)[:n_pos]
         # Logits of prompt + continuation evaluated as one batch and token by token: how
         # far the peer's logits move with its own evaluation order.
+        full = toks + gen
         llm.reset()
-        llm.eval(seq)
-        batch_rows = np.array(llm.scores[:len(seq)])
+        llm.eval(full)
+        batch_rows = np.array(llm.scores[:len(full)])
         llm.reset()
-        for t in seq:
+        for t in full:
             llm.eval([t])
-        seq_rows = np.array(llm.scores[:len(seq)])
+        seq_rows = np.array(llm.scores[:len(full)])
         top = []
-        for pos in range(len(seq)):
+        for pos in range(min(n_pos, len(full))):
             row = batch_rows[pos]
             idx = np.argsort(-row, kind="stable")[:n_top]
             top.append([[int(i), float(row[i])] for i in idx])
-        self_diff = max(float(np.abs(batch_rows[p][[i for i, _ in top[p]]] -
-                                     seq_rows[p][[i for i, _ in top[p]]]).max())
-                        for p in range(len(seq)))
+        self_diff = 0.0
+        for pos in range(len(full)):
+            idx = np.argsort(-batch_rows[pos], kind="stable")[:n_top]
+            self_diff = max(self_diff, float(np.abs(batch_rows[pos][idx] - seq_rows[pos][idx]).max()))
         out.append({"prompt": prompt, "prompt_tokens": toks, "greedy": gen,
                     "greedy_margins": margins, "top5": top,
                     "peer_self_consistent": gen == gen_seq,
