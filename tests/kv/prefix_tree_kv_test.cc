@@ -1,0 +1,343 @@
+// PrefixTreeKv: sharing, copy on write and freeing of blocks; eviction to and loading from
+// the slow tier (RAM and the block store) with nothing lost; the layer-streaming mode; the
+// fast-tier budget never exceeded; errors. Content is checked value by value against what
+// was appended, through the views the attention kernel would read.
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+
+#include <gtest/gtest.h>
+
+#include "runtime/kv/prefix_tree_kv.h"
+
+namespace strata {
+namespace {
+
+::testing::AssertionResult IsOk(const Status& s) {
+  if (s.ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << s.ToString();
+}
+#define ASSERT_OK(expr) ASSERT_TRUE(IsOk(expr))
+
+constexpr int32_t kLayers = 3, kHeads = 2, kDim = 16, kB = 4;
+const KvShape kShape{kLayers, kHeads, kDim, 256};
+
+// A value exactly representable in F16 that depends on everything it must not mix up.
+float Val(int32_t layer, int32_t pos, int32_t e, int32_t tag, bool is_v) {
+  return float(((layer * 7 + pos * 3 + e + tag * 11) % 64) - 32) / 8.f + (is_v ? 0.125f : 0.f);
+}
+
+class TreeFixture {
+ public:
+  // layers: the layer-streaming tests need more than a few, or two staging areas of one
+  // layer each would be as large as the blocks they stand in for.
+  Status Make(uint64_t budget_blocks, KvResidency r = KvResidency::kWholeBlocks,
+              std::unique_ptr<SlowTier> slow = nullptr, int32_t layers = kLayers) {
+    shape = kShape;
+    shape.n_layer = layers;
+    if (!slow) {
+      std::unique_ptr<RamSlowTier> ram;
+      STRATA_RETURN_IF_ERROR(RamSlowTier::Create(1 << 24, &ram));
+      ram_ = ram.get();
+      slow = std::move(ram);
+    }
+    PrefixTreeKvOptions o;
+    o.block_tokens = kB;
+    o.max_blocks = 64;
+    o.residency = r;
+    o.fast_budget_bytes = budget_blocks * PrefixTreeKv::BlockBytes(shape, kB, slow->alignment());
+    return PrefixTreeKv::Create(shape, o, std::move(slow), &kv);
+  }
+
+  // Appends n tokens tagged `tag` to each of seqs in one batch, then checks every view.
+  Status Append(const std::vector<SeqId>& seqs, int32_t n, int32_t tag) {
+    std::vector<BatchSeq> b;
+    for (SeqId s : seqs) b.push_back({s, kv->Length(s), n});
+    STRATA_RETURN_IF_ERROR(kv->BeginBatch(b));
+    const int32_t row = shape.row();
+    for (int32_t l = 0; l < shape.n_layer; ++l) {
+      STRATA_RETURN_IF_ERROR(kv->Prepare(l, nullptr, 0));
+      for (SeqId s : seqs) {
+        std::vector<float> k(size_t(n) * row), v(size_t(n) * row);
+        for (int32_t t = 0; t < n; ++t)
+          for (int32_t e = 0; e < row; ++e) {
+            k[size_t(t) * row + e] = Val(l, kv->Length(s) + t, e, tag, false);
+            v[size_t(t) * row + e] = Val(l, kv->Length(s) + t, e, tag, true);
+          }
+        STRATA_RETURN_IF_ERROR(kv->Append(l, s, k.data(), v.data()));
+      }
+      for (SeqId s : seqs) {
+        for (int32_t t = 0; t < n; ++t) tags[s].push_back(tag);
+        Status st = CheckView(l, s);
+        tags[s].resize(tags[s].size() - size_t(n));
+        STRATA_RETURN_IF_ERROR(st);
+      }
+    }
+    STRATA_RETURN_IF_ERROR(kv->EndBatch());
+    for (SeqId s : seqs)
+      for (int32_t t = 0; t < n; ++t) tags[s].push_back(tag);
+    return kv->CheckInvariants();
+  }
+
+  Status CheckView(int32_t l, SeqId s) {
+    std::span<const kernels::KvSpan> spans;
+    STRATA_RETURN_IF_ERROR(kv->View(l, s, &spans));
+    const std::vector<int32_t>& tg = tags[s];
+    int32_t covered = 0;
+    std::vector<float> k(kShape.row()), v(kShape.row());
+    for (const kernels::KvSpan& sp : spans) {
+      for (int32_t t = 0; t < sp.n_tokens; ++t) {
+        const int32_t pos = sp.pos0 + t;
+        if (pos >= int32_t(tg.size())) return Status::Internal("span past the sequence");
+        kernels::F16ToF32Row(sp.k + size_t(t) * sp.stride, k.data(), kShape.row());
+        kernels::F16ToF32Row(sp.v + size_t(t) * sp.stride, v.data(), kShape.row());
+        for (int32_t e = 0; e < kShape.row(); ++e)
+          if (k[e] != Val(l, pos, e, tg[pos], false) || v[e] != Val(l, pos, e, tg[pos], true))
+            return Status::Internal("layer " + std::to_string(l) + " seq " + std::to_string(s) +
+                                    " position " + std::to_string(pos) + " holds wrong values");
+      }
+      covered += sp.n_tokens;
+    }
+    if (covered != int32_t(tg.size()))
+      return Status::Internal("view covers " + std::to_string(covered) + " of " +
+                              std::to_string(tg.size()) + " tokens");
+    return Status::OK();
+  }
+
+  KvShape shape = kShape;
+  std::unique_ptr<PrefixTreeKv> kv;
+  RamSlowTier* ram_ = nullptr;
+  std::map<SeqId, std::vector<int32_t>> tags;  // per sequence, per position
+};
+
+SeqId Fork(TreeFixture& f, SeqId src) {
+  SeqId d = -1;
+  EXPECT_TRUE(f.kv->ForkSequence(src, &d).ok());
+  f.tags[d] = f.tags[src];
+  return d;
+}
+
+TEST(PrefixTreeKvTest, ForkSharesFullBlocksAndCopiesThePartialTailOnWrite) {
+  TreeFixture f;
+  ASSERT_OK(f.Make(32));
+  SeqId root;
+  ASSERT_OK(f.kv->AddSequence(&root));
+  ASSERT_OK(f.Append({root}, 10, 1));  // blocks of 4, 4, 2 tokens
+  EXPECT_EQ(f.kv->tree_counters().live_blocks, 3u);
+  const SeqId a = Fork(f, root), b = Fork(f, root);
+  EXPECT_EQ(f.kv->tree_counters().live_blocks, 3u);
+  EXPECT_EQ(f.kv->tree_counters().shared_blocks, 3u);
+  EXPECT_EQ(f.kv->NewBlocksFor(a, 1), 1);  // the shared tail is copied
+  ASSERT_OK(f.Append({a}, 1, 2));
+  EXPECT_EQ(f.kv->tree_counters().cow_copies, 1u);
+  EXPECT_EQ(f.kv->tree_counters().live_blocks, 4u);
+  ASSERT_OK(f.kv->RemoveSequence(root));
+  f.tags.erase(root);
+  // b is now the tail's only user: it appends in place, filling the block and starting one.
+  EXPECT_EQ(f.kv->NewBlocksFor(b, 3), 1);
+  ASSERT_OK(f.Append({b}, 3, 3));
+  EXPECT_EQ(f.kv->tree_counters().cow_copies, 1u);
+  EXPECT_EQ(f.kv->tree_counters().live_blocks, 5u);
+  std::vector<PrefixTreeKv::BlockId> pa, pb;
+  ASSERT_OK(f.kv->Path(a, &pa));
+  ASSERT_OK(f.kv->Path(b, &pb));
+  EXPECT_EQ(pa[0], pb[0]);
+  EXPECT_EQ(pa[1], pb[1]);
+  EXPECT_NE(pa[2], pb[2]);
+  ASSERT_OK(f.Append({a, b}, 2, 4));  // siblings in one batch, content kept apart
+  ASSERT_OK(f.kv->RemoveSequence(a));
+  ASSERT_OK(f.kv->RemoveSequence(b));
+  EXPECT_EQ(f.kv->tree_counters().live_blocks, 0u);
+  EXPECT_EQ(f.kv->tree_counters().fast_bytes_in_use, 0u);
+  EXPECT_TRUE(f.kv->CheckInvariants().ok());
+}
+
+TEST(PrefixTreeKvTest, SiblingsSharingATailInOneBatchCopyItOnlyWhileOthersHoldIt) {
+  TreeFixture f;
+  ASSERT_OK(f.Make(32));
+  SeqId root;
+  ASSERT_OK(f.kv->AddSequence(&root));
+  ASSERT_OK(f.Append({root}, 6, 1));
+  const SeqId a = Fork(f, root), b = Fork(f, root);
+  ASSERT_OK(f.kv->RemoveSequence(root));
+  f.tags.erase(root);
+  ASSERT_OK(f.Append({a, b}, 1, 2));
+  EXPECT_EQ(f.kv->tree_counters().cow_copies, 1u);  // the second sibling keeps the original
+  EXPECT_EQ(f.kv->tree_counters().live_blocks, 3u);
+}
+
+TEST(PrefixTreeKvTest, EvictedBlocksComeBackIntactAndUnchangedBlocksAreWrittenOnce) {
+  TreeFixture f;
+  ASSERT_OK(f.Make(6));
+  std::vector<SeqId> s(3);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK(f.kv->AddSequence(&s[i]));
+    ASSERT_OK(f.kv->Pin({&s[i], 1}, f.kv->NewBlocksFor(s[i], 12)));
+    ASSERT_OK(f.Append({s[i]}, 12, 10 + i)) << i;  // 3 full blocks each
+    f.kv->Unpin();
+  }
+  const PrefixTreeCounters c1 = f.kv->tree_counters();
+  EXPECT_GT(c1.bytes_written, 0u);
+  EXPECT_EQ(c1.peak_fast_bytes, 6 * c1.block_bytes);
+  // Round trips: each sequence comes back, gets a token, and its whole view is checked.
+  for (int round = 0; round < 2; ++round)
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_OK(f.kv->Pin({&s[i], 1}, f.kv->NewBlocksFor(s[i], 1)));
+      ASSERT_OK(f.Append({s[i]}, 1, 20 + round)) << "round " << round << " seq " << i;
+      f.kv->Unpin();
+    }
+  const PrefixTreeCounters c2 = f.kv->tree_counters();
+  EXPECT_GT(c2.bytes_read, 0u);
+  EXPECT_LE(c2.peak_fast_bytes, c2.fast_budget_bytes);
+  // 9 full blocks never change after they are first written; only the tails are rewritten.
+  EXPECT_LE(c2.blocks_written, 9u + 3u * 2u);
+  EXPECT_TRUE(f.kv->CheckInvariants().ok());
+}
+
+TEST(PrefixTreeKvTest, LayerStreamingReadsWhatDoesNotFitLayerByLayer) {
+  TreeFixture f;
+  ASSERT_OK(f.Make(9, KvResidency::kLayerStreaming, nullptr, 12));
+  SeqId root;
+  ASSERT_OK(f.kv->AddSequence(&root));
+  ASSERT_OK(f.Append({root}, 16, 1));
+  std::vector<SeqId> beams;
+  for (int i = 0; i < 3; ++i) beams.push_back(Fork(f, root));
+  ASSERT_OK(f.kv->RemoveSequence(root));
+  f.tags.erase(root);
+  // Token by token, all beams together, far more KV than 9 blocks.
+  for (int t = 0; t < 12; ++t) ASSERT_OK(f.Append(beams, 1, 30 + t)) << t;
+  const PrefixTreeCounters c = f.kv->tree_counters();
+  EXPECT_GT(c.layer_reads, 0u);
+  EXPECT_EQ(c.blocks_loaded, 0u);  // nothing is reloaded whole in this mode
+  EXPECT_LE(c.peak_fast_bytes, c.fast_budget_bytes);
+  EXPECT_EQ(c.live_blocks, 4u + 3u * 3u);
+}
+
+TEST(PrefixTreeKvTest, PrefetchedBlocksAreUsedWithoutReloading) {
+  TreeFixture f;
+  ASSERT_OK(f.Make(7));
+  SeqId a, b;
+  ASSERT_OK(f.kv->AddSequence(&a));
+  ASSERT_OK(f.kv->AddSequence(&b));
+  ASSERT_OK(f.Append({a}, 12, 1));
+  ASSERT_OK(f.Append({b}, 12, 2));
+  ASSERT_OK(f.kv->Pin({&a, 1}, 3));  // evicts two of b's three blocks
+  ASSERT_OK(f.Append({a}, 8, 3));    // leaves one buffer free
+  f.kv->Unpin();
+  ASSERT_OK(f.kv->Pin({&a, 1}, 0));
+  int32_t started = 0;
+  ASSERT_OK(f.kv->Prefetch({&b, 1}, 8, &started));
+  EXPECT_EQ(started, 1);  // one free buffer; b's resident block is dirty, a's are pinned
+  const uint64_t loaded = f.kv->tree_counters().blocks_loaded;
+  ASSERT_OK(f.kv->Pin({&b, 1}, 1));
+  EXPECT_EQ(f.kv->tree_counters().blocks_loaded, loaded + 1);  // only the other one
+  ASSERT_OK(f.Append({b}, 1, 4));  // checks the prefetched block's content too
+  f.kv->Unpin();
+  EXPECT_EQ(f.kv->tree_counters().blocks_prefetched, 1u);
+  EXPECT_TRUE(f.kv->CheckInvariants().ok());
+}
+
+TEST(PrefixTreeKvTest, BlockStoreTierRoundTripsThroughDirectIo) {
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  storage::StoreOptions so;
+  so.directory = dir;
+  so.file_name = "strata_tree_test_" + std::to_string(getpid()) + ".kv";
+  KvShape deep = kShape;
+  deep.n_layer = 12;
+  so.capacity = 64ull * PrefixTreeKv::BlockBytes(deep, kB, 4096);
+  so.block_size = 4096;
+  so.report = [](std::string_view) {};
+  std::unique_ptr<SlowTier> tier;
+  ASSERT_OK(OpenBlockStoreTier(so, &tier));
+  EXPECT_EQ(tier->alignment(), 4096u);
+  TreeFixture f;
+  ASSERT_OK(f.Make(10, KvResidency::kLayerStreaming, std::move(tier), 12));
+  std::vector<SeqId> s(3);
+  for (SeqId& x : s) ASSERT_OK(f.kv->AddSequence(&x));
+  for (int t = 0; t < 5; ++t) ASSERT_OK(f.Append(s, 4, t)) << t;
+  f.kv->set_residency(KvResidency::kWholeBlocks);
+  for (SeqId x : s) {
+    ASSERT_OK(f.kv->Pin({&x, 1}, 1));
+    ASSERT_OK(f.Append({x}, 1, 9));
+    f.kv->Unpin();
+  }
+  const PrefixTreeCounters c = f.kv->tree_counters();
+  EXPECT_GT(c.layer_reads, 0u);
+  EXPECT_GT(c.blocks_loaded, 0u);
+  EXPECT_LE(c.peak_fast_bytes, c.fast_budget_bytes);
+  f.kv.reset();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/" + so.file_name));  // the store cleans up
+}
+
+TEST(PrefixTreeKvTest, ErrorsNameTheProblemAndChangeNothing) {
+  TreeFixture f;
+  Status s = f.Make(0);
+  EXPECT_EQ(s.code(), Status::Code::kResourceExhausted);
+  EXPECT_NE(s.message().find("budget"), std::string::npos) << s.message();
+
+  ASSERT_OK(f.Make(4));
+  SeqId a;
+  ASSERT_OK(f.kv->AddSequence(&a));
+  ASSERT_OK(f.Append({a}, 8, 1));
+  BatchSeq wrong{a, 3, 1};
+  s = f.kv->BeginBatch({&wrong, 1});
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("position 3"), std::string::npos) << s.message();
+  BatchSeq full{a, 8, 300};
+  EXPECT_EQ(f.kv->BeginBatch({&full, 1}).code(), Status::Code::kOutOfRange);
+  // A group larger than the budget.
+  SeqId b;
+  ASSERT_OK(f.kv->AddSequence(&b));
+  s = f.kv->Pin({&a, 1}, 3);
+  EXPECT_EQ(s.code(), Status::Code::kResourceExhausted);
+  EXPECT_NE(s.message().find("holds 4"), std::string::npos) << s.message();
+  f.kv->Unpin();
+  // More new blocks in one pass than the budget holds.
+  BatchSeq big{b, 0, 20};
+  s = f.kv->BeginBatch({&big, 1});
+  EXPECT_EQ(s.code(), Status::Code::kResourceExhausted);
+  EXPECT_NE(s.message().find("too small"), std::string::npos) << s.message();
+  EXPECT_EQ(f.kv->Length(b), 0);
+  EXPECT_TRUE(f.kv->CheckInvariants().ok());
+  EXPECT_EQ(f.kv->RemoveSequence(77).code(), Status::Code::kNotFound);
+}
+
+TEST(PrefixTreeKvTest, AFailedEvictionWriteKeepsTheBlockAndReportsTheError) {
+  TreeFixture f;
+  ASSERT_OK(f.Make(3));
+  SeqId a, b;
+  ASSERT_OK(f.kv->AddSequence(&a));
+  ASSERT_OK(f.kv->AddSequence(&b));
+  ASSERT_OK(f.Append({a}, 8, 1));
+  f.ram_->FailTransferAfter(0);
+  Status s = f.Append({b}, 8, 2);  // must evict a's blocks: the write fails
+  EXPECT_EQ(s.code(), Status::Code::kIOError) << s.ToString();
+  EXPECT_NE(s.message().find("injected"), std::string::npos) << s.message();
+  EXPECT_EQ(f.kv->Length(b), 0);
+  EXPECT_TRUE(f.kv->CheckInvariants().ok());
+  // Nothing was lost: a's blocks are still readable, and the next attempt succeeds.
+  ASSERT_OK(f.Append({a}, 1, 3));
+  f.tags[b].clear();
+  ASSERT_OK(f.Append({b}, 4, 2));
+  EXPECT_TRUE(f.kv->CheckInvariants().ok());
+}
+
+TEST(PrefixTreeKvTest, AbortDropsTheBatchesNewBlocks) {
+  TreeFixture f;
+  ASSERT_OK(f.Make(16));
+  SeqId a;
+  ASSERT_OK(f.kv->AddSequence(&a));
+  ASSERT_OK(f.Append({a}, 3, 1));
+  BatchSeq b{a, 3, 6};
+  ASSERT_OK(f.kv->BeginBatch({&b, 1}));
+  EXPECT_EQ(f.kv->tree_counters().live_blocks, 3u);
+  f.kv->AbortBatch();
+  EXPECT_EQ(f.kv->tree_counters().live_blocks, 1u);
+  EXPECT_EQ(f.kv->Length(a), 3);
+  EXPECT_TRUE(f.kv->CheckInvariants().ok());
+  ASSERT_OK(f.Append({a}, 2, 2));
+}
+
+}  // namespace
+}  // namespace strata
