@@ -1,0 +1,517 @@
+#include "runtime/search/beam_search.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+
+#include "runtime/engine/engine.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// SplitMix64's finalizer: beam identities and seeds that differ in one bit differ
+// everywhere, so children of one beam draw unrelated random streams.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+uint64_t ChildId(uint64_t parent, uint64_t j) { return Mix(parent ^ Mix(j + 1)); }
+
+int32_t Blocks(int64_t tokens, int32_t b) { return int32_t((tokens + b - 1) / b); }
+
+// Largest number of blocks the tree can hold at once: the prompt, and every beam's own
+// blocks (a partial tail each, plus the block a copy on write adds).
+int64_t MaxTreeBlocks(const BeamSearchParams& p, int32_t prompt_tokens) {
+  return Blocks(prompt_tokens, p.block_tokens) + 1 +
+         int64_t(p.n_beams) * (Blocks(p.max_tokens, p.block_tokens) + 2);
+}
+
+// The slow tier's alignment the block layout is computed for: a multiple of every common
+// logical block size, so direct I/O works on 512-byte and 4 KiB devices alike.
+constexpr uint32_t kSlowAlignment = 4096;
+
+struct Beam {
+  uint64_t id = 0, parent_id = 0;
+  SeqId seq = -1;
+  std::vector<int32_t> tokens;   // generated, EOS excluded
+  std::vector<int32_t> history;  // prompt + tokens: the repetition penalty's window
+  std::vector<int32_t> step_tokens;
+  std::vector<float> step_logprobs;
+  std::string step_text;
+  std::shared_ptr<const std::vector<float>> logits;  // for the next token
+  std::unique_ptr<Sampler> sampler;
+  int32_t first_rank = 0;  // greedy: the step's first token is the first_rank-th best
+  double score_sum = 0;
+  int32_t steps = 0;
+  bool step_done = false, finished = false;
+  BeamStop stop = BeamStop::kMaxTokens;
+  double score() const { return steps ? score_sum / steps : 0.0; }
+};
+
+// The rank-th best token of a row (ties to the lower id).
+int32_t RankedToken(const float* logits, int32_t n_vocab, int32_t rank) {
+  std::vector<int32_t> ids(static_cast<size_t>(n_vocab));
+  for (int32_t i = 0; i < n_vocab; ++i) ids[size_t(i)] = i;
+  auto better = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::nth_element(ids.begin(), ids.begin() + rank, ids.end(), better);
+  return ids[size_t(rank)];
+}
+
+class Search {
+ public:
+  Search(const Model& model, const BeamSearchParams& p, Verifier* verifier, BeamSearchStats* st)
+      : model_(model),
+        tok_(model.tokenizer()),
+        p_(p),
+        verifier_(verifier),
+        st_(*st),
+        n_vocab_(model.hparams().n_vocab) {}
+  ~Search() { ReleaseAll(); }
+
+  Status Setup(int32_t prompt_tokens);
+  Status Run(std::span<const int32_t> prompt, std::vector<BeamResult>* results);
+  void ReleaseAll();
+  PrefixTreeKv* kv() const { return kv_; }
+
+ private:
+  Status RunStep();
+  Status RunGroup(const std::vector<Beam*>& group);
+  Status ScoreStep(int32_t step);
+  Status Select(std::vector<BeamResult>* results, bool last_step);
+  std::unique_ptr<Beam> NewChild(const Beam& parent, int32_t j);
+  void Finish(Beam& b, std::vector<BeamResult>* results);
+
+  const Model& model_;
+  const Tokenizer& tok_;
+  const BeamSearchParams& p_;
+  Verifier* verifier_;
+  BeamSearchStats& st_;
+  const int32_t n_vocab_;
+  std::unique_ptr<Engine> engine_;
+  PrefixTreeKv* kv_ = nullptr;
+  bool write_behind_ = false;
+  std::vector<std::unique_ptr<Beam>> beams_;
+  std::vector<int32_t> prompt_;
+  int32_t step_ = 0;
+  ForwardBatch batch_;
+  std::vector<float> logits_;
+};
+
+Status Search::Setup(int32_t prompt_tokens) {
+  const HParams& hp = model_.hparams();
+  KvShape shape{hp.n_layer, hp.n_head_kv, hp.head_dim, prompt_tokens + p_.max_tokens + 1};
+  PrefixTreeKvOptions ko;
+  ko.block_tokens = p_.block_tokens;
+  ko.max_blocks = MaxTreeBlocks(p_, prompt_tokens);
+  ko.max_sequences = 2 * p_.n_beams + 2;
+  ko.residency = p_.schedule == BeamSchedule::kTokenwise ? KvResidency::kLayerStreaming
+                                                         : KvResidency::kWholeBlocks;
+  // Overlapping the writes of blocks that filled with compute belongs to (d); the baseline
+  // gets it too so that it is not slowed by writes the grouped schedules would hide.
+  write_behind_ = p_.schedule == BeamSchedule::kBalanced || p_.schedule == BeamSchedule::kTokenwise;
+  const uint64_t block_bytes = PrefixTreeKv::BlockBytes(shape, ko.block_tokens, kSlowAlignment);
+  const uint64_t slow_bytes = uint64_t(ko.max_blocks) * block_bytes;
+  ko.fast_budget_bytes =
+      p_.fast_budget_bytes
+          ? p_.fast_budget_bytes
+          : uint64_t(ko.max_blocks + 2 * (ko.max_blocks / hp.n_layer + 1)) * block_bytes;
+  std::unique_ptr<SlowTier> slow;
+  if (p_.slow_in_ram || p_.fast_budget_bytes == 0) {
+    std::unique_ptr<RamSlowTier> ram;
+    STRATA_RETURN_IF_ERROR(RamSlowTier::Create(slow_bytes, &ram, kSlowAlignment));
+    slow = std::move(ram);
+  } else {
+    static std::atomic<uint64_t> counter{0};
+    storage::StoreOptions so;
+    const char* tmp = std::getenv("TMPDIR");
+    so.directory = !p_.slow_dir.empty() ? p_.slow_dir : (tmp && *tmp ? tmp : "/tmp");
+    so.file_name = "strata-beams-" + std::to_string(getpid()) + "-" +
+                   std::to_string(counter.fetch_add(1)) + ".kv";
+    so.capacity = slow_bytes;
+    so.block_size = kSlowAlignment;
+    // Every layer read of the baseline's pass is in flight at once (hundreds of requests).
+    so.queue_depth = 512;
+    so.slow_disk = p_.slow_disk;
+    so.report = [](std::string_view) {};  // the fallback reason shows in the description
+    Status s = OpenBlockStoreTier(so, &slow);
+    if (!s.ok()) return s.WithContext("beam search slow tier");
+  }
+  std::unique_ptr<PrefixTreeKv> kv;
+  STRATA_RETURN_IF_ERROR(PrefixTreeKv::Create(shape, ko, std::move(slow), &kv));
+  kv_ = kv.get();
+  st_.slow_tier = kv->slow_tier_description();
+  st_.fast_capacity_blocks = kv->fast_capacity_blocks();
+  EngineOptions eo;
+  eo.n_threads = p_.n_threads;
+  eo.n_batch = std::max(512, 2 * p_.n_beams);
+  eo.max_sequences = ko.max_sequences;
+  return Engine::Create(model_, eo, std::move(kv), &engine_);
+}
+
+void Search::ReleaseAll() {
+  for (auto& b : beams_)
+    if (b->seq >= 0 && engine_) (void)engine_->RemoveSequence(b->seq);
+  beams_.clear();
+}
+
+std::unique_ptr<Beam> Search::NewChild(const Beam& parent, int32_t j) {
+  auto c = std::make_unique<Beam>();
+  c->id = ChildId(parent.id, uint64_t(j));
+  c->parent_id = parent.id;
+  c->tokens = parent.tokens;
+  c->history = parent.history;
+  c->logits = parent.logits;
+  c->first_rank = j;
+  c->score_sum = parent.score_sum;
+  c->steps = parent.steps;
+  SamplingParams sp = p_.sampling;
+  sp.seed = Mix(p_.sampling.seed ^ c->id);
+  c->sampler = std::make_unique<Sampler>(sp, n_vocab_);
+  return c;
+}
+
+Status Search::Run(std::span<const int32_t> prompt, std::vector<BeamResult>* results) {
+  prompt_.assign(prompt.begin(), prompt.end());
+  const auto t0 = Clock::now();
+  Beam root;
+  root.id = Mix(p_.sampling.seed ^ 0x726f6f74ull);  // "root"
+  root.history = prompt_;
+  STRATA_RETURN_IF_ERROR(engine_->NewSequence(&root.seq));
+  {
+    auto logits = std::make_shared<std::vector<float>>();
+    Status s = engine_->Prefill(root.seq, prompt, logits.get());
+    if (!s.ok()) {
+      (void)engine_->RemoveSequence(root.seq);
+      return s;
+    }
+    root.logits = std::move(logits);
+  }
+  st_.prefill_seconds = Since(t0);
+  Status s = verifier_->Begin(prompt, root.id);
+  for (int32_t j = 0; s.ok() && j < p_.n_beams; ++j) {
+    beams_.push_back(NewChild(root, j));
+    s = engine_->kv().ForkSequence(root.seq, &beams_.back()->seq);
+  }
+  STRATA_RETURN_IF_ERROR(engine_->RemoveSequence(root.seq));
+  STRATA_RETURN_IF_ERROR(s);
+
+  for (step_ = 0; !beams_.empty(); ++step_) {
+    st_.peak_shared_blocks = std::max(st_.peak_shared_blocks, kv_->tree_counters().shared_blocks);
+    STRATA_RETURN_IF_ERROR(RunStep());
+    const auto ts = Clock::now();
+    STRATA_RETURN_IF_ERROR(ScoreStep(step_));
+    st_.score_seconds += Since(ts);
+    ++st_.steps;
+    STRATA_RETURN_IF_ERROR(Select(results, p_.max_steps > 0 && step_ + 1 >= p_.max_steps));
+  }
+  st_.seconds = Since(t0);
+  std::stable_sort(results->begin(), results->end(), [](const BeamResult& a, const BeamResult& b) {
+    return a.score > b.score || (a.score == b.score && a.beam_id < b.beam_id);
+  });
+  return Status::OK();
+}
+
+Status Search::RunStep() {
+  const int32_t capacity = kv_->fast_capacity_blocks();
+  std::vector<BeamWork> work(beams_.size());
+  for (size_t i = 0; i < beams_.size(); ++i) {
+    Beam& b = *beams_[i];
+    b.step_done = false;
+    b.step_tokens.clear();
+    b.step_logprobs.clear();
+    b.step_text.clear();
+    STRATA_RETURN_IF_ERROR(kv_->Path(b.seq, &work[i].path));
+    const int32_t n = std::min<int32_t>(p_.step_tokens, p_.max_tokens - int32_t(b.tokens.size()));
+    work[i].new_blocks = kv_->NewBlocksFor(b.seq, n);
+  }
+  StepPlan plan;
+  STRATA_RETURN_IF_ERROR(PlanStep(work, capacity, p_.schedule, step_ % 2 == 1, &plan));
+  // Writing filled blocks ahead only pays when some will be evicted this step.
+  kv_->set_write_behind(write_behind_ && plan.total_blocks > capacity);
+  st_.rounds += int64_t(plan.groups.size());
+  st_.max_step_rounds = std::max(st_.max_step_rounds, int32_t(plan.groups.size()));
+  const bool pin = p_.schedule != BeamSchedule::kTokenwise;
+  auto seqs_of = [&](const BeamGroup& g) {
+    std::vector<SeqId> s;
+    for (int32_t i : g.beams) s.push_back(beams_[size_t(i)]->seq);
+    return s;
+  };
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const BeamGroup& group = plan.groups[g];
+    if (pin) {
+      int32_t reserve = 0;
+      for (int32_t i : group.beams) reserve += work[size_t(i)].new_blocks;
+      STRATA_RETURN_IF_ERROR(kv_->Pin(seqs_of(group), reserve));
+      if (p_.schedule == BeamSchedule::kBalanced && g + 1 < plan.groups.size()) {
+        int32_t started = 0;
+        STRATA_RETURN_IF_ERROR(kv_->Prefetch(seqs_of(plan.groups[g + 1]), capacity, &started));
+      }
+    }
+    std::vector<Beam*> members;
+    for (int32_t i : group.beams) members.push_back(beams_[size_t(i)].get());
+    Status s = RunGroup(members);
+    if (pin) kv_->Unpin();
+    STRATA_RETURN_IF_ERROR(s);
+  }
+  return Status::OK();
+}
+
+Status Search::RunGroup(const std::vector<Beam*>& group) {
+  std::vector<Beam*> active = group, eval;
+  std::vector<int32_t> next;
+  while (!active.empty()) {
+    eval.clear();
+    next.clear();
+    for (Beam* b : active) {
+      const float* row = b->logits->data();
+      int32_t t;
+      if (p_.sampling.temperature <= 0.f && b->step_tokens.empty() && b->first_rank > 0)
+        t = RankedToken(row, n_vocab_, std::min(b->first_rank, n_vocab_ - 1));
+      else
+        t = b->sampler->Sample(row, b->history);
+      b->step_tokens.push_back(t);
+      b->step_logprobs.push_back(float(TokenLogProb(row, n_vocab_, t)));
+      if (!p_.ignore_eos && tok_.IsEndOfGeneration(t)) {
+        b->step_done = b->finished = true;
+        b->stop = BeamStop::kEndOfGeneration;
+        continue;
+      }
+      b->tokens.push_back(t);
+      b->history.push_back(t);
+      b->step_text += tok_.TokenBytes(t);
+      if (int32_t(b->tokens.size()) >= p_.max_tokens) {
+        b->step_done = b->finished = true;
+        b->stop = BeamStop::kMaxTokens;
+        continue;
+      }
+      if (int32_t(b->step_tokens.size()) >= p_.step_tokens ||
+          (!p_.step_delimiter.empty() && b->step_text.find(p_.step_delimiter) != std::string::npos))
+        b->step_done = true;
+      eval.push_back(b);  // the next token (or the children's first) needs its logits
+      next.push_back(t);
+    }
+    if (eval.empty()) break;
+    batch_.Clear();
+    for (size_t i = 0; i < eval.size(); ++i)
+      batch_.Add(eval[i]->seq, kv_->Length(eval[i]->seq), {&next[i], 1});
+    STRATA_RETURN_IF_ERROR(engine_->Evaluate(batch_, &logits_));
+    ++st_.forward_passes;
+    st_.generated_tokens += int64_t(eval.size());
+    active.clear();
+    for (size_t i = 0; i < eval.size(); ++i) {
+      const float* r = logits_.data() + i * size_t(n_vocab_);
+      eval[i]->logits = std::make_shared<const std::vector<float>>(r, r + n_vocab_);
+      if (!eval[i]->step_done) active.push_back(eval[i]);
+    }
+  }
+  return Status::OK();
+}
+
+Status Search::ScoreStep(int32_t step) {
+  std::vector<std::string> texts(beams_.size());
+  std::vector<StepCandidate> cands(beams_.size());
+  for (size_t i = 0; i < beams_.size(); ++i) {
+    const Beam& b = *beams_[i];
+    texts[i] = tok_.Decode(b.tokens);
+    StepCandidate& c = cands[i];
+    c.beam_id = b.id;
+    c.parent_id = b.parent_id;
+    c.step = step;
+    c.prompt = prompt_;
+    // tokens holds this step's tokens too, except an ending EOS.
+    const bool eos = b.finished && b.stop == BeamStop::kEndOfGeneration;
+    const size_t in_tokens = b.step_tokens.size() - (eos ? 1 : 0);
+    c.path_tokens = std::span<const int32_t>(b.tokens).first(b.tokens.size() - in_tokens);
+    c.step_tokens = b.step_tokens;
+    c.step_logprobs = b.step_logprobs;
+    c.text = texts[i];
+    c.final = b.finished;
+  }
+  std::vector<double> scores;
+  STRATA_RETURN_IF_ERROR(verifier_->ScoreStep(cands, &scores));
+  if (scores.size() != beams_.size())
+    return Status::Internal("verifier '" + std::string(verifier_->name()) + "' returned " +
+                            std::to_string(scores.size()) + " scores for " +
+                            std::to_string(beams_.size()) + " beams");
+  for (size_t i = 0; i < beams_.size(); ++i) {
+    beams_[i]->score_sum += scores[i];
+    ++beams_[i]->steps;
+  }
+  std::vector<uint64_t> parents;
+  for (const auto& b : beams_) parents.push_back(b->parent_id);
+  std::sort(parents.begin(), parents.end());
+  parents.erase(std::unique(parents.begin(), parents.end()), parents.end());
+  for (uint64_t id : parents) verifier_->Forget(id);
+  return Status::OK();
+}
+
+void Search::Finish(Beam& b, std::vector<BeamResult>* results) {
+  BeamResult r;
+  r.beam_id = b.id;
+  r.tokens = b.tokens;
+  r.text = tok_.Decode(b.tokens);
+  r.score = b.score();
+  r.steps = b.steps;
+  r.stop = b.stop;
+  results->push_back(std::move(r));
+  verifier_->Forget(b.id);
+}
+
+Status Search::Select(std::vector<BeamResult>* results, bool last_step) {
+  std::vector<std::unique_ptr<Beam>> open;
+  Status first;
+  auto drop = [&](Beam& b) {
+    Status s = engine_->RemoveSequence(b.seq);
+    b.seq = -1;
+    if (first.ok() && !s.ok()) first = s;
+  };
+  for (auto& b : beams_) {
+    if (b->finished || last_step) {
+      if (!b->finished) b->stop = BeamStop::kStepLimit;
+      Finish(*b, results);
+      drop(*b);
+    } else {
+      open.push_back(std::move(b));
+    }
+  }
+  beams_.clear();
+  STRATA_RETURN_IF_ERROR(first);
+  std::stable_sort(open.begin(), open.end(), [](const auto& a, const auto& b) {
+    const double sa = a->score(), sb = b->score();
+    return sa > sb || (sa == sb && a->id < b->id);
+  });
+  const size_t keep = std::min(open.size(), size_t(p_.n_beams / p_.beam_width));
+  Status s;
+  for (size_t k = 0; k < open.size(); ++k) {
+    Beam& parent = *open[k];
+    for (int32_t j = 0; k < keep && s.ok() && j < p_.beam_width; ++j) {
+      beams_.push_back(NewChild(parent, j));
+      s = engine_->kv().ForkSequence(parent.seq, &beams_.back()->seq);
+    }
+    if (k >= keep) verifier_->Forget(parent.id);
+    drop(parent);
+  }
+  STRATA_RETURN_IF_ERROR(s);
+  return first;
+}
+
+}  // namespace
+
+const char* BeamStopName(BeamStop s) {
+  switch (s) {
+    case BeamStop::kEndOfGeneration:
+      return "eos";
+    case BeamStop::kMaxTokens:
+      return "max_tokens";
+    case BeamStop::kStepLimit:
+      return "step_limit";
+  }
+  return "?";
+}
+
+uint64_t MinFastBudgetBytes(const BeamSearchParams& p, const HParams& hp, int32_t prompt_tokens) {
+  KvShape shape{hp.n_layer, hp.n_head_kv, hp.head_dim, 1};
+  const uint64_t bb = PrefixTreeKv::BlockBytes(shape, std::max(1, p.block_tokens), kSlowAlignment);
+  const int64_t one_beam =
+      Blocks(int64_t(prompt_tokens) + p.max_tokens, std::max(1, p.block_tokens)) + 1;
+  if (p.schedule != BeamSchedule::kTokenwise) return uint64_t(one_beam) * bb;
+  // Token by token, every beam's last block (and a copy) stays resident, and two staging
+  // areas hold one layer of everything else.
+  const int64_t rest = MaxTreeBlocks(p, prompt_tokens);
+  return uint64_t(std::max<int64_t>(one_beam, 2 * p.n_beams + 2 * (rest / hp.n_layer + 1))) * bb;
+}
+
+uint64_t SearchKvBytes(const BeamSearchParams& p, const HParams& hp, int32_t prompt_tokens) {
+  return uint64_t(hp.kv_bytes_per_token_f16()) *
+         (uint64_t(prompt_tokens) + uint64_t(p.n_beams) * uint64_t(p.max_tokens));
+}
+
+Status ValidateBeamSearchParams(const BeamSearchParams& p, const HParams& hp,
+                                int32_t prompt_tokens) {
+  auto bad = [](const std::string& what) {
+    return Status::InvalidArgument("beam search: " + what);
+  };
+  if (p.n_beams < 1 || p.n_beams > 1024)
+    return bad("beams: " + std::to_string(p.n_beams) + " is out of range [1, 1024]");
+  if (p.beam_width < 1 || p.beam_width > p.n_beams || p.n_beams % p.beam_width != 0)
+    return bad("beam width: " + std::to_string(p.beam_width) + " must be in [1, " +
+               std::to_string(p.n_beams) + "] and divide the " + std::to_string(p.n_beams) +
+               " beams (beams / width are kept each step)");
+  if (p.step_tokens < 1 || p.step_tokens > 4096)
+    return bad("step tokens: " + std::to_string(p.step_tokens) + " is out of range [1, 4096]");
+  if (p.block_tokens < 1 || p.block_tokens > 1024)
+    return bad("block tokens: " + std::to_string(p.block_tokens) + " is out of range [1, 1024]");
+  if (p.max_steps < 0) return bad("max steps: " + std::to_string(p.max_steps) + " is negative");
+  if (prompt_tokens < 1) return bad("the prompt has no tokens");
+  const int64_t limit = hp.n_ctx_train > 0 ? hp.n_ctx_train : (int64_t(1) << 20);
+  if (p.max_tokens < 1 || int64_t(prompt_tokens) + p.max_tokens > limit)
+    return bad("max tokens: " + std::to_string(p.max_tokens) + " is out of range [1, " +
+               std::to_string(std::max<int64_t>(0, limit - prompt_tokens)) + "] (the prompt's " +
+               std::to_string(prompt_tokens) + " tokens + max tokens must fit the model's " +
+               "context of " + std::to_string(limit) + ")");
+  if (p.sampling.temperature <= 0.f && p.n_beams > hp.n_vocab)
+    return bad("greedy search starts its " + std::to_string(p.n_beams) +
+               " beams with distinct tokens, the vocabulary has " + std::to_string(hp.n_vocab));
+  STRATA_RETURN_IF_ERROR(ValidateSamplingParams(p.sampling));
+  if (p.slow_disk.enabled) STRATA_RETURN_IF_ERROR(p.slow_disk.Validate());
+  const uint64_t min = MinFastBudgetBytes(p, hp, prompt_tokens);
+  if (p.fast_budget_bytes != 0 && p.fast_budget_bytes < min)
+    return Status::ResourceExhausted(
+        "beam search: the fast-tier budget of " + std::to_string(p.fast_budget_bytes) +
+        " bytes is smaller than " +
+        (p.schedule == BeamSchedule::kTokenwise
+             ? std::string("what the token-by-token schedule keeps resident (every beam's "
+                           "last block and two layer-staging areas)")
+             : std::string("one beam's working set (" + std::to_string(prompt_tokens) +
+                           " prompt + " + std::to_string(p.max_tokens) + " generated tokens)")) +
+        ": the minimum is " + std::to_string(min) + " bytes");
+  return Status::OK();
+}
+
+Status RunBeamSearch(const Model& model, std::span<const int32_t> prompt, const BeamSearchParams& p,
+                     Verifier* verifier, std::vector<BeamResult>* results, BeamSearchStats* stats) {
+  BeamSearchStats local;
+  BeamSearchStats& st = stats ? *stats : local;
+  st = BeamSearchStats();
+  results->clear();
+  st.prompt_tokens = int32_t(prompt.size());
+  STRATA_RETURN_IF_ERROR(ValidateBeamSearchParams(p, model.hparams(), int32_t(prompt.size())));
+  for (int32_t t : prompt)
+    if (t < 0 || t >= model.hparams().n_vocab)
+      return Status::InvalidArgument("beam search: prompt token " + std::to_string(t) +
+                                     " is outside the vocabulary");
+  MeanLogProbVerifier builtin;
+  Verifier* v = verifier ? verifier : &builtin;
+  st.verifier = v->name();
+  Search search(model, p, v, &st);
+  Status s = search.Setup(int32_t(prompt.size()));
+  if (s.ok()) s = search.Run(prompt, results);
+  v->End();
+  search.ReleaseAll();
+  if (PrefixTreeKv* kv = search.kv()) {
+    st.kv = kv->tree_counters();
+    st.peak_tree_bytes = st.kv.peak_live_blocks * st.kv.block_bytes;
+    Status inv = kv->CheckInvariants();
+    if (s.ok() && !inv.ok()) s = inv;
+    if (s.ok() && st.kv.live_blocks != 0)
+      s = Status::Internal("beam search: " + std::to_string(st.kv.live_blocks) +
+                           " KV blocks left after the search");
+  }
+  if (!s.ok()) results->clear();
+  return s;
+}
+
+}  // namespace strata

@@ -1,0 +1,100 @@
+// Step-wise beam search with a verifier, over a prefix-tree KV cache that spans a fast tier
+// with a hard byte budget and a slow tier (DESIGN.md, "Locality-aware beam scheduling").
+//
+// A step is step_tokens tokens, or ends after the token that completes step_delimiter (at
+// most step_tokens then). Every step, n_beams beams generate one step each; the verifier
+// scores the step, a beam's score is the mean of its step scores, and the best
+// n_beams / beam_width unfinished beams each fork beam_width children for the next step
+// (step 0 forks n_beams children of the prompt). A beam finishes at EOS or max_tokens; the
+// search ends when no beam is left or after max_steps (the rest finish as "step_limit").
+// The result is every finished beam, best first.
+//
+// Expansion is stochastic (the sampling chain of sampler.h, one generator per beam seeded
+// from the search seed and the beam's identity) or greedy (temperature 0: child j of a
+// beam starts its step with the j-th most likely token, then takes the argmax). Neither a
+// beam's tokens nor its logits depend on which beams share its batch, so with the same seed
+// the ranked results are identical under every schedule and budget (tested).
+//
+// Threads: RunBeamSearch uses the calling thread and a pool of n_threads workers.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/engine/sampler.h"
+#include "runtime/kv/prefix_tree_kv.h"
+#include "runtime/model/model.h"
+#include "runtime/search/beam_scheduler.h"
+#include "runtime/search/verifier.h"
+#include "storage/slow_disk.h"
+
+namespace strata {
+
+struct BeamSearchParams {
+  int32_t n_beams = 8;     // beams generating in every step
+  int32_t beam_width = 2;  // children of every kept beam; n_beams / beam_width are kept
+  int32_t step_tokens = 32;
+  std::string step_delimiter;  // empty: fixed-length steps
+  int32_t max_tokens = 256;    // generated tokens per path at most
+  int32_t max_steps = 0;       // 0: until every path finished
+  SamplingParams sampling;     // temperature 0 = greedy; seed seeds every beam
+  bool ignore_eos = false;
+  BeamSchedule schedule = BeamSchedule::kBalanced;
+  uint64_t fast_budget_bytes = 0;  // fast-tier KV bytes; 0 = everything fits
+  int32_t block_tokens = 16;
+  int32_t n_threads = 0;  // 0 = one per core
+  // The slow tier: the block store in slow_dir (default $TMPDIR, else /tmp), or RAM.
+  std::string slow_dir;
+  bool slow_in_ram = false;
+  storage::SlowDiskOptions slow_disk;  // bandwidth/latency emulation of the block store
+};
+
+enum class BeamStop { kEndOfGeneration, kMaxTokens, kStepLimit };
+const char* BeamStopName(BeamStop s);  // "eos", "max_tokens", "step_limit"
+
+struct BeamResult {
+  uint64_t beam_id = 0;
+  std::vector<int32_t> tokens;  // generated (EOS not included)
+  std::string text;
+  double score = 0;  // mean of the verifier's step scores
+  int32_t steps = 0;
+  BeamStop stop = BeamStop::kMaxTokens;
+};
+
+struct BeamSearchStats {
+  int32_t prompt_tokens = 0;
+  int32_t steps = 0;
+  int64_t rounds = 0;           // groups run, summed over steps
+  int32_t max_step_rounds = 0;  // most groups in one step
+  int64_t generated_tokens = 0;
+  int64_t forward_passes = 0;
+  double seconds = 0;  // prompt prefill to the last score
+  double prefill_seconds = 0;
+  double score_seconds = 0;
+  uint64_t peak_shared_blocks = 0;  // blocks used by more than one beam, at a step's start
+  uint64_t peak_tree_bytes = 0;     // distinct KV bytes of the tree at its largest
+  int32_t fast_capacity_blocks = 0;
+  PrefixTreeCounters kv;  // bytes moved, stall, fast-tier peak (after the search ends)
+  std::string slow_tier;
+  std::string verifier;
+};
+
+// Range checks naming the parameter, its value and the limit; the budget check names the
+// minimum (one beam's working set, or for the token-by-token schedule what its staging needs).
+Status ValidateBeamSearchParams(const BeamSearchParams& p, const HParams& hp,
+                                int32_t prompt_tokens);
+// Fast-tier bytes one beam's working set takes: its whole path at max_tokens.
+uint64_t MinFastBudgetBytes(const BeamSearchParams& p, const HParams& hp, int32_t prompt_tokens);
+// KV bytes of the prompt plus n_beams paths of max_tokens (the prompt stored once): what the
+// search holds when beams share only the prompt. Benchmarks set budgets as a share of it.
+uint64_t SearchKvBytes(const BeamSearchParams& p, const HParams& hp, int32_t prompt_tokens);
+
+// verifier: null = MeanLogProbVerifier. On error every beam's KV is released before
+// returning and stats (if given) still describe the search up to the failure.
+Status RunBeamSearch(const Model& model, std::span<const int32_t> prompt, const BeamSearchParams& p,
+                     Verifier* verifier, std::vector<BeamResult>* results, BeamSearchStats* stats);
+
+}  // namespace strata

@@ -1,0 +1,190 @@
+#include "runtime/search/verifier.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace strata {
+
+Status Verifier::Begin(std::span<const int32_t>, uint64_t) { return Status::OK(); }
+void Verifier::Forget(uint64_t) {}
+void Verifier::End() {}
+
+double LogSumExp(const float* logits, int32_t n_vocab) {
+  float mx = logits[0];
+  for (int32_t i = 1; i < n_vocab; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(double(logits[i] - mx));
+  return double(mx) + std::log(sum);
+}
+
+double TokenLogProb(const float* logits, int32_t n_vocab, int32_t token) {
+  return double(logits[token]) - LogSumExp(logits, n_vocab);
+}
+
+Status MeanLogProbVerifier::ScoreStep(std::span<const StepCandidate> cands,
+                                      std::vector<double>* scores) {
+  scores->assign(cands.size(), 0.0);
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const auto& lp = cands[i].step_logprobs;
+    if (lp.empty()) continue;
+    double s = 0;
+    for (float x : lp) s += x;
+    (*scores)[i] = s / double(lp.size());
+  }
+  return Status::OK();
+}
+
+Status CallbackVerifier::ScoreStep(std::span<const StepCandidate> cands,
+                                   std::vector<double>* scores) {
+  scores->assign(cands.size(), 0.0);
+  for (size_t i = 0; i < cands.size(); ++i) {
+    STRATA_RETURN_IF_ERROR(fn_(cands[i], &(*scores)[i]));
+    if (!std::isfinite((*scores)[i]))
+      return Status::InvalidArgument("scorer: beam " + std::to_string(cands[i].beam_id) +
+                                     " at step " + std::to_string(cands[i].step) +
+                                     " got a score that is not a finite number");
+  }
+  return Status::OK();
+}
+
+ModelVerifier::~ModelVerifier() { End(); }
+
+Status ModelVerifier::Create(const Model& scorer, const Model& generator, int32_t n_threads,
+                             int32_t n_ctx, int32_t max_beams,
+                             std::unique_ptr<ModelVerifier>* out) {
+  const Tokenizer& a = scorer.tokenizer();
+  const Tokenizer& b = generator.tokenizer();
+  if (a.n_vocab() != b.n_vocab())
+    return Status::InvalidArgument("scorer model: its vocabulary has " +
+                                   std::to_string(a.n_vocab()) + " tokens, the generator's " +
+                                   std::to_string(b.n_vocab()) + "; a scorer must share it");
+  for (int32_t i = 0; i < a.n_vocab(); ++i)
+    if (a.TokenBytes(i, true) != b.TokenBytes(i, true))
+      return Status::InvalidArgument("scorer model: token " + std::to_string(i) +
+                                     " differs from the generator's; a scorer must share the "
+                                     "vocabulary");
+  std::unique_ptr<ModelVerifier> v(new ModelVerifier());
+  v->n_vocab_ = a.n_vocab();
+  const HParams& hp = scorer.hparams();
+  KvShape shape{hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx};
+  // Every path fits: the scorer's KV stays in RAM, shared between a beam and its children.
+  PrefixTreeKvOptions ko;
+  ko.max_sequences = 2 * max_beams + 2;
+  ko.max_blocks =
+      int64_t(2 * max_beams + 2) * ((n_ctx + ko.block_tokens - 1) / ko.block_tokens + 1);
+  ko.fast_budget_bytes =
+      uint64_t(ko.max_blocks) * PrefixTreeKv::BlockBytes(shape, ko.block_tokens, 64);
+  std::unique_ptr<RamSlowTier> ram;
+  STRATA_RETURN_IF_ERROR(RamSlowTier::Create(
+      uint64_t(ko.max_blocks) * PrefixTreeKv::BlockBytes(shape, ko.block_tokens, 64), &ram));
+  std::unique_ptr<PrefixTreeKv> kv;
+  STRATA_RETURN_IF_ERROR(PrefixTreeKv::Create(shape, ko, std::move(ram), &kv));
+  EngineOptions eo;
+  eo.n_threads = n_threads;
+  eo.n_batch = 512;
+  eo.max_sequences = ko.max_sequences;
+  STRATA_RETURN_IF_ERROR(Engine::Create(scorer, eo, std::move(kv), &v->engine_));
+  *out = std::move(v);
+  return Status::OK();
+}
+
+Status ModelVerifier::Begin(std::span<const int32_t> prompt, uint64_t root_id) {
+  End();
+  Held h;
+  STRATA_RETURN_IF_ERROR(engine_->NewSequence(&h.seq));
+  Status s = engine_->Prefill(h.seq, prompt, &h.next_logits);
+  if (!s.ok()) {
+    (void)engine_->RemoveSequence(h.seq);
+    return s.WithContext("scorer model");
+  }
+  held_[root_id] = std::move(h);
+  return Status::OK();
+}
+
+Status ModelVerifier::ScoreStep(std::span<const StepCandidate> cands, std::vector<double>* scores) {
+  scores->assign(cands.size(), 0.0);
+  // Each candidate continues its parent's sequence with the step's tokens.
+  std::vector<Held> fresh(cands.size());
+  std::vector<double> sum(cands.size(), 0.0);
+  auto drop_fresh = [&] {
+    for (Held& h : fresh)
+      if (h.seq >= 0) (void)engine_->RemoveSequence(h.seq);
+  };
+  for (size_t i = 0; i < cands.size(); ++i) {
+    auto it = held_.find(cands[i].parent_id);
+    Status s = it == held_.end()
+                   ? Status::Internal("scorer model: no state for the parent of beam " +
+                                      std::to_string(cands[i].beam_id))
+                   : engine_->kv().ForkSequence(it->second.seq, &fresh[i].seq);
+    if (!s.ok()) {
+      drop_fresh();
+      return s;
+    }
+    if (!cands[i].step_tokens.empty())
+      sum[i] = TokenLogProb(it->second.next_logits.data(), n_vocab_, cands[i].step_tokens[0]);
+  }
+  // Passes of at most max_tokens tokens; a long step is split across passes.
+  const size_t limit = size_t(engine_->options().n_batch);
+  std::vector<size_t> done(cands.size(), 0);
+  ForwardBatch batch;
+  std::vector<float> logits;
+  size_t next = 0;
+  while (next < cands.size()) {
+    batch.Clear();
+    std::vector<std::pair<size_t, size_t>> pieces;  // candidate, tokens
+    size_t used = 0;
+    for (size_t i = next; i < cands.size() && used < limit; ++i) {
+      const size_t left = cands[i].step_tokens.size() - done[i];
+      if (left == 0) continue;
+      const size_t n = std::min(left, limit - used);
+      batch.Add(fresh[i].seq, engine_->kv().Length(fresh[i].seq),
+                cands[i].step_tokens.subspan(done[i], n), /*all_logits=*/true);
+      pieces.push_back({i, n});
+      used += n;
+    }
+    if (pieces.empty()) break;
+    Status s = engine_->Evaluate(batch, &logits);
+    if (!s.ok()) {
+      drop_fresh();
+      return s.WithContext("scorer model");
+    }
+    size_t row = 0;
+    for (auto [i, n] : pieces) {
+      for (size_t t = 0; t < n; ++t, ++row) {
+        const float* r = logits.data() + row * size_t(n_vocab_);
+        const size_t pos = done[i] + t;  // this row predicts step token pos + 1
+        if (pos + 1 < cands[i].step_tokens.size())
+          sum[i] += TokenLogProb(r, n_vocab_, cands[i].step_tokens[pos + 1]);
+        else
+          fresh[i].next_logits.assign(r, r + n_vocab_);
+      }
+      done[i] += n;
+    }
+    while (next < cands.size() && done[next] == cands[next].step_tokens.size()) ++next;
+  }
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const size_t n = cands[i].step_tokens.size();
+    (*scores)[i] = n ? sum[i] / double(n) : 0.0;
+    auto old = held_.find(cands[i].beam_id);
+    if (old != held_.end()) {
+      (void)engine_->RemoveSequence(old->second.seq);
+      held_.erase(old);
+    }
+    held_[cands[i].beam_id] = std::move(fresh[i]);
+  }
+  return Status::OK();
+}
+
+void ModelVerifier::Forget(uint64_t beam_id) {
+  auto it = held_.find(beam_id);
+  if (it == held_.end()) return;
+  (void)engine_->RemoveSequence(it->second.seq);
+  held_.erase(it);
+}
+
+void ModelVerifier::End() {
+  for (auto& [id, h] : held_) (void)engine_->RemoveSequence(h.seq);
+  held_.clear();
+}
+
+}  // namespace strata

@@ -1,0 +1,105 @@
+// Verifiers: how step-wise beam search scores a beam's newest step (higher is better).
+//
+//   MeanLogProbVerifier  the generator's own mean log-probability of the step's tokens
+//   ModelVerifier        a second GGUF model (same vocabulary): its mean log-likelihood of
+//                        the step given the prompt and the path, computed as a prefill over
+//                        the step's tokens on top of the path it already holds (its own
+//                        prefix tree, so a beam's children share their parent's KV)
+//   CallbackVerifier     the application's function (the C API's scorer callback)
+//
+// The search calls Begin once, then ScoreStep once per step with every beam that generated
+// in it, and Forget for beams that will never be extended (pruned, finished, or parents whose
+// children were scored). Candidates come in a deterministic order; scores must depend only
+// on a candidate, never on the others in the call, so results do not depend on scheduling.
+//
+// Threads: the search's thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/engine/engine.h"
+#include "runtime/kv/prefix_tree_kv.h"
+#include "runtime/model/model.h"
+
+namespace strata {
+
+struct StepCandidate {
+  uint64_t beam_id = 0;
+  uint64_t parent_id = 0;  // the beam this one was forked from (the root for step 0)
+  int32_t step = 0;        // 0-based
+  std::span<const int32_t> prompt;
+  std::span<const int32_t> path_tokens;  // generated before this step
+  std::span<const int32_t> step_tokens;  // generated in this step (an ending EOS included)
+  std::span<const float> step_logprobs;  // the generator's log p of each step token
+  std::string_view text;                 // all generated text of the beam, this step's last
+  bool final = false;                    // the beam ends with this step
+};
+
+class Verifier {
+ public:
+  virtual ~Verifier() = default;
+  virtual const char* name() const = 0;
+  // Before the first step; root_id is the parent_id of step 0's candidates.
+  virtual Status Begin(std::span<const int32_t> prompt, uint64_t root_id);
+  virtual Status ScoreStep(std::span<const StepCandidate> cands, std::vector<double>* scores) = 0;
+  virtual void Forget(uint64_t beam_id);
+  // After the search (also after a failure): drops all per-beam state.
+  virtual void End();
+};
+
+class MeanLogProbVerifier final : public Verifier {
+ public:
+  const char* name() const override { return "mean_logprob"; }
+  Status ScoreStep(std::span<const StepCandidate> cands, std::vector<double>* scores) override;
+};
+
+// fn returns the score of one candidate, or an error that ends the search.
+class CallbackVerifier final : public Verifier {
+ public:
+  using Fn = std::function<Status(const StepCandidate&, double*)>;
+  explicit CallbackVerifier(Fn fn) : fn_(std::move(fn)) {}
+  const char* name() const override { return "callback"; }
+  Status ScoreStep(std::span<const StepCandidate> cands, std::vector<double>* scores) override;
+
+ private:
+  Fn fn_;
+};
+
+class ModelVerifier final : public Verifier {
+ public:
+  // `scorer` must use the generator's vocabulary (checked: size and every token's bytes).
+  // n_ctx: the longest prompt + path it will see.
+  static Status Create(const Model& scorer, const Model& generator, int32_t n_threads,
+                       int32_t n_ctx, int32_t max_beams, std::unique_ptr<ModelVerifier>* out);
+  ~ModelVerifier() override;
+  const char* name() const override { return "model"; }
+  Status Begin(std::span<const int32_t> prompt, uint64_t root_id) override;
+  Status ScoreStep(std::span<const StepCandidate> cands, std::vector<double>* scores) override;
+  void Forget(uint64_t beam_id) override;
+  void End() override;
+
+ private:
+  struct Held {
+    SeqId seq = -1;
+    std::vector<float> next_logits;  // after the path's last token
+  };
+  ModelVerifier() = default;
+  std::unique_ptr<Engine> engine_;
+  int32_t n_vocab_ = 0;
+  std::map<uint64_t, Held> held_;
+};
+
+// log p(token) under a row of logits (softmax at temperature 1).
+double TokenLogProb(const float* logits, int32_t n_vocab, int32_t token);
+// log sum_i exp(logits[i]), the normalizer TokenLogProb subtracts.
+double LogSumExp(const float* logits, int32_t n_vocab);
+
+}  // namespace strata

@@ -1,0 +1,373 @@
+// Step-wise beam search on a small synthetic model: identical ranked results under every
+// schedule and fast-tier budget (everything fits, grouping forced at several budgets, the
+// token-by-token baseline), the budget never exceeded, delimiter steps, greedy expansion,
+// verifiers (the scorer model agrees with the generator's own log-probabilities when it is
+// the same model; the callback ranks), and bad input with no blocks left behind.
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "runtime/model/synthetic_model.h"
+#include "runtime/search/beam_search.h"
+
+namespace strata {
+namespace {
+
+::testing::AssertionResult IsOk(const Status& s) {
+  if (s.ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << s.ToString();
+}
+#define ASSERT_OK(expr) ASSERT_TRUE(IsOk(expr))
+
+class BeamSearchTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    SyntheticModelSpec spec;
+    spec.n_layer = 16;  // enough layers for the baseline's two one-layer staging areas to pay
+    spec.n_embd = 128;
+    spec.n_head = 2;
+    spec.n_head_kv = 2;  // head_dim 64: a block's layer piece is 8 KiB, no padding
+    spec.n_ff = 256;
+    spec.n_ctx_train = 512;
+    path_ = new std::string((std::filesystem::temp_directory_path() /
+                             ("strata_beam_" + std::to_string(getpid()) + ".gguf"))
+                                .string());
+    ASSERT_OK(WriteSyntheticModel(spec, *path_));
+    model_ = new std::unique_ptr<Model>();
+    ASSERT_OK(Model::Load(*path_, model_));
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    std::filesystem::remove(*path_);
+    delete path_;
+  }
+  const Model& model() { return **model_; }
+
+  std::vector<int32_t> Prompt() {
+    std::vector<int32_t> ids;
+    EXPECT_TRUE(model().tokenizer().Encode(SyntheticTrainingText(), true, false, &ids).ok());
+    ids.resize(std::min<size_t>(ids.size(), 37));  // not a multiple of the block size
+    return ids;
+  }
+
+  BeamSearchParams Base() {
+    BeamSearchParams p;
+    p.n_beams = 8;
+    p.beam_width = 2;
+    p.step_tokens = 8;
+    p.max_tokens = 96;
+    p.sampling.temperature = 0.9f;
+    p.sampling.seed = 1234;
+    p.n_threads = 1;  // the suite's time goes to thread hand-offs otherwise
+    p.slow_dir = std::filesystem::temp_directory_path().string();
+    return p;
+  }
+
+  static std::string* path_;
+  static std::unique_ptr<Model>* model_;
+};
+std::string* BeamSearchTest::path_ = nullptr;
+std::unique_ptr<Model>* BeamSearchTest::model_ = nullptr;
+
+BeamSearchParams Tokenwise(BeamSearchParams p) {
+  p.schedule = BeamSchedule::kTokenwise;
+  return p;
+}
+
+void ExpectSameResults(const std::vector<BeamResult>& a, const std::vector<BeamResult>& b,
+                       const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].beam_id, b[i].beam_id) << what << " rank " << i;
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << what << " rank " << i;
+    EXPECT_EQ(a[i].score, b[i].score) << what << " rank " << i;  // bit for bit
+    EXPECT_EQ(a[i].stop, b[i].stop) << what << " rank " << i;
+  }
+}
+
+TEST_F(BeamSearchTest, ResultsAreIdenticalUnderEverySchedulePlanAndBudget) {
+  const auto prompt = Prompt();
+  BeamSearchParams p = Base();
+  std::vector<BeamResult> ref;
+  BeamSearchStats st;
+  ASSERT_OK(RunBeamSearch(model(), prompt, p, nullptr, &ref, &st));
+  ASSERT_FALSE(ref.empty());
+  EXPECT_EQ(st.rounds, st.steps);  // everything fits: one group per step
+  EXPECT_EQ(st.kv.bytes_read + st.kv.bytes_written, 0u);
+  EXPECT_GT(st.peak_shared_blocks, 0u);
+  for (size_t i = 1; i < ref.size(); ++i) EXPECT_GE(ref[i - 1].score, ref[i].score);
+
+  const uint64_t min_a =
+      MinFastBudgetBytes(Tokenwise(p), model().hparams(), int32_t(prompt.size()));
+  for (BeamSchedule s : {BeamSchedule::kTokenwise, BeamSchedule::kGrouped, BeamSchedule::kPrefix,
+                         BeamSchedule::kBalanced})
+    for (double share : {0.4, 0.6, 0.8}) {
+      p.schedule = s;
+      // A share of the tree at its largest, so every run must evict.
+      p.fast_budget_bytes = uint64_t(double(st.peak_tree_bytes) * share);
+      if (s == BeamSchedule::kTokenwise) p.fast_budget_bytes = std::max(p.fast_budget_bytes, min_a);
+      ASSERT_LT(p.fast_budget_bytes, st.peak_tree_bytes);
+      const std::string what =
+          std::string(BeamScheduleName(s)) + " at " + std::to_string(int(share * 100)) + "%";
+      std::vector<BeamResult> got;
+      BeamSearchStats gs;
+      ASSERT_OK(RunBeamSearch(model(), prompt, p, nullptr, &got, &gs)) << what;
+      ExpectSameResults(ref, got, what);
+      // The fast tier never held more than the budget, and KV really moved.
+      EXPECT_LE(gs.kv.peak_fast_bytes, p.fast_budget_bytes) << what;
+      EXPECT_GT(gs.kv.bytes_written, 0u) << what;
+      EXPECT_GT(gs.kv.bytes_read, 0u) << what;
+      EXPECT_EQ(gs.kv.live_blocks, 0u) << what;
+      if (s != BeamSchedule::kTokenwise) {
+        EXPECT_GT(gs.rounds, gs.steps) << what;
+      } else {
+        EXPECT_GT(gs.kv.layer_reads, 0u) << what;
+      }
+    }
+}
+
+TEST_F(BeamSearchTest, RAMSlowTierGivesTheSameResultsAsTheBlockStore) {
+  const auto prompt = Prompt();
+  BeamSearchParams p = Base();
+  p.fast_budget_bytes = SearchKvBytes(p, model().hparams(), int32_t(prompt.size())) / 2;
+  std::vector<BeamResult> disk, ram;
+  BeamSearchStats st;
+  ASSERT_OK(RunBeamSearch(model(), prompt, p, nullptr, &disk, &st));
+  EXPECT_NE(st.slow_tier.find("block store"), std::string::npos) << st.slow_tier;
+  p.slow_in_ram = true;
+  ASSERT_OK(RunBeamSearch(model(), prompt, p, nullptr, &ram, &st));
+  EXPECT_EQ(st.slow_tier, "ram");
+  ExpectSameResults(disk, ram, "ram vs block store");
+}
+
+TEST_F(BeamSearchTest, GreedyChildrenStartDifferentlyAndStayDeterministic) {
+  const auto prompt = Prompt();
+  BeamSearchParams p = Base();
+  p.sampling.temperature = 0.f;
+  p.max_tokens = 16;
+  p.max_steps = 1;  // results are step 0's beams: children of the prompt
+  std::vector<BeamResult> a, b;
+  BeamSearchStats st;
+  ASSERT_OK(RunBeamSearch(model(), prompt, p, nullptr, &a, &st));
+  ASSERT_EQ(a.size(), 8u);
+  std::set<int32_t> first;
+  for (const BeamResult& r : a) {
+    ASSERT_FALSE(r.tokens.empty());
+    first.insert(r.tokens[0]);
+    EXPECT_EQ(r.stop, BeamStop::kStepLimit);
+  }
+  EXPECT_EQ(first.size(), 8u);
+  p.max_steps = 0;
+  p.fast_budget_bytes = MinFastBudgetBytes(p, model().hparams(), int32_t(prompt.size()));
+  ASSERT_OK(RunBeamSearch(model(), prompt, p, nullptr, &a, &st));
+  EXPECT_GT(st.rounds, st.steps);
+  p.schedule = BeamSchedule::kTokenwise;
+  p.fast_budget_bytes = MinFastBudgetBytes(p, model().hparams(), int32_t(prompt.size()));
+  ASSERT_OK(RunBeamSearch(model(), prompt, p, nullptr, &b, &st));
+  ExpectSameResults(a, b, "greedy balanced vs tokenwise");
+}
+
+TEST_F(BeamSearchTest, DelimiterEndsSteps) {
+  const auto prompt = Prompt();
+  BeamSearchParams p = Base();
+  p.step_delimiter = "e";
+  p.step_tokens = 12;
+  p.ignore_eos = true;
+  struct Seen {
+    std::string text, before_last;  // the step's text, and without its last token
+    size_t n;
+    bool final;
+  };
+  std::vector<Seen> seen;
+  CallbackVerifier v([&](const StepCandidate& c, double* score) {
+    const Tokenizer& t = model().tokenizer();
+    seen.push_back({t.Decode(c.step_tokens),
+                    t.Decode(c.step_tokens.first(c.step_tokens.size() - 1)), c.step_tokens.size(),
+                    c.final});
+    *score = c.step_logprobs.empty() ? 0 : c.step_logprobs[0];
+    return Status::OK();
+  });
+  std::vector<BeamResult> r;
+  BeamSearchStats st;
+  ASSERT_OK(RunBeamSearch(model(), prompt, p, &v, &r, &st));
+  ASSERT_FALSE(seen.empty());
+  int ended_by_delimiter = 0;
+  for (const Seen& s : seen) {
+    if (s.final) continue;  // max_tokens may cut the last step short
+    const size_t at = s.text.find('e');
+    if (at == std::string::npos) {
+      EXPECT_EQ(s.n, 12u) << s.text;  // no delimiter: the step ran to its limit
+    } else {
+      ++ended_by_delimiter;
+      // The delimiter came with the step's last token: the text before it has none.
+      EXPECT_EQ(s.before_last.find('e'), std::string::npos) << s.text;
+    }
+  }
+  EXPECT_GT(ended_by_delimiter, 0);
+}
+
+// Forwards to the built-in scorer and checks that a scorer model identical to the generator
+// gives the same scores (a prefill over the step instead of the generator's decode passes).
+class ComparingVerifier final : public Verifier {
+ public:
+  explicit ComparingVerifier(ModelVerifier* m) : model_(m) {}
+  const char* name() const override { return "comparing"; }
+  Status Begin(std::span<const int32_t> prompt, uint64_t root) override {
+    return model_->Begin(prompt, root);
+  }
+  Status ScoreStep(std::span<const StepCandidate> c, std::vector<double>* scores) override {
+    std::vector<double> m;
+    STRATA_RETURN_IF_ERROR(model_->ScoreStep(c, &m));
+    STRATA_RETURN_IF_ERROR(builtin_.ScoreStep(c, scores));
+    for (size_t i = 0; i < c.size(); ++i)
+      max_diff = std::max(max_diff, std::abs(m[i] - (*scores)[i]));
+    compared += c.size();
+    return Status::OK();
+  }
+  void Forget(uint64_t id) override { model_->Forget(id); }
+  void End() override { model_->End(); }
+  double max_diff = 0;
+  size_t compared = 0;
+
+ private:
+  ModelVerifier* model_;
+  MeanLogProbVerifier builtin_;
+};
+
+TEST_F(BeamSearchTest, ScorerModelMatchesTheGeneratorsOwnLogProbabilities) {
+  const auto prompt = Prompt();
+  BeamSearchParams p = Base();
+  p.step_tokens = 6;  // steps across block boundaries
+  std::unique_ptr<ModelVerifier> mv;
+  ASSERT_OK(ModelVerifier::Create(model(), model(), 2, int32_t(prompt.size()) + p.max_tokens + 1,
+                                  p.n_beams, &mv));
+  ComparingVerifier v(mv.get());
+  std::vector<BeamResult> r;
+  BeamSearchStats st;
+  ASSERT_OK(RunBeamSearch(model(), prompt, p, &v, &r, &st));
+  EXPECT_GE(v.compared, size_t(p.n_beams) * 6);
+  EXPECT_LT(v.max_diff, 1e-3);
+
+  SyntheticModelSpec other;
+  other.n_vocab = 300;
+  const std::string path = *path_ + ".other.gguf";
+  ASSERT_OK(WriteSyntheticModel(other, path));
+  std::unique_ptr<Model> m2;
+  ASSERT_OK(Model::Load(path, &m2));
+  std::filesystem::remove(path);
+  Status s = ModelVerifier::Create(*m2, model(), 1, 128, 4, &mv);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("vocabulary"), std::string::npos) << s.message();
+}
+
+TEST_F(BeamSearchTest, CallbackScoresRankTheResults) {
+  const auto prompt = Prompt();
+  BeamSearchParams p = Base();
+  p.ignore_eos = true;
+  // +1 for a step whose first token is even, -1 otherwise.
+  CallbackVerifier v([](const StepCandidate& c, double* s) {
+    *s = c.step_tokens[0] % 2 == 0 ? 1.0 : -1.0;
+    return Status::OK();
+  });
+  std::vector<BeamResult> r;
+  BeamSearchStats st;
+  ASSERT_OK(RunBeamSearch(model(), prompt, p, &v, &r, &st));
+  ASSERT_EQ(r.size(), 8u);
+  for (size_t i = 0; i < r.size(); ++i) {
+    double sum = 0;
+    int steps = 0;
+    for (size_t t = 0; t < r[i].tokens.size(); t += size_t(p.step_tokens), ++steps)
+      sum += r[i].tokens[t] % 2 == 0 ? 1.0 : -1.0;
+    EXPECT_EQ(r[i].score, sum / steps) << i;
+    if (i > 0) {
+      EXPECT_GE(r[i - 1].score, r[i].score);
+    }
+  }
+  EXPECT_GT(r[0].score, 0.5);  // selection favoured even first tokens
+}
+
+TEST_F(BeamSearchTest, FailingCallbackIsAClearErrorAndLeavesNoBlocks) {
+  const auto prompt = Prompt();
+  BeamSearchParams p = Base();
+  p.fast_budget_bytes = MinFastBudgetBytes(Tokenwise(p), model().hparams(), int32_t(prompt.size()));
+  for (BeamSchedule s : {BeamSchedule::kTokenwise, BeamSchedule::kBalanced}) {
+    p.schedule = s;
+    int calls = 0;
+    CallbackVerifier v([&](const StepCandidate& c, double* score) {
+      if (c.step == 2 && ++calls == 3)
+        return Status::Aborted("scorer callback returned 7 for beam " + std::to_string(c.beam_id));
+      *score = 0;
+      return Status::OK();
+    });
+    std::vector<BeamResult> r;
+    BeamSearchStats st;
+    Status status = RunBeamSearch(model(), prompt, p, &v, &r, &st);
+    EXPECT_EQ(status.code(), Status::Code::kAborted);
+    EXPECT_NE(status.message().find("returned 7"), std::string::npos) << status.message();
+    EXPECT_TRUE(r.empty());
+    EXPECT_EQ(st.steps, 2);
+    EXPECT_EQ(st.kv.live_blocks, 0u);
+    EXPECT_EQ(st.kv.fast_bytes_in_use, 0u);
+    EXPECT_LE(st.kv.peak_fast_bytes, p.fast_budget_bytes);
+  }
+  CallbackVerifier nan([](const StepCandidate&, double* score) {
+    *score = std::nan("");
+    return Status::OK();
+  });
+  std::vector<BeamResult> r;
+  Status status = RunBeamSearch(model(), prompt, p, &nan, &r, nullptr);
+  EXPECT_EQ(status.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(status.message().find("not a finite number"), std::string::npos);
+}
+
+TEST_F(BeamSearchTest, BadParametersAreClearErrors) {
+  const auto prompt = Prompt();
+  std::vector<BeamResult> r;
+  auto expect = [&](BeamSearchParams p, Status::Code code, const std::string& text) {
+    Status s = RunBeamSearch(model(), prompt, p, nullptr, &r, nullptr);
+    EXPECT_EQ(s.code(), code) << s.ToString();
+    EXPECT_NE(s.message().find(text), std::string::npos) << s.message();
+  };
+  BeamSearchParams p = Base();
+  p.n_beams = 0;
+  expect(p, Status::Code::kInvalidArgument, "beams: 0 is out of range");
+  p = Base();
+  p.beam_width = 3;
+  expect(p, Status::Code::kInvalidArgument, "beam width: 3");
+  p = Base();
+  p.beam_width = 0;
+  expect(p, Status::Code::kInvalidArgument, "beam width: 0");
+  p = Base();
+  p.step_tokens = 0;
+  expect(p, Status::Code::kInvalidArgument, "step tokens: 0");
+  p.step_tokens = 5000;
+  expect(p, Status::Code::kInvalidArgument, "step tokens: 5000");
+  p = Base();
+  p.max_tokens = 500;
+  expect(p, Status::Code::kInvalidArgument, "max tokens: 500");
+  p = Base();
+  const uint64_t min = MinFastBudgetBytes(p, model().hparams(), int32_t(prompt.size()));
+  p.fast_budget_bytes = min - 1;
+  expect(p, Status::Code::kResourceExhausted,
+         "one beam's working set (37 prompt + 96 generated tokens): the minimum is " +
+             std::to_string(min) + " bytes");
+  p.fast_budget_bytes = min;  // exactly one beam's working set is enough to run
+  ASSERT_OK(RunBeamSearch(model(), prompt, p, nullptr, &r, nullptr));
+  p.schedule = BeamSchedule::kTokenwise;
+  const uint64_t min_a = MinFastBudgetBytes(p, model().hparams(), int32_t(prompt.size()));
+  EXPECT_GT(min_a, min);
+  p.fast_budget_bytes = min_a - 1;
+  expect(p, Status::Code::kResourceExhausted, "the minimum is " + std::to_string(min_a));
+  p = Base();
+  r.clear();
+  Status s = RunBeamSearch(model(), {}, p, nullptr, &r, nullptr);
+  EXPECT_NE(s.message().find("the prompt has no tokens"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace strata
