@@ -4,9 +4,10 @@
 // kept 2 GiB store file: fio (io_uring engine, run as a subprocess), the store on io_uring and
 // the store on its pread/pwrite pool. It prints one table (fio IOPS, store IOPS, ratios), the
 // exact fio command lines, and writes the random-read curve (bandwidth vs block size and
-// depth) as CSV and/or JSON for the tuner. Repeats are interleaved (the three engines take
-// turns, each going first in turn) and the median of each is reported, so drift on a shared
-// machine hits all three alike.
+// depth) as CSV and/or JSON for the tuner. Measurements are short and interleaved (fio and
+// the io_uring store back to back in alternating order), IOPS are medians over repeats and
+// ratios medians of the per-repeat ratios, because on a shared machine behind a shared host
+// one run's IOPS can swing by half from the next.
 //
 //   bench_storage --dir /path/on/the/disk --mode short            # about 30 s in all
 //   bench_storage --dir ... --mode full --csv curve.csv --json curve.json
@@ -45,6 +46,7 @@ struct Config {
   std::string json;
   bool no_fio = false;
   bool no_fallback = false;
+  bool verbose = false;
   bool emulate_emmc = false;
   double emulate_mbps = 0;
   double emulate_latency_us = 0;
@@ -167,8 +169,8 @@ void WriteJson(const std::string& path, const Config& c, const std::string& devi
 }
 
 int Run(Config c) {
-  if (c.runtime <= 0) c.runtime = c.mode == "full" ? 2 : 0.5;
-  if (c.repeat <= 0) c.repeat = c.mode == "full" ? 9 : 1;
+  if (c.runtime <= 0) c.runtime = c.mode == "full" ? 1 : 0.5;
+  if (c.repeat <= 0) c.repeat = c.mode == "full" ? 15 : 1;
   const bool emulated = c.emulate_emmc || c.emulate_mbps > 0 || c.emulate_latency_us > 0;
   if (emulated) c.no_fio = true;  // fio runs on the real disk; its numbers would not compare
   const uint64_t capacity = static_cast<uint64_t>(c.size_gib * (1 << 30)) / 65536 * 65536;
@@ -252,10 +254,11 @@ int Run(Config c) {
       FioJob job{path, data_offset, capacity, block, depth, c.runtime};
       if (!c.no_fio) fio_commands.push_back(FioCommand(job));
       for (int r = 0; r < c.repeat; ++r) {
-        // The engines take turns going first, so whatever drifts during a point (other
-        // processes, the host's cache) is spread over all three.
+        // fio and the io_uring store run back to back, in alternating order, so what
+        // drifts meanwhile (other processes, the host behind the virtual disk) hits both
+        // alike; the pread store follows.
         for (int k = 0; k < 3; ++k) {
-          const int engine = (k + r) % 3;
+          const int engine = k == 2 ? 2 : (k + r) % 2;
           ReadPoint p;
           Status s;
           if (engine == 0 && !c.no_fio) {
@@ -274,6 +277,10 @@ int Run(Config c) {
             std::fprintf(stderr, "bench_storage: block %u depth %u: %s\n", block, depth,
                          s.ToString().c_str());
             return 1;
+          }
+          if (c.verbose && !p.engine.empty()) {
+            std::fprintf(stderr, "  block %u depth %u repeat %d %-10s %10.0f IOPS  p50 %.1f us\n",
+                         block, depth, r, p.engine.c_str(), p.iops, p.p50_us);
           }
         }
       }
@@ -331,7 +338,7 @@ int main(int argc, char** argv) {
   app.add_option("--dir", c.dir, "directory on the disk to measure (the 2 GiB file is kept there)")
       ->required();
   app.add_option("--mode", c.mode,
-                 "short (0.5 s per measurement, 1 repeat) or full (2 s, 9 repeats)")
+                 "short (0.5 s per measurement, 1 repeat) or full (1 s, 15 repeats)")
       ->check(CLI::IsMember({"short", "full"}));
   app.add_option("--size-gib", c.size_gib, "data size of the benchmark file")
       ->check(CLI::Range(0.01, 1024.0));
@@ -345,6 +352,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", c.json, "write the random-read curve as JSON here");
   app.add_flag("--no-fio", c.no_fio, "skip fio");
   app.add_flag("--no-fallback", c.no_fallback, "skip the pread-pool store");
+  app.add_flag("--verbose", c.verbose, "print every measurement to stderr");
   app.add_flag("--emulate-emmc", c.emulate_emmc, "slow-disk emulation at 250 MB/s (labelled)");
   app.add_option("--emulate-bandwidth-mbps", c.emulate_mbps, "slow-disk emulation bandwidth")
       ->check(CLI::Range(0.01, 1e6));
