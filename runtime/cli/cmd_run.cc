@@ -107,8 +107,17 @@ Status Run(RunFlags& f) {
   if (!f.system.empty()) session->SetSystemPrompt(f.system);
   GenerationStats st;
   if (!f.chat) {
-    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
-    STRATA_RETURN_IF_ERROR(session->Generate(prompt, cfg.generate, PrintPiece, nullptr, &st));
+    // The prompt is echoed once generation has started, so a prompt that fails (too long,
+    // invalid UTF-8) is not printed back before its error.
+    bool echoed = false;
+    auto echo_then_print = [&](int32_t token, std::string_view text) {
+      if (!echoed) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+      echoed = true;
+      return PrintPiece(token, text);
+    };
+    STRATA_RETURN_IF_ERROR(
+        session->Generate(prompt, cfg.generate, echo_then_print, nullptr, &st));
+    if (!echoed) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
     std::printf("\n");
     PrintStats(f, st, *engine);
     return Status::OK();

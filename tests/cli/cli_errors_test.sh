@@ -19,9 +19,9 @@ expect() {
   if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then
     echo "FAIL $name: exit code $rc (want a clean error)"; echo "$out" | tail -5; fails=$((fails + 1))
   elif ! grep -qF -- "$want" <<<"$out"; then
-    echo "FAIL $name: output lacks '$want':"; echo "$out" | tail -5; fails=$((fails + 1))
+    echo "FAIL $name: output lacks '$want':"; echo "$out" | tail -5 | cut -c1-300; fails=$((fails + 1))
   else
-    echo "ok   $name: $(grep -F -- "$want" <<<"$out" | head -1)"
+    echo "ok   $name: $(grep -F -- "$want" <<<"$out" | head -1 | cut -c1-200)"
   fi
 }
 
