@@ -67,6 +67,7 @@ class BlockStore {
   Status Read(uint64_t offset, void* buffer, uint32_t length);
   Status Write(uint64_t offset, const void* buffer, uint32_t length);
   // fdatasync: makes completed writes durable (the KV cache does not need it between runs).
+  // Submissions from other threads wait while it runs.
   Status Sync();
   Status Close();
 
