@@ -9,22 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/api/c_api_internal.h"
 #include "runtime/config/config.h"
-#include "runtime/engine/engine.h"
-#include "runtime/engine/session.h"
-#include "runtime/model/model.h"
-
-struct strata_model {
-  std::unique_ptr<strata::Model> model;
-};
-struct strata_engine {
-  std::unique_ptr<strata::Engine> engine;
-};
-struct strata_session {
-  std::unique_ptr<strata::Session> session;
-  strata::GenerationStats stats;
-  strata::StopReason stop = strata::StopReason::kNone;
-};
 
 namespace {
 
@@ -95,6 +81,8 @@ strata::TokenCallback ToCallback(strata_token_callback cb, void* user) {
 }
 
 }  // namespace
+
+void strata::api::SetLastError(std::string message) { g_last_error = std::move(message); }
 
 extern "C" {
 

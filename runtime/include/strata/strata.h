@@ -188,6 +188,102 @@ typedef struct strata_stats {
 /* Statistics of the session's last strata_generate call. */
 STRATA_API strata_status strata_session_get_stats(const strata_session* session, strata_stats* out);
 
+/* ---- Beam search ------------------------------------------------------------------- */
+
+/* Step-wise beam search with a verifier over a prefix-tree KV cache that spans a fast tier
+ * with a byte budget and a slow tier (a file on disk, or host RAM). Every step, n_beams beams
+ * generate one step each (step_tokens tokens, or up to the token completing step_delimiter);
+ * the scorer rates each step and a beam's score is the mean of its step scores; the best
+ * n_beams / beam_width unfinished beams each fork beam_width children. A beam ends at EOS or
+ * max_tokens; the search ends when none is left or after max_steps. With the same seed the
+ * results do not depend on the budget or the schedule. */
+typedef struct strata_beam_params {
+  int32_t n_threads;          /* 0 = one per core */
+  int32_t n_beams;            /* beams generating in every step; default 8, [1, 1024] */
+  int32_t beam_width;         /* children per kept beam, dividing n_beams; default 2 */
+  int32_t step_tokens;        /* tokens per step (the most, with a delimiter); default 32 */
+  const char* step_delimiter; /* NULL or "": fixed-length steps; e.g. "\n\n" */
+  int32_t max_tokens;         /* generated tokens per path at most; default 256 */
+  int32_t max_steps;          /* 0 = until every path ended */
+  float temperature;          /* 0 = greedy: child j starts its step with the j-th best token */
+  int32_t top_k;
+  float top_p;
+  float min_p;
+  uint64_t seed;
+  int ignore_eos;
+  int chat;                   /* non-zero: the prompt is a user message (chat template) */
+  uint64_t fast_budget_bytes; /* fast-tier KV bytes; 0 = all KV stays in memory */
+  const char* slow_dir;       /* directory of the slow tier's file (NULL: $TMPDIR or /tmp) */
+  int slow_in_ram;            /* non-zero: the slow tier is host RAM instead of a file */
+  const char* schedule;       /* "balanced" (NULL, default), "prefix", "grouped", "tokenwise" */
+  const char* scorer_model;   /* a GGUF path scoring steps (its log-likelihood of the step);
+                                 NULL: the callback, else the generator's mean log-probability */
+} strata_beam_params;
+
+STRATA_API strata_beam_params strata_beam_default_params(void);
+
+/* One beam's newest step, as the scorer sees it. Pointers are valid during the call only. */
+typedef struct strata_beam_step {
+  uint64_t beam_id;
+  int32_t step; /* 0-based */
+  const int32_t* path_tokens;
+  size_t n_path_tokens; /* generated before this step */
+  const int32_t* step_tokens;
+  size_t n_step_tokens; /* this step's, an ending EOS included */
+  const char* text;
+  size_t text_len;    /* all text the beam generated, this step's last */
+  float mean_logprob; /* the generator's mean log-probability of the step's tokens */
+  int final_step;     /* non-zero: the beam ends with this step */
+} strata_beam_step;
+
+/* Writes the step's score (higher is better, finite) to *score and returns 0. Any other
+ * return value stops the search: strata_beam_search fails with STRATA_ERR_ABORTED and a
+ * message naming the beam, the step and the value, and releases everything it held. */
+typedef int (*strata_beam_scorer)(const strata_beam_step* step, float* score, void* user_data);
+
+typedef struct strata_beam_results strata_beam_results;
+
+typedef struct strata_beam_result {
+  uint64_t beam_id;
+  const char* text; /* NUL-terminated; text_len bytes */
+  size_t text_len;
+  const int32_t* tokens;
+  size_t n_tokens;
+  double score;            /* mean of the step scores */
+  int32_t steps;
+  const char* stop_reason; /* "eos", "max_tokens" or "step_limit" */
+} strata_beam_result;
+
+typedef struct strata_beam_stats {
+  int32_t steps;
+  int64_t rounds; /* groups run, summed over steps (one per step when everything fits) */
+  int64_t generated_tokens;
+  double seconds;             /* prompt prefill to the last score */
+  uint64_t bytes_read;        /* slow tier -> fast tier */
+  uint64_t bytes_written;     /* fast tier -> slow tier */
+  uint64_t peak_shared_blocks; /* KV blocks used by more than one beam, at most */
+  uint64_t peak_tree_bytes;   /* distinct KV bytes of the prefix tree at its largest */
+  uint64_t fast_budget_bytes;
+  uint64_t peak_fast_bytes;   /* never above fast_budget_bytes */
+  uint64_t blocks_prefetched;
+  double stall_seconds; /* waiting for the slow tier, not hidden by compute */
+} strata_beam_stats;
+
+/* Runs a beam search from `prompt` (NUL-terminated UTF-8). `scorer` may be NULL (then
+ * params->scorer_model, else the built-in mean log-probability). On success *out holds the
+ * finished beams, best first, to be released with strata_beam_results_free. */
+STRATA_API strata_status strata_beam_search(const strata_model* model, const char* prompt,
+                                            const strata_beam_params* params,
+                                            strata_beam_scorer scorer, void* user_data,
+                                            strata_beam_results** out);
+STRATA_API size_t strata_beam_results_count(const strata_beam_results* results);
+/* The i-th best beam, or NULL when i >= count. Valid until strata_beam_results_free. */
+STRATA_API const strata_beam_result* strata_beam_results_get(const strata_beam_results* results,
+                                                             size_t i);
+STRATA_API strata_status strata_beam_results_get_stats(const strata_beam_results* results,
+                                                       strata_beam_stats* out);
+STRATA_API void strata_beam_results_free(strata_beam_results* results);
+
 #ifdef __cplusplus
 }
 #endif
