@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "runtime/engine/engine.h"
+#include "runtime/model/chat_template.h"
 
 namespace strata {
 namespace {
@@ -49,7 +50,8 @@ struct Beam {
   std::vector<int32_t> step_tokens;
   std::vector<float> step_logprobs;
   std::string step_text;
-  std::shared_ptr<const std::vector<float>> logits;  // for the next token
+  std::shared_ptr<const std::vector<float>> logits;  // for the next token, between steps
+  const float* row = nullptr;  // for the next token, inside a step (the last pass's output)
   std::unique_ptr<Sampler> sampler;
   int32_t first_rank = 0;  // greedy: the step's first token is the first_rank-th best
   double score_sum = 0;
@@ -108,6 +110,7 @@ class Search {
   int32_t step_ = 0;
   ForwardBatch batch_;
   std::vector<float> logits_;
+  std::vector<float> scratch_;
 };
 
 Status Search::Setup(int32_t prompt_tokens) {
@@ -239,8 +242,7 @@ Status Search::RunStep() {
   }
   StepPlan plan;
   STRATA_RETURN_IF_ERROR(PlanStep(work, capacity, p_.schedule, step_ % 2 == 1, &plan));
-  // Writing filled blocks ahead only pays when some will be evicted this step.
-  kv_->set_write_behind(write_behind_ && plan.total_blocks > capacity);
+  const bool pressure = plan.total_blocks > capacity;
   st_.rounds += int64_t(plan.groups.size());
   st_.max_step_rounds = std::max(st_.max_step_rounds, int32_t(plan.groups.size()));
   const bool pin = p_.schedule != BeamSchedule::kTokenwise;
@@ -251,6 +253,10 @@ Status Search::RunStep() {
   };
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const BeamGroup& group = plan.groups[g];
+    // Writing filled blocks ahead pays when they will be evicted: in every group but a
+    // grouped step's last, whose blocks stay for the next step (or are pruned unwritten).
+    kv_->set_write_behind(write_behind_ && pressure &&
+                          (p_.schedule == BeamSchedule::kTokenwise || g + 1 < plan.groups.size()));
     if (pin) {
       int32_t reserve = 0;
       for (int32_t i : group.beams) reserve += work[size_t(i)].new_blocks;
@@ -276,14 +282,14 @@ Status Search::RunGroup(const std::vector<Beam*>& group) {
     eval.clear();
     next.clear();
     for (Beam* b : active) {
-      const float* row = b->logits->data();
+      const float* row = b->row ? b->row : b->logits->data();
       int32_t t;
       if (p_.sampling.temperature <= 0.f && b->step_tokens.empty() && b->first_rank > 0)
         t = RankedToken(row, n_vocab_, std::min(b->first_rank, n_vocab_ - 1));
       else
         t = b->sampler->Sample(row, b->history);
       b->step_tokens.push_back(t);
-      b->step_logprobs.push_back(float(TokenLogProb(row, n_vocab_, t)));
+      b->step_logprobs.push_back(float(TokenLogProb(row, n_vocab_, t, &scratch_)));
       if (!p_.ignore_eos && tok_.IsEndOfGeneration(t)) {
         b->step_done = b->finished = true;
         b->stop = BeamStop::kEndOfGeneration;
@@ -312,9 +318,16 @@ Status Search::RunGroup(const std::vector<Beam*>& group) {
     st_.generated_tokens += int64_t(eval.size());
     active.clear();
     for (size_t i = 0; i < eval.size(); ++i) {
-      const float* r = logits_.data() + i * size_t(n_vocab_);
-      eval[i]->logits = std::make_shared<const std::vector<float>>(r, r + n_vocab_);
-      if (!eval[i]->step_done) active.push_back(eval[i]);
+      // Rows stay valid until the next pass, which comes after every active beam sampled;
+      // only a beam's last row of the step is kept, for its children.
+      Beam* b = eval[i];
+      b->row = logits_.data() + i * size_t(n_vocab_);
+      if (b->step_done) {
+        b->logits = std::make_shared<const std::vector<float>>(b->row, b->row + n_vocab_);
+        b->row = nullptr;
+      } else {
+        active.push_back(b);
+      }
     }
   }
   return Status::OK();
@@ -428,10 +441,14 @@ uint64_t MinFastBudgetBytes(const BeamSearchParams& p, const HParams& hp, int32_
   const int64_t one_beam =
       Blocks(int64_t(prompt_tokens) + p.max_tokens, std::max(1, p.block_tokens)) + 1;
   if (p.schedule != BeamSchedule::kTokenwise) return uint64_t(one_beam) * bb;
-  // Token by token, every beam's last block (and a copy) stays resident, and two staging
-  // areas hold one layer of everything else.
+  // Token by token, every beam's last block stays resident (and, when steps or the prompt
+  // end inside a block, the copy a fork's first write makes), and two staging areas hold
+  // one layer of everything else.
+  const bool copies = prompt_tokens % p.block_tokens != 0 || p.step_tokens % p.block_tokens != 0 ||
+                      !p.step_delimiter.empty();
+  const int64_t tails = int64_t(p.n_beams) * (copies ? 2 : 1);
   const int64_t rest = MaxTreeBlocks(p, prompt_tokens);
-  return uint64_t(std::max<int64_t>(one_beam, 2 * p.n_beams + 2 * (rest / hp.n_layer + 1))) * bb;
+  return uint64_t(std::max<int64_t>(one_beam, tails + 2 * (rest / hp.n_layer + 1))) * bb;
 }
 
 uint64_t SearchKvBytes(const BeamSearchParams& p, const HParams& hp, int32_t prompt_tokens) {
@@ -479,6 +496,19 @@ Status ValidateBeamSearchParams(const BeamSearchParams& p, const HParams& hp,
                            " prompt + " + std::to_string(p.max_tokens) + " generated tokens)")) +
         ": the minimum is " + std::to_string(min) + " bytes");
   return Status::OK();
+}
+
+Status EncodeBeamPrompt(const Model& model, std::string_view text, bool chat,
+                        std::vector<int32_t>* out) {
+  if (!chat) return model.tokenizer().Encode(text, true, /*parse_special=*/true, out);
+  if (model.chat_template() == ChatTemplateKind::kNone)
+    return Status::NotSupported(
+        "chat: the model has no chat template this build knows "
+        "(supported: ChatML, Llama 3, Llama 2); use a plain prompt");
+  const std::string rendered =
+      ApplyChatTemplate(model.chat_template(), {{"user", std::string(text)}},
+                        /*add_generation_prompt=*/true, model.default_system_prompt());
+  return model.tokenizer().Encode(rendered, true, /*parse_special=*/true, out);
 }
 
 Status RunBeamSearch(const Model& model, std::span<const int32_t> prompt, const BeamSearchParams& p,

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -91,6 +92,11 @@ uint64_t MinFastBudgetBytes(const BeamSearchParams& p, const HParams& hp, int32_
 // KV bytes of the prompt plus n_beams paths of max_tokens (the prompt stored once): what the
 // search holds when beams share only the prompt. Benchmarks set budgets as a share of it.
 uint64_t SearchKvBytes(const BeamSearchParams& p, const HParams& hp, int32_t prompt_tokens);
+
+// The prompt's tokens: raw text (special tokens parsed, BOS as the model wants), or with
+// chat a user message rendered by the model's chat template.
+Status EncodeBeamPrompt(const Model& model, std::string_view text, bool chat,
+                        std::vector<int32_t>* out);
 
 // verifier: null = MeanLogProbVerifier. On error every beam's KV is released before
 // returning and stats (if given) still describe the search up to the failure.

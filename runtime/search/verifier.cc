@@ -3,22 +3,20 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/kernels.h"
+
 namespace strata {
 
 Status Verifier::Begin(std::span<const int32_t>, uint64_t) { return Status::OK(); }
 void Verifier::Forget(uint64_t) {}
 void Verifier::End() {}
 
-double LogSumExp(const float* logits, int32_t n_vocab) {
-  float mx = logits[0];
-  for (int32_t i = 1; i < n_vocab; ++i) mx = std::max(mx, logits[i]);
-  double sum = 0;
-  for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(double(logits[i] - mx));
-  return double(mx) + std::log(sum);
-}
-
-double TokenLogProb(const float* logits, int32_t n_vocab, int32_t token) {
-  return double(logits[token]) - LogSumExp(logits, n_vocab);
+double TokenLogProb(const float* logits, int32_t n_vocab, int32_t token,
+                    std::vector<float>* scratch) {
+  scratch->assign(logits, logits + n_vocab);
+  kernels::SoftmaxInPlace(scratch->data(), n_vocab);
+  // A probability that underflowed is as unlikely as the format can say.
+  return std::log(std::max(double((*scratch)[size_t(token)]), 1e-45));
 }
 
 Status MeanLogProbVerifier::ScoreStep(std::span<const StepCandidate> cands,
@@ -121,7 +119,8 @@ Status ModelVerifier::ScoreStep(std::span<const StepCandidate> cands, std::vecto
       return s;
     }
     if (!cands[i].step_tokens.empty())
-      sum[i] = TokenLogProb(it->second.next_logits.data(), n_vocab_, cands[i].step_tokens[0]);
+      sum[i] =
+          TokenLogProb(it->second.next_logits.data(), n_vocab_, cands[i].step_tokens[0], &scratch_);
   }
   // Passes of at most max_tokens tokens; a long step is split across passes.
   const size_t limit = size_t(engine_->options().n_batch);
@@ -154,7 +153,7 @@ Status ModelVerifier::ScoreStep(std::span<const StepCandidate> cands, std::vecto
         const float* r = logits.data() + row * size_t(n_vocab_);
         const size_t pos = done[i] + t;  // this row predicts step token pos + 1
         if (pos + 1 < cands[i].step_tokens.size())
-          sum[i] += TokenLogProb(r, n_vocab_, cands[i].step_tokens[pos + 1]);
+          sum[i] += TokenLogProb(r, n_vocab_, cands[i].step_tokens[pos + 1], &scratch_);
         else
           fresh[i].next_logits.assign(r, r + n_vocab_);
       }

@@ -95,11 +95,13 @@ class ModelVerifier final : public Verifier {
   std::unique_ptr<Engine> engine_;
   int32_t n_vocab_ = 0;
   std::map<uint64_t, Held> held_;
+  std::vector<float> scratch_;
 };
 
-// log p(token) under a row of logits (softmax at temperature 1).
-double TokenLogProb(const float* logits, int32_t n_vocab, int32_t token);
-// log sum_i exp(logits[i]), the normalizer TokenLogProb subtracts.
-double LogSumExp(const float* logits, int32_t n_vocab);
+// log p(token) under a row of logits (softmax at temperature 1), through the vectorized
+// softmax kernel on a copy in `scratch`: a scalar exp over a 49k vocabulary costs more than
+// a small model's decode step per token.
+double TokenLogProb(const float* logits, int32_t n_vocab, int32_t token,
+                    std::vector<float>* scratch);
 
 }  // namespace strata
