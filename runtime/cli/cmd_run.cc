@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "runtime/cli/cli.h"
+#include "runtime/cli/cmd_run_beams.h"
 #include "runtime/engine/session.h"
 
 namespace strata::cli {
@@ -20,6 +21,7 @@ struct RunFlags {
   int32_t parallel = 1;
   GenerateParams gen;
   std::vector<std::string> stop;
+  BeamFlags beams;
   CLI::Option *n_opt, *temp_opt, *top_k_opt, *top_p_opt, *min_p_opt, *rp_opt, *seed_opt, *stop_opt,
       *ignore_eos_opt;
 };
@@ -81,6 +83,8 @@ Status Run(RunFlags& f) {
   STRATA_RETURN_IF_ERROR(ResolveModelPath(f.common, cfg, &path));
   std::unique_ptr<Model> model;
   STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
+  if (BeamSearchRequested(f.beams))
+    return RunBeamSearchCommand(f.beams, cfg, *model, prompt, f.chat, f.stats);
   std::unique_ptr<Engine> engine;
   STRATA_RETURN_IF_ERROR(Engine::Create(*model, cfg.engine, &engine));
 
@@ -163,6 +167,7 @@ void AddRunCommand(CLI::App* app) {
       cmd->add_flag("--ignore-eos", f->gen.ignore_eos, "do not stop at end-of-generation tokens");
   cmd->add_option("--parallel", f->parallel, "decode N copies of the prompt as one batch");
   cmd->add_flag("--stats", f->stats, "print statistics as JSON on stderr");
+  AddBeamFlags(cmd, &f->beams);
   cmd->callback([f] {
     Status s = Run(*f);
     if (!s.ok()) ExitCode() = ReportError("run", s);

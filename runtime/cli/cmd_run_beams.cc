@@ -1,0 +1,127 @@
+#include "runtime/cli/cmd_run_beams.h"
+
+#include <cstdio>
+
+#include "runtime/cli/cli.h"
+#include "runtime/search/beam_search.h"
+
+namespace strata::cli {
+
+void AddBeamFlags(CLI::App* cmd, BeamFlags* f) {
+  f->beams_opt =
+      cmd->add_option("--beams", f->beams, "step-wise beam search: beams generating in every step");
+  cmd->add_option("--beam-width", f->width, "children of each kept beam (beams / width kept)");
+  cmd->add_option("--step-tokens", f->step_tokens, "tokens per step (the most, with a delimiter)");
+  cmd->add_option("--step-delimiter", f->delimiter,
+                  "a step ends after the token that completes this text (e.g. $'\\n\\n')");
+  cmd->add_option("--max-steps", f->max_steps, "steps at most (0: until every beam ended)");
+  cmd->add_option("--beam-budget", f->budget,
+                  "fast-tier KV bytes for the search, K/M/G suffixes (default: all in memory)");
+  cmd->add_option("--beam-schedule", f->schedule,
+                  "balanced (default), prefix, grouped or tokenwise (the baseline)");
+  cmd->add_option("--scorer-model", f->scorer_model,
+                  "GGUF model scoring each step (default: the generator's mean log-probability)");
+  cmd->add_option("--beam-slow-dir", f->slow_dir, "directory of the slow tier's file");
+  cmd->add_flag("--beam-slow-ram", f->slow_ram, "keep the slow tier in host RAM instead");
+}
+
+bool BeamSearchRequested(const BeamFlags& f) { return f.beams_opt && f.beams_opt->count() > 0; }
+
+Status ParseByteSize(const std::string& flag, const std::string& text, uint64_t* out) {
+  size_t used = 0;
+  uint64_t v = 0;
+  try {
+    v = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string suffix = used ? text.substr(used) : "";
+  uint64_t mult = 0;
+  if (suffix.empty() || suffix == "B") mult = 1;
+  if (suffix == "K" || suffix == "KiB") mult = 1ull << 10;
+  if (suffix == "M" || suffix == "MiB") mult = 1ull << 20;
+  if (suffix == "G" || suffix == "GiB") mult = 1ull << 30;
+  if (used == 0 || mult == 0 || text[0] == '-' || v > UINT64_MAX / mult)
+    return Status::InvalidArgument(flag + ": '" + text +
+                                   "' is not a byte size (digits with an optional K, M or G)");
+  *out = v * mult;
+  return Status::OK();
+}
+
+Status RunBeamSearchCommand(const BeamFlags& f, const Config& cfg, const Model& model,
+                            const std::string& prompt, bool chat, bool stats) {
+  if (prompt.empty()) return Status::InvalidArgument("--beams needs a prompt (-p, -f or stdin)");
+  BeamSearchParams p;
+  p.n_beams = f.beams;
+  p.beam_width = f.width;
+  p.step_tokens = f.step_tokens;
+  p.step_delimiter = f.delimiter;
+  p.max_steps = f.max_steps;
+  p.sampling = cfg.generate.sampling;
+  p.ignore_eos = cfg.generate.ignore_eos;
+  p.n_threads = cfg.engine.n_threads;
+  p.slow_dir = f.slow_dir;
+  p.slow_in_ram = f.slow_ram;
+  if (!f.budget.empty())
+    STRATA_RETURN_IF_ERROR(ParseByteSize("--beam-budget", f.budget, &p.fast_budget_bytes));
+  STRATA_RETURN_IF_ERROR(ParseBeamSchedule(f.schedule, &p.schedule).WithContext("--beam-schedule"));
+  std::vector<int32_t> ids;
+  STRATA_RETURN_IF_ERROR(EncodeBeamPrompt(model, prompt, chat, &ids));
+  // -n 0 means "until the context is full" for plain generation; here, the model's context.
+  p.max_tokens = cfg.generate.max_tokens > 0
+                     ? cfg.generate.max_tokens
+                     : std::max(1, model.hparams().n_ctx_train - int32_t(ids.size()));
+
+  std::unique_ptr<Model> scorer;
+  std::unique_ptr<ModelVerifier> verifier;
+  if (!f.scorer_model.empty()) {
+    STRATA_RETURN_IF_ERROR(LoadModel(f.scorer_model, &scorer));
+    STRATA_RETURN_IF_ERROR(ModelVerifier::Create(
+        *scorer, model, p.n_threads, int32_t(ids.size()) + p.max_tokens + 1, p.n_beams, &verifier));
+  }
+  std::vector<BeamResult> results;
+  BeamSearchStats st;
+  STRATA_RETURN_IF_ERROR(RunBeamSearch(model, ids, p, verifier.get(), &results, &st));
+  for (size_t i = 0; i < results.size(); ++i) {
+    const BeamResult& r = results[i];
+    std::printf("--- beam %zu of %zu: score %.4f, %d steps, %zu tokens, %s ---\n%s\n", i + 1,
+                results.size(), r.score, r.steps, r.tokens.size(), BeamStopName(r.stop),
+                r.text.c_str());
+  }
+  if (stats) {
+    nlohmann::json j;
+    j["beams"] = p.n_beams;
+    j["beam_width"] = p.beam_width;
+    j["step_tokens"] = p.step_tokens;
+    j["schedule"] = BeamScheduleName(p.schedule);
+    j["verifier"] = st.verifier;
+    j["threads"] = p.n_threads;
+    j["prompt_tokens"] = st.prompt_tokens;
+    j["steps"] = st.steps;
+    j["rounds"] = st.rounds;
+    j["generated_tokens"] = st.generated_tokens;
+    j["forward_passes"] = st.forward_passes;
+    j["seconds"] = st.seconds;
+    j["prefill_seconds"] = st.prefill_seconds;
+    j["score_seconds"] = st.score_seconds;
+    j["bytes_read"] = st.kv.bytes_read;
+    j["bytes_written"] = st.kv.bytes_written;
+    j["bytes_moved"] = st.kv.bytes_read + st.kv.bytes_written;
+    j["blocks_shared_peak"] = st.peak_shared_blocks;
+    j["blocks_loaded"] = st.kv.blocks_loaded;
+    j["blocks_prefetched"] = st.kv.blocks_prefetched;
+    j["blocks_written"] = st.kv.blocks_written;
+    j["layer_reads"] = st.kv.layer_reads;
+    j["cow_copies"] = st.kv.cow_copies;
+    j["stall_seconds"] = st.kv.stall_seconds;
+    j["block_bytes"] = st.kv.block_bytes;
+    j["peak_tree_bytes"] = st.peak_tree_bytes;
+    j["fast_budget_bytes"] = st.kv.fast_budget_bytes;
+    j["peak_fast_bytes"] = st.kv.peak_fast_bytes;
+    j["slow_tier"] = st.slow_tier;
+    std::fprintf(stderr, "%s\n", j.dump(2).c_str());
+  }
+  return Status::OK();
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,37 @@
+// `strata run --beams N ...`: step-wise beam search from the run command's prompt, printing
+// the ranked beams (and, with --stats, the search's counters as JSON on stderr).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "common/status.h"
+#include "runtime/config/config.h"
+#include "runtime/model/model.h"
+
+namespace strata::cli {
+
+struct BeamFlags {
+  int32_t beams = 0;  // 0: no beam search
+  int32_t width = 2;
+  int32_t step_tokens = 32;
+  std::string delimiter;
+  int32_t max_steps = 0;
+  std::string budget;  // fast-tier KV bytes, with an optional K/M/G suffix (binary)
+  std::string schedule = "balanced";
+  std::string scorer_model;
+  std::string slow_dir;
+  bool slow_ram = false;
+  CLI::Option* beams_opt = nullptr;
+};
+
+void AddBeamFlags(CLI::App* cmd, BeamFlags* f);
+bool BeamSearchRequested(const BeamFlags& f);
+// cfg supplies threads and the generation flags (-n, sampling, --ignore-eos).
+Status RunBeamSearchCommand(const BeamFlags& f, const Config& cfg, const Model& model,
+                            const std::string& prompt, bool chat, bool stats);
+// "64M" -> 67108864; plain digits are bytes. The error names the flag and the value.
+Status ParseByteSize(const std::string& flag, const std::string& text, uint64_t* out);
+
+}  // namespace strata::cli
