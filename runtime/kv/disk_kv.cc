@@ -303,6 +303,7 @@ Status DiskKv::Prepare(int32_t layer, const float* x, int64_t n_embd) {
   if (!rb.empty()) {
     STRATA_RETURN_IF_ERROR(store_->Submit(rb).WithContext("disk KV: reading group records"));
     reads_settled_[size_t(layer)] = 0;
+    if (options_.on_read_submit) options_.on_read_submit(layer, rb);
     c_.reads_issued += rb.size();
     for (size_t i = 0; i < rb.size(); ++i) c_.bytes_read += rb.request(i).length;
   }

@@ -67,6 +67,8 @@ class DiskKv final : public KvPolicy {
 
   const DiskKvPlan& plan() const { return plan_; }
   const storage::BlockStore& store() const { return *store_; }
+  // For benchmarks that run their own I/O on the store while no pass is in flight.
+  storage::BlockStore& store_for_benchmarks() { return *store_; }
 
  private:
   struct Layer;

@@ -15,9 +15,11 @@ namespace {
 // degree 5 (relative error below 2e-4): ranking groups needs no more, and a branch-free
 // loop of this lets the compiler vectorize it, which std::exp does not allow.
 inline float ExpNonPositive(float x) {
-  const float t = std::max(x, -80.0f) * 1.44269504f;
+  // Written as compare-selects the compiler turns into vector max/compare instructions.
+  const float xc = x > -80.0f ? x : -80.0f;
+  const float t = xc * 1.44269504f;
   const int32_t ti = int32_t(t);
-  const int32_t fi = ti - (float(ti) > t ? 1 : 0);
+  const int32_t fi = ti - int32_t(float(ti) > t);
   const float f = t - float(fi);
   const float p =
       1.0f + f * (0.69314718f +
@@ -159,16 +161,75 @@ void GroupPredictor::LowRankQueries(int32_t layer, const float* x, int64_t n,
   }
 }
 
-void GroupPredictor::ScoreTokens(const float* q_lr, const uint16_t* klr, int64_t n) {
-  float* score = token_score_.data();
+// Largest of n floats with eight running maxima, so the loop vectorizes.
+static float MaxOf(const float* x, int64_t n) {
+  float m[8];
+  for (float& v : m) v = x[0];
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+  for (; i < n; ++i) m[0] = x[i] > m[0] ? x[i] : m[0];
+  for (int j = 1; j < 8; ++j) m[0] = m[j] > m[0] ? m[j] : m[0];
+  return m[0];
+}
+
+// x = exp((x - m) * scale) in place; returns the sum.
+static float ExpInPlace(float* x, int64_t n, float m, float scale) {
+  for (int64_t i = 0; i < n; ++i) x[i] = ExpNonPositive((x[i] - m) * scale);
+  float z[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) z[j] += x[i + j];
+  for (; i < n; ++i) z[0] += x[i];
+  float sum = 0;
+  for (float v : z) sum += v;
+  return sum;
+}
+
+// y[g] = max of x[g*G .. g*G+G); G a compile-time constant for the common sizes so the
+// loop vectorizes over groups.
+template <int G>
+static void GroupMaxFixed(const float* x, int64_t n_groups, float* y) {
+  for (int64_t g = 0; g < n_groups; ++g) {
+    float best = x[g * G];
+    for (int t = 1; t < G; ++t) best = x[g * G + t] > best ? x[g * G + t] : best;
+    y[g] = best;
+  }
+}
+
+static void GroupMax(const float* x, int64_t n_groups, int32_t group_size, float* y) {
+  switch (group_size) {
+    case 1:
+      std::copy(x, x + n_groups, y);
+      return;
+    case 2:
+      return GroupMaxFixed<2>(x, n_groups, y);
+    case 4:
+      return GroupMaxFixed<4>(x, n_groups, y);
+    case 8:
+      return GroupMaxFixed<8>(x, n_groups, y);
+  }
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const float* s = x + g * group_size;
+    float best = s[0];
+    for (int32_t t = 1; t < group_size; ++t) best = s[t] > best ? s[t] : best;
+    y[g] = best;
+  }
+}
+
+void GroupPredictor::ScoreGroups(const float* q_lr, const uint16_t* klr, int64_t n_groups,
+                                 int32_t group_size) {
+  const int64_t n = n_groups * group_size;
+  float* gs = group_score_.data();
   if (scoring_ == GroupScoring::kSum) {
-    // The heads' dot products are linear in q, so summing them is one product with the
-    // summed query.
+    // The heads' dot products are linear in q, so their sum is one product with the summed
+    // query.
     float* q_sum = key_acc_.data();
     std::fill(q_sum, q_sum + rank_, 0.0f);
     for (int32_t h = 0; h < n_head_; ++h)
       for (int32_t j = 0; j < rank_; ++j) q_sum[j] += q_lr[h * rank_ + j];
-    kernels::MatVecF16(klr, n, rank_, rank_, q_sum, score);
+    kernels::MatVecF16(klr, n, rank_, rank_, q_sum, heads_.data());
+    GroupMax(heads_.data(), n_groups, group_size, gs);
     return;
   }
   // Every head's scores in one pass over K_lr: the summary rows are the "weights", the
@@ -189,18 +250,17 @@ void GroupPredictor::ScoreTokens(const float* q_lr, const uint16_t* klr, int64_t
   } else {
     kernels::Matmul(a, 0, n);
   }
-  std::fill(score, score + n, 0.0f);
+  // Per head: the group's best token, then a softmax over groups. A group matters when any
+  // of its tokens matters to any head, so the max is taken per head before heads are
+  // summed; normalizing over groups rather than tokens costs G times fewer exponentials
+  // and only rescales each head.
+  std::fill(gs, gs + n_groups, 0.0f);
+  float* hm = token_score_.data();
   for (int32_t h = 0; h < n_head_; ++h) {
-    float* s = heads_.data() + size_t(h) * n;
-    float m = s[0];
-    for (int64_t t = 1; t < n; ++t) m = std::max(m, s[t]);
-    float z = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      s[t] = ExpNonPositive((s[t] - m) * scale_);
-      z += s[t];
-    }
+    GroupMax(heads_.data() + size_t(h) * n, n_groups, group_size, hm);
+    const float z = ExpInPlace(hm, n_groups, MaxOf(hm, n_groups), scale_);
     const float inv = 1.0f / z;
-    for (int64_t t = 0; t < n; ++t) score[t] += s[t] * inv;
+    for (int64_t g = 0; g < n_groups; ++g) gs[g] += hm[g] * inv;
   }
 }
 
@@ -213,18 +273,16 @@ void GroupPredictor::SelectGroups(const float* q_lr, const uint16_t* klr, int32_
     for (int32_t g = g0; g < g1; ++g) out->push_back(g);
     return;
   }
-  const int64_t n = int64_t(n_groups) * group_size;
-  ScoreTokens(q_lr, klr, n);
-  const float* score = token_score_.data();
-  float* gs = group_score_.data();
-  for (int32_t g = 0; g < n_groups; ++g) {
-    const float* s = score + int64_t(g) * group_size;
-    float best = s[0];
-    for (int32_t t = 1; t < group_size; ++t) best = std::max(best, s[t]);
-    gs[g] = best;
-  }
-  kernels::TopK(gs, n_groups, m, top_.data());
-  out->assign(top_.begin(), top_.begin() + m);
+  ScoreGroups(q_lr, klr, n_groups, group_size);
+  // Only the set matters, not its order: a linear-time partition beats a heap here
+  // (M is a sizeable fraction of the groups). Ties go to the older group.
+  const float* gs = group_score_.data();
+  int32_t* idx = top_.data();
+  for (int32_t g = 0; g < n_groups; ++g) idx[g] = g;
+  std::nth_element(idx, idx + m, idx + n_groups, [gs](int32_t a, int32_t b) {
+    return gs[a] > gs[b] || (gs[a] == gs[b] && a < b);
+  });
+  out->assign(idx, idx + m);
   for (int32_t& g : *out) g += g0;
   std::sort(out->begin(), out->end());
 }

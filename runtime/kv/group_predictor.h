@@ -5,7 +5,8 @@
 // (layer l's attention norm, Wq, bias/Q-norm and RoPE, the same math as the forward pass),
 // projects each query head through the rows of the layer's adapter A that belong to the
 // head's KV head (q_lr . K_lr approximates q_h . k_g), scores the low-rank key summary K_lr,
-// combines the heads (GroupScoring), takes the max per group and returns the top M groups.
+// takes each group's best token and combines the heads (GroupScoring), and returns the top
+// M groups.
 // It also makes K_lr rows from new keys (K_lr = K * A).
 //
 // Owns scratch sized at Create; uses the engine's thread pool for the matmuls. Call from the
@@ -54,7 +55,8 @@ class GroupPredictor {
 
  private:
   GroupPredictor(const Model& model, const AdapterSet& set, GroupScoring scoring, ThreadPool* pool);
-  void ScoreTokens(const float* q_lr, const uint16_t* klr, int64_t n);
+  // group_score_[g] for groups [0, n_groups) of klr.
+  void ScoreGroups(const float* q_lr, const uint16_t* klr, int64_t n_groups, int32_t group_size);
 
   const Model& model_;
   const AdapterSet& set_;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -12,7 +13,8 @@
 namespace strata {
 namespace storage {
 class FaultInjector;
-}
+class IoBatch;
+}  // namespace storage
 
 class Model;
 class ThreadPool;
@@ -31,11 +33,12 @@ enum class ReusePolicy {
 const char* ReusePolicyName(ReusePolicy p);
 Status ParseReusePolicy(const std::string& name, ReusePolicy* out);
 
-// How per-head low-rank scores become one score per token before the max per group.
+// How per-head low-rank scores become one score per group.
 enum class GroupScoring {
-  kSoftmax,  // each head's scores through its own softmax, summed: the attention mass a
-             // token would get from all heads, so no head's logit scale drowns the others
-  kSum,      // raw scores summed over heads (one matrix-vector product per layer)
+  kSoftmax,  // per head, each group's best token through a softmax over groups, summed over
+             // heads: a group counts when any token matters to any head, and no head's logit
+             // scale drowns the others
+  kSum,      // raw scores summed over heads, max per group (one matrix-vector product)
 };
 const char* GroupScoringName(GroupScoring s);
 Status ParseGroupScoring(const std::string& name, GroupScoring* out);
@@ -66,6 +69,8 @@ struct DiskKvOptions {
   // instead of predicting groups (the budget then does not bound the staging it needs).
   bool reload_all = false;
   std::shared_ptr<storage::FaultInjector> faults;  // tests only: the store's fault injection
+  // Benchmarks only: sees every read submission (one per layer and pass) right after it.
+  std::function<void(int32_t layer, const storage::IoBatch& reads)> on_read_submit;
 };
 
 struct KvOptions {

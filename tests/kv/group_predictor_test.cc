@@ -1,6 +1,6 @@
 // GroupPredictor against plain double-precision math: the approximate query of a layer
 // (norm, Wq, RoPE, projection through the head's rows of A) and the group selection
-// (per-head softmax or raw sum, max per group, top M).
+// (per-head group maxima through a softmax, or raw sums; top M).
 #include "runtime/kv/group_predictor.h"
 
 #include <algorithm>
@@ -82,12 +82,13 @@ TEST_F(GroupPredictorTest, LowRankQueriesFollowTheLayersQueryPath) {
   }
 }
 
-// Brute force over the same F16 summary: per-head softmax (or raw) scores summed over
-// heads, max per group, the M largest.
+// Brute force over the same F16 summary. softmax: per head, each group's best token, a
+// softmax over groups, summed over heads; sum: raw scores summed over heads, max per group.
 std::vector<int32_t> BruteForce(const std::vector<uint16_t>& klr, const std::vector<float>& q,
                                 int n_head, int rank, int n, int G, int M, bool softmax,
                                 float scale, int g0) {
-  std::vector<double> tok(size_t(n), 0.0);
+  const int n_groups = n / G;
+  std::vector<double> gs(static_cast<size_t>(n_groups), 0.0), tok(static_cast<size_t>(n), 0.0);
   for (int h = 0; h < n_head; ++h) {
     std::vector<double> s(static_cast<size_t>(n));
     for (int t = 0; t < n; ++t)
@@ -97,14 +98,17 @@ std::vector<int32_t> BruteForce(const std::vector<uint16_t>& klr, const std::vec
       for (int t = 0; t < n; ++t) tok[t] += s[t];
       continue;
     }
-    const double m = *std::max_element(s.begin(), s.end());
+    std::vector<double> best(static_cast<size_t>(n_groups));
+    for (int g = 0; g < n_groups; ++g)
+      best[g] = *std::max_element(s.begin() + g * G, s.begin() + (g + 1) * G);
+    const double m = *std::max_element(best.begin(), best.end());
     double z = 0;
-    for (double& v : s) z += (v = std::exp((v - m) * scale));
-    for (int t = 0; t < n; ++t) tok[t] += s[t] / z;
+    for (double& v : best) z += (v = std::exp((v - m) * scale));
+    for (int g = 0; g < n_groups; ++g) gs[g] += best[g] / z;
   }
-  std::vector<double> gs(static_cast<size_t>(n / G));
-  for (int g = 0; g < n / G; ++g)
-    gs[g] = *std::max_element(tok.begin() + g * G, tok.begin() + (g + 1) * G);
+  if (!softmax)
+    for (int g = 0; g < n_groups; ++g)
+      gs[g] = *std::max_element(tok.begin() + g * G, tok.begin() + (g + 1) * G);
   std::vector<int32_t> idx(gs.size());
   std::iota(idx.begin(), idx.end(), 0);
   std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return gs[a] > gs[b]; });
