@@ -256,6 +256,8 @@ const std::vector<Setting>& Schema() {
     v.push_back(Int<int32_t>(
         "kv.queue_depth", "most reads in the block store at once",
         [dk](Config& c) -> int32_t& { return dk(c).queue_depth; }, 1, 4096));
+    v.push_back(Bool("kv.refine", "re-select each layer's groups from its exact query",
+                     [dk](Config& c) -> bool& { return dk(c).refine; }));
     v.push_back(Bool("kv.emulate_emmc", "cap the KV store at eMMC speed (250 MB/s, labelled)",
                      [dk](Config& c) -> bool& { return dk(c).emulate_emmc; }));
     return v;
@@ -302,7 +304,7 @@ Status Walk(const YAML::Node& map, const std::string& prefix, const std::string&
     const std::string name = it->first.Scalar();
     const std::string key = prefix.empty() ? name : prefix + "." + name;
     const Where w{source, it->first.Mark().line + 1, key};
-    const YAML::Node& value = it->second;
+    const YAML::Node value = it->second;  // a copy: the iterator yields temporaries
     if (IsSection(key)) {
       if (value.IsNull()) continue;  // an empty section keeps the defaults
       if (!value.IsMap())
