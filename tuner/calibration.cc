@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "runtime/engine/engine.h"
+#include "runtime/kv/group_predictor.h"
 #include "runtime/kv/memory_kv.h"
 
 namespace strata {
@@ -42,17 +43,75 @@ class KeyRecorder final : public KvPolicy {
   Status View(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) override {
     return inner_->View(layer, seq, out);
   }
+  // x enters layer-1 (the embeddings for layer 0): the input the disk policy predicts
+  // layer's groups from, so the queries it yields are the ones the adapters will meet.
+  Status Prepare(int32_t layer, const float* x, int64_t n_embd) override {
+    if (!queries_) return Status::OK();
+    int32_t n = 0;
+    positions_.clear();
+    for (const BatchSeq& b : batch_)
+      for (int32_t i = 0; i < b.n_new; ++i) positions_.push_back(b.pos0 + i);
+    n = std::min(int32_t(positions_.size()), capacity_ - query_rows_[size_t(layer)]);
+    if (n <= 0) return Status::OK();
+    (void)n_embd;
+    const int32_t row = shape().row(), d = shape().head_dim, n_head = queries_->n_head();
+    q_.resize(size_t(n) * n_head * row);
+    queries_->LowRankQueries(layer, x, n, positions_.data(), q_.data());
+    // Head h lives in its KV head's block of the embedded query: accumulate v v^T there.
+    std::vector<float> acc(size_t(shape().n_head_kv) * d * d, 0.0f);
+    const int32_t n_rep = n_head / shape().n_head_kv;
+    for (int32_t t = 0; t < n; ++t)
+      for (int32_t h = 0; h < n_head; ++h) {
+        const int32_t g = h / n_rep;
+        const float* v = q_.data() + (size_t(t) * n_head + h) * row + size_t(g) * d;
+        float* blk = acc.data() + size_t(g) * d * d;
+        for (int32_t i = 0; i < d; ++i) {
+          const float vi = v[i];
+          float* r = blk + size_t(i) * d;
+          for (int32_t j = 0; j < d; ++j) r[j] += vi * v[j];
+        }
+      }
+    std::vector<double>& sq = query_cov_[size_t(layer)];
+    for (int32_t g = 0; g < shape().n_head_kv; ++g)
+      for (int32_t i = 0; i < d; ++i)
+        for (int32_t j = 0; j < d; ++j)
+          sq[size_t(g * d + i) * row + size_t(g * d + j)] += acc[(size_t(g) * d + i) * d + j];
+    query_rows_[size_t(layer)] += n;
+    return Status::OK();
+  }
   Status EndBatch() override { return inner_->EndBatch(); }
   void AbortBatch() override { inner_->AbortBatch(); }
   KvCounters counters() const override { return inner_->counters(); }
 
   const std::vector<float>& keys(int32_t layer) const { return keys_[size_t(layer)]; }
+  const std::vector<double>& query_cov(int32_t layer) const { return query_cov_[size_t(layer)]; }
+
+  // Also accumulate each layer's query covariance, with the engine's pool for the matmuls.
+  Status EnableQueries(const Model& model, ThreadPool* pool, int32_t max_rows) {
+    const int32_t row = shape().row(), n_layer = shape().n_layer;
+    identity_.ratio = 1;
+    identity_.rank = row;
+    std::vector<float> eye(size_t(row) * row, 0.0f);
+    for (int32_t i = 0; i < row; ++i) eye[size_t(i) * row + i] = 1.0f;
+    identity_.layers.assign(size_t(n_layer), eye);
+    query_cov_.assign(size_t(n_layer), std::vector<double>(size_t(row) * row, 0.0));
+    query_rows_.assign(size_t(n_layer), 0);
+    return GroupPredictor::Create(model, identity_, GroupScoring::kSum, 1, max_rows, pool,
+                                  &queries_);
+  }
 
  private:
   std::unique_ptr<MemoryKv> inner_;
   const int32_t capacity_;
   std::vector<BatchSeq> batch_;
   std::vector<std::vector<float>> keys_;
+  // Query-aware calibration.
+  AdapterSet identity_;
+  std::unique_ptr<GroupPredictor> queries_;
+  std::vector<std::vector<double>> query_cov_;
+  std::vector<int32_t> query_rows_;
+  std::vector<int32_t> positions_;
+  std::vector<float> q_;
 };
 
 Status ReadText(const CalibrationOptions& o, std::string* text) {
@@ -95,6 +154,67 @@ Status LowRankProjection(const std::vector<float>& keys, int32_t n, int32_t row,
   return Status::OK();
 }
 
+Status QueryAwareProjection(const std::vector<double>& key_cov,
+                            const std::vector<double>& query_cov, int32_t row,
+                            const std::vector<int32_t>& ranks, std::vector<std::vector<float>>* a,
+                            std::vector<std::vector<float>>* b) {
+  const size_t n = size_t(row);
+  // Cholesky factors of both covariances, with a ridge so a dimension nothing uses keeps
+  // them positive definite.
+  auto factor = [&](const std::vector<double>& cov, const char* what, std::vector<double>* l) {
+    double trace = 0;
+    for (size_t i = 0; i < n; ++i) trace += cov[i * n + i];
+    *l = cov;
+    const double ridge = 1e-6 * trace / double(n) + 1e-12;
+    for (size_t i = 0; i < n; ++i) (*l)[i * n + i] += ridge;
+    const lapack_int info = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', row, l->data(), row);
+    if (info != 0)
+      return Status::Internal(std::string("calibration: Cholesky of the ") + what +
+                              " covariance failed (info " + std::to_string(info) + ")");
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = i + 1; j < n; ++j) (*l)[i * n + j] = 0;
+    return Status::OK();
+  };
+  std::vector<double> lk, lq;
+  STRATA_RETURN_IF_ERROR(factor(key_cov, "key", &lk));
+  STRATA_RETURN_IF_ERROR(factor(query_cov, "query", &lq));
+  // E[(q^T (I - W) k)^2] = ||Lq^T (I - W) Lk||^2 for independent q, k: the best rank-r W
+  // makes Lq^T W Lk the truncated SVD U_r S_r V_r^T of M = Lq^T Lk, i.e.
+  // W = (Lq^-T U_r S_r)(Lk^-T V_r)^T = B A^T.
+  std::vector<double> m(n * n, 0.0);
+  for (size_t p = 0; p < n; ++p)
+    for (size_t i = 0; i < n; ++i) {
+      const double q = lq[p * n + i];
+      if (q == 0) continue;
+      for (size_t j = 0; j < n; ++j) m[i * n + j] += q * lk[p * n + j];
+    }
+  std::vector<double> s(n), u(n * n), vt(n * n), superb(n);
+  lapack_int info = LAPACKE_dgesvd(LAPACK_ROW_MAJOR, 'S', 'S', row, row, m.data(), row, s.data(),
+                                   u.data(), row, vt.data(), row, superb.data());
+  if (info != 0)
+    return Status::Internal("calibration: LAPACKE_dgesvd failed (info " + std::to_string(info) +
+                            ")");
+  a->clear();
+  b->clear();
+  for (int32_t r : ranks) {
+    std::vector<double> xa(n * size_t(r)), xb(n * size_t(r));
+    for (size_t i = 0; i < n; ++i)
+      for (int32_t j = 0; j < r; ++j) {
+        xa[i * r + j] = vt[size_t(j) * n + i];
+        xb[i * r + j] = u[i * n + size_t(j)] * s[size_t(j)];
+      }
+    info = LAPACKE_dtrtrs(LAPACK_ROW_MAJOR, 'L', 'T', 'N', row, r, lk.data(), row, xa.data(), r);
+    if (info == 0)
+      info = LAPACKE_dtrtrs(LAPACK_ROW_MAJOR, 'L', 'T', 'N', row, r, lq.data(), row, xb.data(), r);
+    if (info != 0)
+      return Status::Internal("calibration: triangular solve failed (info " + std::to_string(info) +
+                              ")");
+    a->emplace_back(xa.begin(), xa.end());
+    b->emplace_back(xb.begin(), xb.end());
+  }
+  return Status::OK();
+}
+
 Status Calibrate(const Model& model, const CalibrationOptions& o, Adapters* out,
                  const std::function<void(const std::string&)>& progress) {
   const HParams& hp = model.hparams();
@@ -134,6 +254,7 @@ Status Calibrate(const Model& model, const CalibrationOptions& o, Adapters* out,
   KeyRecorder* rec = recorder.get();
   std::unique_ptr<Engine> engine;
   STRATA_RETURN_IF_ERROR(Engine::Create(model, eo, std::move(recorder), &engine));
+  if (o.query_aware) STRATA_RETURN_IF_ERROR(rec->EnableQueries(model, &engine->pool(), eo.n_batch));
   std::vector<float> logits;
   for (int32_t start = 0; start < o.tokens; start += window) {
     const int32_t n = std::min(window, o.tokens - start);
@@ -153,13 +274,41 @@ Status Calibrate(const Model& model, const CalibrationOptions& o, Adapters* out,
   a.n_head_kv = hp.n_head_kv;
   a.head_dim = hp.head_dim;
   a.calibration_tokens = uint64_t(o.tokens);
-  a.note = "post-RoPE keys of " + std::to_string(o.tokens) + " tokens (windows of " +
-           std::to_string(window) + ") from the first " +
-           std::to_string(int(std::lround(o.text_fraction * 100))) + "% of " + o.text_path;
+  a.note = std::string(o.query_aware ? "query-aware fit to post-RoPE keys and queries"
+                                     : "SVD of post-RoPE keys") +
+           " of " + std::to_string(o.tokens) + " tokens (windows of " + std::to_string(window) +
+           ") from the first " + std::to_string(int(std::lround(o.text_fraction * 100))) + "% of " +
+           o.text_path;
   for (size_t i = 0; i < o.ratios.size(); ++i)
-    a.sets.push_back(AdapterSet{o.ratios[i], ranks[i], {}});
+    a.sets.push_back(AdapterSet{o.ratios[i], ranks[i], {}, {}});
   const int32_t max_rank = *std::max_element(ranks.begin(), ranks.end());
   for (int32_t l = 0; l < hp.n_layer; ++l) {
+    if (o.query_aware) {
+      if (progress) progress("query-aware fit of layer " + std::to_string(l));
+      const std::vector<float>& k = rec->keys(l);
+      std::vector<double> key_cov(size_t(row) * row, 0.0);
+      std::vector<float> acc(size_t(row) * row);
+      for (int32_t t0 = 0; t0 < o.tokens; t0 += 256) {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int32_t t = t0; t < std::min(o.tokens, t0 + 256); ++t) {
+          const float* kt = k.data() + size_t(t) * row;
+          for (int32_t i = 0; i < row; ++i) {
+            const float ki = kt[i];
+            float* r = acc.data() + size_t(i) * row;
+            for (int32_t j = 0; j < row; ++j) r[j] += ki * kt[j];
+          }
+        }
+        for (size_t i = 0; i < acc.size(); ++i) key_cov[i] += acc[i];
+      }
+      std::vector<std::vector<float>> as, bs;
+      STRATA_RETURN_IF_ERROR(
+          QueryAwareProjection(key_cov, rec->query_cov(l), row, ranks, &as, &bs));
+      for (size_t i = 0; i < a.sets.size(); ++i) {
+        a.sets[i].layers.push_back(std::move(as[i]));
+        a.sets[i].queries.push_back(std::move(bs[i]));
+      }
+      continue;
+    }
     if (progress) progress("SVD of layer " + std::to_string(l) + " keys");
     std::vector<float> full;
     STRATA_RETURN_IF_ERROR(LowRankProjection(rec->keys(l), o.tokens, row, max_rank, &full));

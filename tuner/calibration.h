@@ -7,6 +7,13 @@
 // windows so the rotations of late positions are represented too. The SVD is uncentered:
 // A must keep q.k, which depends on the keys' mean as much as on their spread.
 //
+// Query-aware mode also collects the queries the policy will form at run time (each
+// layer's approximate query from the previous layer's input) and fits K_lr = K A and
+// q_lr = q B so that q B A^T k best matches q.k over what was seen (least squares for
+// independent q and k: a truncated SVD of Lq^T Lk, with Lq, Lk the Cholesky factors of the
+// query and key covariances). Key-only SVD keeps directions where keys vary most even when
+// queries ignore them; this keeps the directions scores depend on.
+//
 // Runs its own engine (memory KV) on the caller's thread plus `threads` workers.
 #pragma once
 
@@ -28,9 +35,10 @@ struct CalibrationOptions {
   // the project calibrates on the first half of tinyshakespeare and evaluates on the second.
   double text_fraction = 0.5;
   std::vector<int32_t> ratios = {8, 16, 32};
-  int32_t tokens = 8192;  // keys collected per layer
-  int32_t window = 8192;  // tokens per forward window (positions 0 .. window-1)
-  int32_t threads = 0;    // 0 = one per core
+  int32_t tokens = 8192;    // keys collected per layer
+  int32_t window = 8192;    // tokens per forward window (positions 0 .. window-1)
+  int32_t threads = 0;      // 0 = one per core
+  bool query_aware = true;  // false: A from the keys' SVD alone, B = A
 };
 
 // progress (may be empty) receives one line per stage.
@@ -41,5 +49,12 @@ Status Calibrate(const Model& model, const CalibrationOptions& options, Adapters
 // ([n][row], row-major) as a [row][rank] matrix. Exposed for tests.
 Status LowRankProjection(const std::vector<float>& keys, int32_t n, int32_t row, int32_t rank,
                          std::vector<float>* a);
+
+// The query-aware pair (A, B) for each rank from the key and query covariances ([row][row],
+// row-major). Exposed for tests.
+Status QueryAwareProjection(const std::vector<double>& key_cov,
+                            const std::vector<double>& query_cov, int32_t row,
+                            const std::vector<int32_t>& ranks, std::vector<std::vector<float>>* a,
+                            std::vector<std::vector<float>>* b);
 
 }  // namespace strata

@@ -138,12 +138,13 @@ Status RunPolicy(const Model& model, const Flags& f, const DiskKvOptions& d, con
 
 void PrintTable(const Flags& f, const std::vector<std::pair<std::string, std::string>>& configs,
                 const std::map<std::pair<int, std::string>, nlohmann::json>& done) {
-  std::printf("\n%-44s %5s %6s %9s %9s %8s %9s %6s %7s\n", "configuration", "M", "C", "ppl full",
-              "ppl kv", "d ppl", "top-1 agr", "reuse", "windows");
+  std::printf("\n%-44s %5s %6s %8s %9s %9s %8s %9s %6s %7s\n", "configuration", "M", "C", "KV MiB",
+              "ppl full", "ppl kv", "d ppl", "top-1 agr", "reuse", "windows");
   for (const auto& [label, spec] : configs) {
     double nll_full = 0, nll = 0, agree = 0, n = 0, sel = 0, hits = 0;
     int windows = 0;
     std::string m = "-", c = "-", refused;
+    double kv_mib = 0;
     for (int w = 0; w < f.windows; ++w) {
       auto it = done.find({w, label});
       auto ref = done.find({w, "full"});
@@ -160,6 +161,7 @@ void PrintTable(const Flags& f, const std::vector<std::pair<std::string, std::st
       hits += it->second["reuse_hits"].get<double>();
       m = std::to_string(it->second["M"].get<int>());
       c = std::to_string(it->second["C"].get<int>());
+      kv_mib = std::max(kv_mib, it->second["peak_sequence_resident"].get<double>() / (1 << 20));
       ++windows;
     }
     if (windows == 0) {
@@ -168,8 +170,8 @@ void PrintTable(const Flags& f, const std::vector<std::pair<std::string, std::st
       continue;
     }
     const double pf = std::exp(nll_full / n), pk = std::exp(nll / n);
-    std::printf("%-44s %5s %6s %9.3f %9.3f %+7.2f%% %8.2f%% %5.1f%% %7d\n", label.c_str(),
-                m.c_str(), c.c_str(), pf, pk, 100 * (pk / pf - 1), 100 * agree / n,
+    std::printf("%-44s %5s %6s %8.2f %9.3f %9.3f %+7.2f%% %8.2f%% %5.1f%% %7d\n", label.c_str(),
+                m.c_str(), c.c_str(), kv_mib, pf, pk, 100 * (pk / pf - 1), 100 * agree / n,
                 100 * hits / std::max(sel, 1.0), windows);
   }
 }

@@ -141,6 +141,8 @@ Status ParseDiskSpec(const std::string& spec, const DiskKvOptions& base, int32_t
         o.recent_groups = std::stoi(v);
       } else if (k == "adapters") {
         o.adapters = v;
+      } else if (k == "refine") {
+        o.refine = v == "1";
       } else if (k == "reload") {
         o.reload_all = v == "1";
       } else if (k == "reuse") {

@@ -13,6 +13,7 @@ namespace {
 struct CalibrateFlags {
   std::string model, text, output;
   std::vector<int32_t> ratios = {8, 16, 32};
+  std::string method = "query-aware";
   CalibrationOptions options;
 };
 
@@ -25,6 +26,7 @@ Status Calibrate(CalibrateFlags& f) {
   STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
   f.options.text_path = f.text;
   f.options.ratios = f.ratios;
+  f.options.query_aware = f.method == "query-aware";
   std::string out = f.output;
   if (out.empty()) {
     // Where the disk policy looks when kv.adapters is not set.
@@ -58,6 +60,9 @@ void AddCalibrateCommand(CLI::App* app) {
   cmd->add_option("--text-fraction", f->options.text_fraction,
                   "use only this leading fraction of the text (the rest is for evaluation)");
   cmd->add_option("-t,--threads", f->options.threads, "worker threads (0 = all cores)");
+  cmd->add_option("--method", f->method,
+                  "query-aware (fit to keys and queries) or keys (SVD of keys alone)")
+      ->check(CLI::IsMember({"query-aware", "keys"}));
   cmd->callback([f] {
     Status s = Calibrate(*f);
     if (!s.ok()) ExitCode() = ReportError("calibrate", s);

@@ -13,7 +13,7 @@ namespace strata {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'R', 'K', 'V', 'A', 'D', 'P'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 // Far above any real model; keeps a damaged count from asking for gigabytes.
 constexpr uint32_t kMaxDim = 1 << 16;
 constexpr uint32_t kMaxSets = 64;
@@ -115,17 +115,23 @@ Status Adapters::Write(const std::string& path) const {
   for (const AdapterSet& s : sets) {
     w.Put<uint32_t>(uint32_t(s.ratio));
     w.Put<uint32_t>(uint32_t(s.rank));
+    w.Put<uint32_t>(s.queries.empty() ? 0u : 1u);
   }
   const size_t per_layer_row = size_t(row());
   for (const AdapterSet& s : sets) {
-    if (int32_t(s.layers.size()) != n_layer)
+    if (int32_t(s.layers.size()) != n_layer ||
+        (!s.queries.empty() && int32_t(s.queries.size()) != n_layer))
       return Status::Internal("adapters: set for ratio " + std::to_string(s.ratio) + " has " +
                               std::to_string(s.layers.size()) + " layers, expected " +
                               std::to_string(n_layer));
-    for (const std::vector<float>& a : s.layers) {
-      if (a.size() != per_layer_row * size_t(s.rank))
-        return Status::Internal("adapters: a layer matrix has the wrong size");
-      w.Bytes(a.data(), a.size() * sizeof(float));
+    for (int32_t l = 0; l < n_layer; ++l) {
+      for (const auto* m :
+           {&s.layers[size_t(l)], s.queries.empty() ? nullptr : &s.queries[size_t(l)]}) {
+        if (!m) continue;
+        if (m->size() != per_layer_row * size_t(s.rank))
+          return Status::Internal("adapters: a layer matrix has the wrong size");
+        w.Bytes(m->data(), m->size() * sizeof(float));
+      }
     }
   }
   const uint64_t sum = Fnv64(w.buf().data(), w.buf().size());
@@ -211,10 +217,16 @@ Status Adapters::Read(const std::string& path, Adapters* out) {
   a.head_dim = int32_t(head_dim);
   const uint64_t row = uint64_t(n_head_kv) * head_dim;
   a.sets.resize(n_sets);
-  for (AdapterSet& set : a.sets) {
+  std::vector<uint32_t> has_queries(n_sets);
+  for (uint32_t si = 0; si < n_sets; ++si) {
+    AdapterSet& set = a.sets[si];
     uint32_t ratio = 0, rank = 0;
     STRATA_RETURN_IF_ERROR(r.Get("ratio", &ratio));
     STRATA_RETURN_IF_ERROR(r.Get("rank", &rank));
+    STRATA_RETURN_IF_ERROR(r.Get("has B", &has_queries[si]));
+    if (has_queries[si] > 1)
+      return Status::Corruption("adapters " + path + ": 'has B' flag " +
+                                std::to_string(has_queries[si]) + " is not 0 or 1");
     if (rank == 0 || rank > row || ratio == 0 || ratio > row)
       return Status::Corruption("adapters " + path + ": ratio " + std::to_string(ratio) +
                                 " with rank " + std::to_string(rank) + " does not fit row " +
@@ -222,15 +234,20 @@ Status Adapters::Read(const std::string& path, Adapters* out) {
     set.ratio = int32_t(ratio);
     set.rank = int32_t(rank);
   }
-  for (AdapterSet& set : a.sets) {
+  for (uint32_t si = 0; si < n_sets; ++si) {
+    AdapterSet& set = a.sets[si];
     set.layers.resize(n_layer);
-    for (std::vector<float>& m : set.layers) {
-      m.resize(size_t(row) * set.rank);
-      STRATA_RETURN_IF_ERROR(r.Bytes("matrix", m.data(), m.size() * sizeof(float)));
-      for (float v : m)
-        if (!std::isfinite(v))
-          return Status::Corruption("adapters " + path + ": a matrix of ratio " +
-                                    std::to_string(set.ratio) + " holds a non-finite value");
+    if (has_queries[si]) set.queries.resize(n_layer);
+    for (uint32_t l = 0; l < n_layer; ++l) {
+      for (auto* m : {&set.layers[l], has_queries[si] ? &set.queries[l] : nullptr}) {
+        if (!m) continue;
+        m->resize(size_t(row) * set.rank);
+        STRATA_RETURN_IF_ERROR(r.Bytes("matrix", m->data(), m->size() * sizeof(float)));
+        for (float v : *m)
+          if (!std::isfinite(v))
+            return Status::Corruption("adapters " + path + ": a matrix of ratio " +
+                                      std::to_string(set.ratio) + " holds a non-finite value");
+      }
     }
   }
   if (r.pos() != body)

@@ -1,16 +1,20 @@
 // Adapters: the low-rank key projections A of the disk-backed policy, one per layer and
 // compression ratio, and the binary file `strata calibrate` writes them to.
 //
-// For a layer, A is (n_head_kv*head_dim) x rank with orthonormal columns (the leading right
-// singular vectors of calibration keys), so K_lr = K * A keeps most of what q.k depends on
-// and sigma = n_head_kv*head_dim / rank. The file records the model's identity so the
+// For a layer, A is (n_head_kv*head_dim) x rank and K_lr = K * A, sigma =
+// n_head_kv*head_dim / rank. A query head h reading KV head g is projected by the rows of
+// a matrix B that belong to g, so q_lr . K_lr = q_h^T B_g A^T k approximates q_h . k_g.
+// With key-only calibration A has orthonormal columns (leading right singular vectors of
+// the keys) and B = A; query-aware calibration fits B A^T to the queries and keys seen
+// (see tuner/calibration.h) and stores B too. The file records the model's identity so the
 // runtime refuses adapters made for another model, and a checksum so a damaged file is
 // refused rather than used.
 //
-// File layout (little-endian): "STRKVADP", u32 version, u64 model identity, u32 n_layer,
-// n_head_kv, head_dim, u64 calibration tokens, u32 note length + note bytes, u32 set count,
-// then per set u32 ratio and u32 rank, then per set per layer rank*row F32 values (row-major
-// [row][rank]), and last a u64 FNV-1a checksum of every byte before it.
+// File layout (little-endian): "STRKVADP", u32 version (2), u64 model identity, u32
+// n_layer, n_head_kv, head_dim, u64 calibration tokens, u32 note length + note bytes, u32
+// set count, then per set u32 ratio, u32 rank and u32 "has B", then per set per layer A
+// (rank*row F32 values, row-major [row][rank]) followed by B when the set has one, and last
+// a u64 FNV-1a checksum of every byte before it.
 //
 // A plain value; thread-compatible. Read and Write touch only the named file.
 #pragma once
@@ -31,7 +35,11 @@ Status RankForRatio(int32_t row, int32_t ratio, int32_t* rank);
 struct AdapterSet {
   int32_t ratio = 0;
   int32_t rank = 0;
-  std::vector<std::vector<float>> layers;  // per layer [row][rank]
+  std::vector<std::vector<float>> layers;   // per layer A: [row][rank]
+  std::vector<std::vector<float>> queries;  // per layer B: [row][rank]; empty: B = A
+  const std::vector<float>& query(int32_t layer) const {
+    return queries.empty() ? layers[size_t(layer)] : queries[size_t(layer)];
+  }
 };
 
 struct Adapters {

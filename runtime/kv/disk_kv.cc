@@ -291,13 +291,17 @@ Status DiskKv::BeginBatch(std::span<const BatchSeq> batch) {
 }
 
 Status DiskKv::Prepare(int32_t layer, const float* x, int64_t n_embd) {
+  // x enters layer-1 now: its query for layer-1 is exact, so correct that layer's guess
+  // (layer 0's guess already came from its own input; the last layer has no later call).
+  if (options_.refine && layer >= 2 && layer <= shape_.n_layer)
+    STRATA_RETURN_IF_ERROR(Refine(layer - 1, x, n_embd));
   if (layer < 0 || layer >= shape_.n_layer) return Status::OK();
   const auto t0 = Clock::now();
   storage::IoBatch& rb = *reads_[size_t(layer)];
   // A pass that ended without viewing this layer may have left its reads in flight.
   STRATA_RETURN_IF_ERROR(SettleReads(layer));
   rb.Clear();
-  STRATA_RETURN_IF_ERROR(PrepareSparse(layer, x, n_embd));
+  STRATA_RETURN_IF_ERROR(PrepareSparse(layer, x, n_embd, /*refining=*/false));
   for (Sequence* s : batch_seqs_)
     if (s->exact) AddReadback(layer, *s);
   if (!rb.empty()) {
@@ -311,7 +315,25 @@ Status DiskKv::Prepare(int32_t layer, const float* x, int64_t n_embd) {
   return Status::OK();
 }
 
-Status DiskKv::PrepareSparse(int32_t layer, const float* x, int64_t n_embd) {
+Status DiskKv::Refine(int32_t layer, const float* x, int64_t n_embd) {
+  const auto t0 = Clock::now();
+  // The guess's reads must land before their slots can be given to other groups.
+  STRATA_RETURN_IF_ERROR(SettleReads(layer));
+  storage::IoBatch& rb = *reads_[size_t(layer)];
+  rb.Clear();
+  STRATA_RETURN_IF_ERROR(PrepareSparse(layer, x, n_embd, /*refining=*/true));
+  if (!rb.empty()) {
+    STRATA_RETURN_IF_ERROR(store_->Submit(rb).WithContext("disk KV: reading group records"));
+    reads_settled_[size_t(layer)] = 0;
+    if (options_.on_read_submit) options_.on_read_submit(layer, rb);
+    c_.reads_issued += rb.size();
+    for (size_t i = 0; i < rb.size(); ++i) c_.bytes_read += rb.request(i).length;
+  }
+  c_.predict_seconds += Seconds(t0, Clock::now());
+  return Status::OK();
+}
+
+Status DiskKv::PrepareSparse(int32_t layer, const float* x, int64_t n_embd, bool refining) {
   sparse_rows_.clear();
   sparse_pos_.clear();
   for (size_t i = 0; i < batch_seqs_.size(); ++i) {
@@ -336,20 +358,22 @@ Status DiskKv::PrepareSparse(int32_t layer, const float* x, int64_t n_embd) {
     predictor_->SelectGroups(q_lr_.data() + j * n_head * rank, L.klr + size_t(g_lo) * G * rank,
                              g_lo, g_hi, G, plan_.groups_per_step, &L.selected);
     L.reuse.Resolve(L.selected, &L.placed);
-    AddLoads(layer, s);
+    AddLoads(layer, s, refining);
   }
   return Status::OK();
 }
 
-void DiskKv::AddLoads(int32_t layer, Sequence& s) {
+void DiskKv::AddLoads(int32_t layer, Sequence& s, bool refining) {
   Layer& L = s.layers[size_t(layer)];
   storage::IoBatch& rb = *reads_[size_t(layer)];
   const uint32_t rec = layout_.record_bytes;
-  c_.groups_selected += L.placed.size();
+  // Reuse is counted on the first guess of each step: a refinement's hits include what
+  // that guess loaded moments ago.
+  if (!refining) c_.groups_selected += L.placed.size();
   for (size_t i = 0; i < L.placed.size();) {
     const ReuseBuffer::Placement& p = L.placed[i];
     if (!p.load) {
-      ++c_.reuse_hits;
+      if (!refining) ++c_.reuse_hits;
       ++i;
       continue;
     }

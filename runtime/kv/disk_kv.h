@@ -15,6 +15,10 @@
 // layer 0's real input, so its query is exact (only the low-rank approximation remains)
 // but its reads are not overlapped with compute; the reuse buffer serves most of them.
 //
+// Optional refinement (kv.refine): when Prepare(l+1, x_l) arrives, x_l is layer l's own
+// input, so layer l's selection is made again from its exact query and the few groups the
+// first guess missed are read before View(l); the guess still did most of the I/O early.
+//
 // Prefill (a pass with more than one new token for a sequence) attends exactly: Prepare
 // reads each layer's earlier records back into staging (one or a few large requests, also
 // overlapped with the previous layer), new full groups are written as they arrive. This
@@ -79,8 +83,9 @@ class DiskKv final : public KvPolicy {
   Sequence* Find(SeqId seq);
   const Sequence* Find(SeqId seq) const;
   Status CheckStoreFile() const;
-  Status PrepareSparse(int32_t layer, const float* x, int64_t n_embd);
-  void AddLoads(int32_t layer, Sequence& s);
+  Status PrepareSparse(int32_t layer, const float* x, int64_t n_embd, bool refining);
+  Status Refine(int32_t layer, const float* x, int64_t n_embd);
+  void AddLoads(int32_t layer, Sequence& s, bool refining);
   void AddReadback(int32_t layer, Sequence& s);
   // Waits for layer's reads; forgets slots whose read failed. Returns the first error.
   Status SettleReads(int32_t layer);

@@ -130,7 +130,7 @@ void GroupPredictor::LowRankQueries(int32_t layer, const float* x, int64_t n,
   pool_->ParallelRange(L.wq.rows, kernels::kMatmulRowAlign, 1,
                        [&](int64_t r0, int64_t r1, int) { kernels::Matmul(a, r0, r1); });
 
-  const float* adapter = set_.layers[size_t(layer)].data();
+  const float* adapter = set_.query(layer).data();
   const int32_t half = hp.rope_dim / 2;
   for (int64_t t = 0; t < n; ++t) {
     float* q = q_.data() + t * q_dim;

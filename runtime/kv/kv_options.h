@@ -65,6 +65,9 @@ struct DiskKvOptions {
   std::string backend = "auto";  // block store backend: auto, io_uring or pread
   int32_t queue_depth = 64;      // most reads in the block store at once
   bool emulate_emmc = false;     // cap the store at eMMC speed (storage's slow-disk emulation)
+  // Re-select each layer's groups from its exact query once its input is known, reading
+  // what the early guess (from the previous layer's input) missed; see DiskKv.
+  bool refine = false;
   // FlexGen-style baseline for benchmarks: every step reads each layer's whole KV back
   // instead of predicting groups (the budget then does not bound the staging it needs).
   bool reload_all = false;

@@ -56,6 +56,8 @@ class DiskKvTest : public ::testing::Test {
     return Run(o);
   }
 
+  void CheckReusePolicies(bool refine);
+
   KvTempDir dir_, kv_dir_;
   std::unique_ptr<Model> model_;
   std::string adapters_;
@@ -68,9 +70,12 @@ TEST_F(DiskKvTest, SelectingEveryGroupMatchesFullKv) {
   const auto ref = Reference();
   struct Variant {
     int32_t g, sink, recent;
+    bool refine;
   };
-  for (Variant v : {Variant{4, 1, 0}, Variant{1, 0, 0}, Variant{3, 2, 3}, Variant{8, 0, 1}}) {
+  for (Variant v : {Variant{4, 1, 0, false}, Variant{1, 0, 0, false}, Variant{3, 2, 3, true},
+                    Variant{8, 0, 1, false}}) {
     EngineOptions o = Options();
+    o.kv.disk.refine = v.refine;
     o.kv.disk.group_size = v.g;
     o.kv.disk.sink_groups = v.sink;
     o.kv.disk.recent_groups = v.recent;
@@ -88,10 +93,18 @@ TEST_F(DiskKvTest, SelectingEveryGroupMatchesFullKv) {
 // The replacement policy decides where a group sits in memory, never which groups attention
 // sees, so FIFO, LRU and LFU give identical logits; a small M differs from full KV.
 TEST_F(DiskKvTest, ReusePolicyDoesNotChangeResults) {
+  for (bool refine : {false, true}) {
+    SCOPED_TRACE(refine ? "refine" : "guess only");
+    CheckReusePolicies(refine);
+  }
+}
+
+void DiskKvTest::CheckReusePolicies(bool refine) {
   std::vector<std::vector<std::vector<float>>> runs;
   std::vector<KvCounters> cs;
   for (ReusePolicy p : {ReusePolicy::kFifo, ReusePolicy::kLru, ReusePolicy::kLfu}) {
     EngineOptions o = Options();
+    o.kv.disk.refine = refine;
     o.kv.disk.groups_per_step = 6;
     o.kv.disk.reuse_slots = 9;
     o.kv.disk.reuse = p;

@@ -69,6 +69,54 @@ TEST(CalibrationTest, ProjectionRecoversTheKeySubspace) {
   for (int r = 0; r < row; ++r) EXPECT_NEAR(std::fabs(a1[r]), std::fabs(a[r * k]), 1e-5);
 }
 
+// E[(q.k - q^T W k)^2] = tr(Sq (I - W) Sk (I - W)^T) for independent q and k.
+double BilinearError(const std::vector<double>& sq, const std::vector<double>& sk,
+                     const std::vector<double>& w, int n) {
+  std::vector<double> e(size_t(n) * n), t1(size_t(n) * n, 0.0), t2(size_t(n) * n, 0.0);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) e[i * n + j] = (i == j) - w[i * n + j];
+  for (int i = 0; i < n; ++i)  // t1 = Sq E
+    for (int p = 0; p < n; ++p)
+      for (int j = 0; j < n; ++j) t1[i * n + j] += sq[i * n + p] * e[p * n + j];
+  for (int i = 0; i < n; ++i)  // t2 = t1 Sk
+    for (int p = 0; p < n; ++p)
+      for (int j = 0; j < n; ++j) t2[i * n + j] += t1[i * n + p] * sk[p * n + j];
+  double tr = 0;  // tr(t2 E^T)
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) tr += t2[i * n + j] * e[i * n + j];
+  return tr;
+}
+
+TEST(CalibrationTest, QueryAwareKeepsTheDirectionsScoresDependOn) {
+  // Keys vary most in dims 0-3, which queries never use; queries live in dims 4-7.
+  const int n = 12, rank = 4;
+  std::vector<double> sk(size_t(n) * n, 0.0), sq(size_t(n) * n, 0.0);
+  for (int i = 0; i < n; ++i) {
+    sk[i * n + i] = i < 4 ? 100.0 : 1.0;
+    sq[i * n + i] = (i >= 4 && i < 8) ? 1.0 : 1e-9;
+  }
+  std::vector<std::vector<float>> a, b;
+  STRATA_ASSERT_OK(QueryAwareProjection(sk, sq, n, {rank, n}, &a, &b));
+  ASSERT_EQ(a.size(), 2u);
+  auto w_of = [&](const std::vector<float>& am, const std::vector<float>& bm, int r) {
+    std::vector<double> w(size_t(n) * n, 0.0);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j)
+        for (int c = 0; c < r; ++c) w[i * n + j] += double(bm[i * r + c]) * am[j * r + c];
+    return w;
+  };
+  const double total = BilinearError(sq, sk, std::vector<double>(size_t(n) * n, 0.0), n);
+  const double aware = BilinearError(sq, sk, w_of(a[0], b[0], rank), n);
+  // Key-only: the keys' leading directions are dims 0-3 (the covariance is diagonal).
+  std::vector<float> keys_only(size_t(n) * rank, 0.0f);
+  for (int c = 0; c < rank; ++c) keys_only[c * rank + c] = 1.0f;
+  const double plain = BilinearError(sq, sk, w_of(keys_only, keys_only, rank), n);
+  EXPECT_LT(aware, 1e-6 * total);
+  EXPECT_GT(plain, 0.99 * total);
+  // Full rank reproduces every score.
+  EXPECT_LT(BilinearError(sq, sk, w_of(a[1], b[1], n), n), 1e-9 * total);
+}
+
 TEST(CalibrationTest, TooFewKeysOrBadRankAreErrors) {
   std::vector<float> keys(8 * 16, 1.0f), a;
   Status st = LowRankProjection(keys, 8, 16, 2, &a);
@@ -91,6 +139,7 @@ TEST(CalibrationTest, CalibratesASyntheticModel) {
   }
   CalibrationOptions o;
   o.text_path = text_file.path();
+  o.query_aware = false;
   o.ratios = {2, 4, 8};
   o.tokens = 192;
   o.window = 64;
@@ -117,6 +166,26 @@ TEST(CalibrationTest, CalibratesASyntheticModel) {
   Adapters back;
   STRATA_ASSERT_OK(Adapters::Read(out_file.path(), &back));
   STRATA_ASSERT_OK(back.CheckModel(*model, out_file.path()));
+
+  // Query-aware: a B per layer, and at full rank B A^T is the identity on what was seen.
+  o.query_aware = true;
+  o.ratios = {1, 4};
+  STRATA_ASSERT_OK(Calibrate(*model, o, &a));
+  const AdapterSet* full = a.Find(1);
+  ASSERT_EQ(int(full->queries.size()), model->hparams().n_layer);
+  EXPECT_NE(a.note.find("query-aware"), std::string::npos) << a.note;
+  double worst = 0;
+  for (int i = 0; i < row; ++i)
+    for (int j = 0; j < row; ++j) {
+      double w = 0;
+      for (int c = 0; c < row; ++c)
+        w += double(full->queries[0][i * row + c]) * full->layers[0][j * row + c];
+      worst = std::max(worst, std::fabs(w - (i == j)));
+    }
+  EXPECT_LT(worst, 1e-3);
+  STRATA_ASSERT_OK(a.Write(out_file.path()));
+  STRATA_ASSERT_OK(Adapters::Read(out_file.path(), &back));
+  EXPECT_EQ(back.Find(4)->queries[1], a.Find(4)->queries[1]);
 
   o.ratios = {3, 64};
   Status st = Calibrate(*model, o, &a);
