@@ -13,9 +13,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -41,6 +44,10 @@ struct Flags {
   int32_t threads = 2;
   double share = 0.25;
   double emulate_mbps = 0;
+  std::vector<double> also_emulate_mbps;
+  std::vector<int32_t> also_emulate_beams = {32};
+  std::vector<int32_t> also_emulate_steps;          // empty: --steps
+  std::vector<std::string> also_emulate_schedules;  // empty: --schedules
   uint64_t seed = 42;
   bool quick = false;
 };
@@ -48,8 +55,21 @@ struct Flags {
 struct Row {
   std::string schedule;
   BeamSearchStats st;
+  double cpu_seconds = 0;  // this process, all threads: with wall time, shows contention
   bool same = true;
 };
+
+double LoadAverage() {
+  double l[1] = {0};
+  return getloadavg(l, 1) == 1 ? l[0] : 0.0;
+}
+
+double CpuSeconds() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
 
 std::string DefaultModel() {
   if (const char* p = std::getenv("STRATA_TEST_MODEL"); p && *p) return p;
@@ -74,33 +94,40 @@ void PrintTable(int32_t beams, int32_t step, uint64_t need, uint64_t unshared, u
   std::printf(
       "\n%d beams (width 2, %d kept), step %d tokens: KV the search needs %.1f MiB "
       "(prefix tree at its largest; %.1f MiB if beams shared only the prompt), "
-      "fast-tier budget %.1f MiB\n",
-      beams, beams / 2, step, MiB(need), MiB(unshared), MiB(budget));
+      "fast-tier budget %.1f MiB; machine load average now %.1f\n",
+      beams, beams / 2, step, MiB(need), MiB(unshared), MiB(budget), LoadAverage());
   std::printf(
       "| schedule   | rounds | read MiB | written MiB | moved MiB | moved vs (a) | time s | "
-      "speedup vs (a) | stall s | tok/s | peak fast MiB | peak tree MiB | same result |\n");
+      "speedup vs (a) | stall s | cpu s | cpu+stall s | speedup (cpu+stall) | peak fast MiB | "
+      "same result |\n");
   std::printf(
       "|------------|-------:|---------:|------------:|----------:|-------------:|-------:|"
-      "---------------:|--------:|------:|--------------:|--------------:|-------------|\n");
+      "---------------:|--------:|------:|------------:|--------------------:|--------------:|"
+      "-------------|\n");
   const Row* a = nullptr;
   for (const Row& r : rows)
     if (r.schedule == "tokenwise") a = &r;
   for (const Row& r : rows) {
     const auto& k = r.st.kv;
     const double moved = double(k.bytes_read + k.bytes_written);
-    char vs[32] = "-", sp[32] = "-";
-    if (a) {
+    // With one compute thread, CPU time plus the engine thread's I/O wait is the run's time
+    // on a dedicated core: wall time on a shared machine also counts other jobs' turns.
+    const double dedicated = r.cpu_seconds + k.stall_seconds;
+    char vs[32] = "-", sp[32] = "-", sd[32] = "-";
+    if (a && &r != a) {
       const double am = double(a->st.kv.bytes_read + a->st.kv.bytes_written);
       if (am > 0) std::snprintf(vs, sizeof(vs), "%.1f%% fewer", 100.0 * (1.0 - moved / am));
       if (r.st.seconds > 0) std::snprintf(sp, sizeof(sp), "%.2fx", a->st.seconds / r.st.seconds);
+      if (dedicated > 0)
+        std::snprintf(sd, sizeof(sd), "%.2fx",
+                      (a->cpu_seconds + a->st.kv.stall_seconds) / dedicated);
     }
     std::printf(
-        "| %-10s | %6lld | %8.1f | %11.1f | %9.1f | %12s | %6.1f | %14s | %7.2f | %5.0f | "
-        "%13.1f | %13.1f | %-11s |\n",
+        "| %-10s | %6lld | %8.1f | %11.1f | %9.1f | %12s | %6.1f | %14s | %7.2f | %5.1f | %11.1f | "
+        "%19s | %13.1f | %-11s |\n",
         r.schedule.c_str(), (long long)r.st.rounds, MiB(k.bytes_read), MiB(k.bytes_written),
-        moved / (1 << 20), vs, r.st.seconds, sp, k.stall_seconds,
-        double(r.st.generated_tokens) / std::max(1e-9, r.st.seconds), MiB(k.peak_fast_bytes),
-        MiB(r.st.peak_tree_bytes), r.same ? "yes" : "NO");
+        moved / (1 << 20), vs, r.st.seconds, sp, k.stall_seconds, r.cpu_seconds, dedicated, sd,
+        MiB(k.peak_fast_bytes), r.same ? "yes" : "NO");
   }
   std::fflush(stdout);
 }
@@ -138,15 +165,20 @@ int Run(Flags& f) {
   prompt.resize(size_t(f.prompt_tokens));
 
   std::vector<BeamSchedule> scheds;
-  for (const std::string& n : f.schedules) {
-    BeamSchedule b;
-    s = ParseBeamSchedule(n, &b);
-    if (!s.ok()) {
-      std::fprintf(stderr, "bench_beam_search: %s\n", s.message().c_str());
-      return 1;
+  auto parse_schedules = [&](const std::vector<std::string>& names) {
+    scheds.clear();
+    for (const std::string& n : names) {
+      BeamSchedule b;
+      Status ps = ParseBeamSchedule(n, &b);
+      if (!ps.ok()) {
+        std::fprintf(stderr, "bench_beam_search: %s\n", ps.message().c_str());
+        return false;
+      }
+      scheds.push_back(b);
     }
-    scheds.push_back(b);
-  }
+    return true;
+  };
+  if (!parse_schedules(f.schedules)) return 1;
   std::printf(
       "model %s, %d threads, prompt %d tokens, %d generated tokens per path, beam width "
       "%d, sampling temperature 0.8 seed %llu, fast-tier budget %.0f%% of the KV the "
@@ -155,72 +187,100 @@ int Run(Flags& f) {
       f.share * 100);
   nlohmann::json out = nlohmann::json::array();
   bool all_same = true;
-  for (int32_t beams : f.beams)
-    for (int32_t step : f.steps) {
-      BeamSearchParams p;
-      p.n_beams = beams;
-      p.beam_width = f.width;
-      p.step_tokens = step;
-      p.max_tokens = f.gen;
-      p.ignore_eos = true;  // every path runs to its full length, as the issue measures
-      p.sampling.temperature = 0.8f;
-      p.sampling.seed = f.seed;
-      p.n_threads = f.threads;
-      p.slow_dir = f.slow_dir;
-      if (f.emulate_mbps > 0) {
-        p.slow_disk.enabled = true;
-        p.slow_disk.bandwidth_bytes_per_second = f.emulate_mbps * 1e6;
+  // The KV the search needs is the prefix tree at its largest, which only a run can tell
+  // (selection decides how much beams share); results are identical under every budget, so
+  // a first run with everything in the fast tier measures it and is the reference the four
+  // schedules are checked against. An emulated pass reuses it.
+  std::map<std::pair<int32_t, int32_t>, Row> reference;
+  std::map<std::pair<int32_t, int32_t>, std::vector<BeamResult>> reference_results;
+  auto run_config = [&](int32_t beams, int32_t step, double emulate_mbps) -> bool {
+    BeamSearchParams p;
+    p.n_beams = beams;
+    p.beam_width = f.width;
+    p.step_tokens = step;
+    p.max_tokens = f.gen;
+    p.ignore_eos = true;  // every path runs to its full length, as the issue measures
+    p.sampling.temperature = 0.8f;
+    p.sampling.seed = f.seed;
+    p.n_threads = f.threads;
+    p.slow_dir = f.slow_dir;
+    if (emulate_mbps > 0) {
+      p.slow_disk.enabled = true;
+      p.slow_disk.bandwidth_bytes_per_second = emulate_mbps * 1e6;
+    }
+    std::vector<Row> rows;
+    auto run = [&](const std::string& label, std::vector<BeamResult>* res) {
+      Row r;
+      r.schedule = label;
+      const double cpu0 = CpuSeconds();
+      Status rs = RunBeamSearch(*model, prompt, p, nullptr, res, &r.st);
+      r.cpu_seconds = CpuSeconds() - cpu0;
+      if (!rs.ok()) {
+        std::fprintf(stderr, "bench_beam_search: %d beams step %d %s: %s\n", beams, step,
+                     label.c_str(), rs.ToString().c_str());
+        return false;
       }
-      // The KV the search needs is the prefix tree at its largest, which only a run can
-      // tell (selection decides how much beams share); results are identical under every
-      // budget, so a first run with everything in the fast tier measures it and is the
-      // reference the four schedules are checked against.
-      std::vector<Row> rows;
-      std::vector<BeamResult> first;
-      auto run = [&](const std::string& label) {
-        Row r;
-        r.schedule = label;
-        std::vector<BeamResult> res;
-        Status rs = RunBeamSearch(*model, prompt, p, nullptr, &res, &r.st);
-        if (!rs.ok()) {
-          std::fprintf(stderr, "bench_beam_search: %d beams step %d %s: %s\n", beams, step,
-                       label.c_str(), rs.ToString().c_str());
-          return false;
-        }
-        if (rows.empty()) first = res;
-        r.same = Same(first, res);
-        all_same = all_same && r.same;
-        rows.push_back(r);
-        out.push_back({{"beams", beams},
-                       {"step", step},
-                       {"schedule", r.schedule},
-                       {"rounds", r.st.rounds},
-                       {"bytes_read", r.st.kv.bytes_read},
-                       {"bytes_written", r.st.kv.bytes_written},
-                       {"seconds", r.st.seconds},
-                       {"stall_seconds", r.st.kv.stall_seconds},
-                       {"generated_tokens", r.st.generated_tokens},
-                       {"peak_fast_bytes", r.st.kv.peak_fast_bytes},
-                       {"fast_budget_bytes", r.st.kv.fast_budget_bytes},
-                       {"peak_tree_bytes", r.st.peak_tree_bytes},
-                       {"blocks_prefetched", r.st.kv.blocks_prefetched},
-                       {"peak_shared_blocks", r.st.peak_shared_blocks},
-                       {"same_results", r.same}});
-        return true;
-      };
+      const auto& ref = reference_results[{beams, step}];
+      r.same = ref.empty() || Same(ref, *res);
+      all_same = all_same && r.same;
+      rows.push_back(r);
+      out.push_back({{"beams", beams},
+                     {"step", step},
+                     {"schedule", r.schedule},
+                     {"emulated_mbps", emulate_mbps},
+                     {"rounds", r.st.rounds},
+                     {"bytes_read", r.st.kv.bytes_read},
+                     {"bytes_written", r.st.kv.bytes_written},
+                     {"seconds", r.st.seconds},
+                     {"cpu_seconds", r.cpu_seconds},
+                     {"stall_seconds", r.st.kv.stall_seconds},
+                     {"generated_tokens", r.st.generated_tokens},
+                     {"peak_fast_bytes", r.st.kv.peak_fast_bytes},
+                     {"fast_budget_bytes", r.st.kv.fast_budget_bytes},
+                     {"peak_tree_bytes", r.st.peak_tree_bytes},
+                     {"blocks_prefetched", r.st.kv.blocks_prefetched},
+                     {"peak_shared_blocks", r.st.peak_shared_blocks},
+                     {"same_results", r.same}});
+      return true;
+    };
+    const auto key = std::make_pair(beams, step);
+    if (!reference.count(key)) {
       p.fast_budget_bytes = 0;
       p.schedule = BeamSchedule::kBalanced;
-      if (!run("all fits")) return 1;
-      const uint64_t need = rows[0].st.peak_tree_bytes;
-      p.fast_budget_bytes = uint64_t(double(need) * f.share);
-      for (BeamSchedule b : scheds) {
-        p.schedule = b;
-        if (!run(BeamScheduleName(b))) return 1;
-        if (rows.size() == 2) std::printf("slow tier: %s\n", rows[1].st.slow_tier.c_str());
-      }
-      PrintTable(beams, step, need, SearchKvBytes(p, model->hparams(), int32_t(prompt.size())),
-                 p.fast_budget_bytes, rows);
+      std::vector<BeamResult> res;
+      if (!run("all fits", &res)) return false;
+      reference[key] = rows.back();
+      reference_results[key] = res;
+    } else {
+      rows.push_back(reference[key]);
     }
+    const uint64_t need = reference[key].st.peak_tree_bytes;
+    p.fast_budget_bytes = uint64_t(double(need) * f.share);
+    for (BeamSchedule b : scheds) {
+      p.schedule = b;
+      std::vector<BeamResult> res;
+      if (!run(BeamScheduleName(b), &res)) return false;
+      if (rows.size() == 2) std::printf("slow tier: %s\n", rows[1].st.slow_tier.c_str());
+    }
+    PrintTable(beams, step, need, SearchKvBytes(p, model->hparams(), int32_t(prompt.size())),
+               p.fast_budget_bytes, rows);
+    return true;
+  };
+  for (int32_t beams : f.beams)
+    for (int32_t step : f.steps)
+      if (!run_config(beams, step, f.emulate_mbps)) return 1;
+  if (!f.also_emulate_mbps.empty()) {
+    if (!f.also_emulate_schedules.empty() && !parse_schedules(f.also_emulate_schedules)) return 1;
+    for (double mbps : f.also_emulate_mbps) {
+      std::printf(
+          "\nSlow tier emulating a %.0f MB/s device (the block store's slow-disk "
+          "emulation; compute unchanged):\n",
+          mbps);
+      for (int32_t beams : f.also_emulate_beams)
+        for (int32_t step : f.also_emulate_steps.empty() ? f.steps : f.also_emulate_steps)
+          if (!run_config(beams, step, mbps)) return 1;
+    }
+  }
   if (!f.json.empty()) {
     std::ofstream js(f.json);
     js << out.dump(2) << "\n";
@@ -250,6 +310,15 @@ int main(int argc, char** argv) {
   app.add_option("-t,--threads", f.threads, "compute threads");
   app.add_option("--budget-share", f.share, "fast-tier budget as a share of the KV needed");
   app.add_option("--emulate-mbps", f.emulate_mbps, "slow-disk emulation bandwidth (MB/s)");
+  app.add_option("--also-emulate-mbps", f.also_emulate_mbps,
+                 "afterwards, rerun some configurations with these emulated bandwidths (MB/s)")
+      ->delimiter(',');
+  app.add_option("--also-emulate-beams", f.also_emulate_beams, "beam counts for that pass")
+      ->delimiter(',');
+  app.add_option("--also-emulate-steps", f.also_emulate_steps, "step lengths for that pass")
+      ->delimiter(',');
+  app.add_option("--also-emulate-schedules", f.also_emulate_schedules, "schedules for that pass")
+      ->delimiter(',');
   app.add_option("--seed", f.seed, "search seed");
   app.add_option("--json", f.json, "write the rows as JSON");
   app.add_flag("--quick", f.quick, "smoke run: 8 beams, steps of 16, 128 tokens, budget 60%");

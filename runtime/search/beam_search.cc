@@ -145,8 +145,10 @@ Status Search::Setup(int32_t prompt_tokens) {
                    std::to_string(counter.fetch_add(1)) + ".kv";
     so.capacity = slow_bytes;
     so.block_size = kSlowAlignment;
-    // Every layer read of the baseline's pass is in flight at once (hundreds of requests).
-    so.queue_depth = 512;
+    // The baseline reads one layer of every block it streams per request (thousands per
+    // pass at 64 beams); requests beyond the queue depth only start when the engine thread
+    // reaps, which it does not do while a layer computes, so the depth must cover a layer.
+    so.queue_depth = 4096;
     so.slow_disk = p_.slow_disk;
     so.report = [](std::string_view) {};  // the fallback reason shows in the description
     Status s = OpenBlockStoreTier(so, &slow);
@@ -442,13 +444,13 @@ uint64_t MinFastBudgetBytes(const BeamSearchParams& p, const HParams& hp, int32_
       Blocks(int64_t(prompt_tokens) + p.max_tokens, std::max(1, p.block_tokens)) + 1;
   if (p.schedule != BeamSchedule::kTokenwise) return uint64_t(one_beam) * bb;
   // Token by token, every beam's last block stays resident (and, when steps or the prompt
-  // end inside a block, the copy a fork's first write makes), and two staging areas hold
-  // one layer of everything else.
+  // end inside a block, the copy a fork's first write makes), plus two staging areas of at
+  // least a block each. How much more staging takes depends on how far the tree grows
+  // beyond the budget, which only the run shows: a pass that needs more says so.
   const bool copies = prompt_tokens % p.block_tokens != 0 || p.step_tokens % p.block_tokens != 0 ||
                       !p.step_delimiter.empty();
   const int64_t tails = int64_t(p.n_beams) * (copies ? 2 : 1);
-  const int64_t rest = MaxTreeBlocks(p, prompt_tokens);
-  return uint64_t(std::max<int64_t>(one_beam, tails + 2 * (rest / hp.n_layer + 1))) * bb;
+  return uint64_t(std::max<int64_t>(one_beam, tails + 2)) * bb;
 }
 
 uint64_t SearchKvBytes(const BeamSearchParams& p, const HParams& hp, int32_t prompt_tokens) {
@@ -490,8 +492,8 @@ Status ValidateBeamSearchParams(const BeamSearchParams& p, const HParams& hp,
         "beam search: the fast-tier budget of " + std::to_string(p.fast_budget_bytes) +
         " bytes is smaller than " +
         (p.schedule == BeamSchedule::kTokenwise
-             ? std::string("what the token-by-token schedule keeps resident (every beam's "
-                           "last block and two layer-staging areas)")
+             ? std::string("what the token-by-token schedule keeps resident at least (every "
+                           "beam's last block and two layer-staging areas)")
              : std::string("one beam's working set (" + std::to_string(prompt_tokens) +
                            " prompt + " + std::to_string(p.max_tokens) + " generated tokens)")) +
         ": the minimum is " + std::to_string(min) + " bytes");
