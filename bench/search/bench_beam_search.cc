@@ -186,7 +186,7 @@ int Run(Flags& f) {
       f.model.c_str(), f.threads, f.prompt_tokens, f.gen, f.width, (unsigned long long)f.seed,
       f.share * 100);
   nlohmann::json out = nlohmann::json::array();
-  bool all_same = true;
+  bool all_same = true, failed = false;
   // The KV the search needs is the prefix tree at its largest, which only a run can tell
   // (selection decides how much beams share); results are identical under every budget, so
   // a first run with everything in the fast tier measures it and is the reference the four
@@ -216,9 +216,10 @@ int Run(Flags& f) {
       Status rs = RunBeamSearch(*model, prompt, p, nullptr, res, &r.st);
       r.cpu_seconds = CpuSeconds() - cpu0;
       if (!rs.ok()) {
-        std::fprintf(stderr, "bench_beam_search: %d beams step %d %s: %s\n", beams, step,
-                     label.c_str(), rs.ToString().c_str());
-        return false;
+        std::printf("(%d beams, step %d, %s failed: %s)\n", beams, step, label.c_str(),
+                    rs.ToString().c_str());
+        failed = true;
+        return label != "all fits";  // without the reference the configuration cannot go on
       }
       const auto& ref = reference_results[{beams, step}];
       r.same = ref.empty() || Same(ref, *res);
@@ -256,6 +257,19 @@ int Run(Flags& f) {
     }
     const uint64_t need = reference[key].st.peak_tree_bytes;
     p.fast_budget_bytes = uint64_t(double(need) * f.share);
+    // Where beams share so much that the share is less than one beam's path, no grouped
+    // schedule can run: every schedule gets the smallest budget a grouped one runs with.
+    BeamSearchParams grouped = p;
+    grouped.schedule = BeamSchedule::kBalanced;
+    const uint64_t floor = MinFastBudgetBytes(grouped, model->hparams(), int32_t(prompt.size()));
+    if (p.fast_budget_bytes < floor) {
+      std::printf(
+          "(%d beams, step %d: %.0f%% of the tree, %.1f MiB, is less than one beam's "
+          "working set; the budget is raised to that minimum, %.1f MiB = %.1f%%)\n",
+          beams, step, f.share * 100, MiB(p.fast_budget_bytes), MiB(floor),
+          100.0 * double(floor) / double(need));
+      p.fast_budget_bytes = floor;
+    }
     for (BeamSchedule b : scheds) {
       p.schedule = b;
       std::vector<BeamResult> res;
@@ -289,7 +303,7 @@ int Run(Flags& f) {
     std::fprintf(stderr, "bench_beam_search: the schedules returned different results\n");
     return 2;
   }
-  return 0;
+  return failed ? 3 : 0;
 }
 
 }  // namespace

@@ -450,7 +450,9 @@ uint64_t MinFastBudgetBytes(const BeamSearchParams& p, const HParams& hp, int32_
   const bool copies = prompt_tokens % p.block_tokens != 0 || p.step_tokens % p.block_tokens != 0 ||
                       !p.step_delimiter.empty();
   const int64_t tails = int64_t(p.n_beams) * (copies ? 2 : 1);
-  return uint64_t(std::max<int64_t>(one_beam, tails + 2)) * bb;
+  // The prompt's prefill adds all its blocks in one pass.
+  const int64_t prefill = Blocks(prompt_tokens, p.block_tokens) + 1;
+  return uint64_t(std::max<int64_t>(prefill, tails) + 2) * bb;
 }
 
 uint64_t SearchKvBytes(const BeamSearchParams& p, const HParams& hp, int32_t prompt_tokens) {
