@@ -38,7 +38,9 @@ struct CalibrationOptions {
   int32_t tokens = 8192;    // keys collected per layer
   int32_t window = 8192;    // tokens per forward window (positions 0 .. window-1)
   int32_t threads = 0;      // 0 = one per core
-  bool query_aware = true;  // false: A from the keys' SVD alone, B = A
+  // Query-aware fit instead of the keys' SVD alone (B = A). Off by default: on SmolLM2-135M
+  // it selected no better groups than the plain SVD (bench_kv_quality, 2 windows).
+  bool query_aware = false;
 };
 
 // progress (may be empty) receives one line per stage.

@@ -13,7 +13,7 @@ namespace {
 struct CalibrateFlags {
   std::string model, text, output;
   std::vector<int32_t> ratios = {8, 16, 32};
-  std::string method = "query-aware";
+  std::string method = "keys";
   CalibrationOptions options;
 };
 
@@ -61,7 +61,7 @@ void AddCalibrateCommand(CLI::App* app) {
                   "use only this leading fraction of the text (the rest is for evaluation)");
   cmd->add_option("-t,--threads", f->options.threads, "worker threads (0 = all cores)");
   cmd->add_option("--method", f->method,
-                  "query-aware (fit to keys and queries) or keys (SVD of keys alone)")
+                  "keys (SVD of the keys) or query-aware (fit to keys and queries)")
       ->check(CLI::IsMember({"query-aware", "keys"}));
   cmd->callback([f] {
     Status s = Calibrate(*f);
