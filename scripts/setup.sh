@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # One step from a fresh Debian 12 machine to a working `strata`: packages, a Release build
-# in build/, and the default model in $STRATA_HOME (default ~/.cache/strata).
+# in build/, the default model in $STRATA_HOME (default ~/.cache/strata) and its key
+# adapters for the disk KV policy.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install_deps.sh"
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$root/build" -j"$(nproc)"
-"$root/scripts/fetch_model.sh" >/dev/null
-echo "setup: built $root/build/bin/strata; model in ${STRATA_HOME:-$HOME/.cache/strata}" >&2
+model=$("$root/scripts/fetch_model.sh")
+# Key adapters for `--kv disk`, made once from the calibration excerpt (about a minute).
+adapters="${model%.gguf}.adapters"
+if [ ! -f "$adapters" ]; then
+  "$root/build/bin/strata" calibrate -m "$model" --text "$root/tuner/data/calibration.txt" \
+    --text-fraction 1 --ratios 8,16,32 -o "$adapters" >&2
+fi
+echo "setup: built $root/build/bin/strata; model and adapters in ${model%/*}" >&2
