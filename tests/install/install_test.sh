@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# install_test.sh BUILD_DIR THIS_DIR CC: `cmake --install` into a fresh prefix, then build
+# and run tests/install/consumer.c against it through find_package(strata) and pkg-config.
+set -euo pipefail
+build=$1 here=$2 cc=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+test -f "$tmp/prefix/include/strata/strata.h"
+
+mkdir -p "$tmp/app"
+cp "$here/consumer.c" "$tmp/app/"
+cat >"$tmp/app/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.25)
+project(consumer C)
+find_package(strata REQUIRED)
+add_executable(consumer consumer.c)
+target_link_libraries(consumer PRIVATE strata::strata)
+CM
+cmake -S "$tmp/app" -B "$tmp/app/build" -DCMAKE_C_COMPILER="$cc" \
+  -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake --build "$tmp/app/build" >/dev/null
+"$tmp/app/build/consumer"
+
+pc=$(find "$tmp/prefix" -name strata.pc)
+export PKG_CONFIG_PATH="${pc%/*}"
+flags=$(pkg-config --cflags --libs strata)
+case "$flags" in *"$tmp/prefix"*) ;; *) echo "pkg-config flags miss the prefix: $flags" >&2; exit 1 ;; esac
+# shellcheck disable=SC2086
+"$cc" -std=c99 -Wall -Werror -pedantic "$tmp/app/consumer.c" -o "$tmp/app/consumer_pc" $flags
+LD_LIBRARY_PATH="$(pkg-config --variable=libdir strata)" "$tmp/app/consumer_pc"
+echo "install_test: find_package and pkg-config consumers built and ran"
