@@ -181,7 +181,9 @@ Status RunMode(const Model& model, const Flags& f, char mode, bool emmc, int32_t
         job.offset = store.data_offset_in_file();
         job.size = store.capacity();
         job.block = std::max(bs, store.block_size());
-        job.depth = std::max<uint32_t>(1, uint32_t(std::lround(depth)));
+        // A batch's submission can be deeper than the store's queue; both sides then run at
+        // the store's queue depth, the most the store keeps in flight.
+        job.depth = std::clamp<uint32_t>(uint32_t(std::lround(depth)), 1, store.queue_depth());
         job.seconds = f.fio_seconds;
         ReadPoint fio;
         STRATA_RETURN_IF_ERROR(RunFio(job, &fio));
