@@ -198,10 +198,10 @@ void AttentionOverSpans(const AttentionArgs& a) {
   if (a.n_q <= 0 || a.n_rep <= 0) return;
   K().attention(a);
 }
-void MatVecF16(const uint16_t* a, int64_t rows, int64_t cols, int64_t row_stride, const float* x,
-               float* y) {
-  if (rows <= 0) return;
-  K().matvec_f16(a, rows, cols, row_stride, x, y);
+void ScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                   const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  if (tile_end <= tile_begin || n_x <= 0) return;
+  K().score_tiles_f16(tiles, tile_begin, tile_end, cols, x, n_x, y, y_stride);
 }
 
 }  // namespace strata::kernels

@@ -71,10 +71,20 @@ void DequantizeRow(DType t, const void* src, float* dst, int64_t n);
 // block size.
 bool QuantizeRow(DType t, const float* src, void* dst, int64_t n);
 
-// y[r] = dot(a[r], x) for `rows` F16 rows of `cols` values, rows `row_stride` elements
-// apart (low-rank KV scoring: keys or projected keys against one query).
-void MatVecF16(const uint16_t* a, int64_t rows, int64_t cols, int64_t row_stride, const float* x,
-               float* y);
+// Low-rank key summaries (K_lr) live in tiles of kScoreTile tokens: inside a tile the
+// values of one dimension for all its tokens are adjacent, so one vector load reads a
+// dimension of a whole tile and scoring needs no horizontal sums. Token t, dimension j of
+// rows of `cols` values sits at tiles[TiledIndex(t, j, cols)].
+constexpr int64_t kScoreTile = 16;
+constexpr int64_t TiledIndex(int64_t t, int64_t j, int64_t cols) {
+  return ((t / kScoreTile) * cols + j) * kScoreTile + t % kScoreTile;
+}
+// Scores n_x queries (x: n_x rows of `cols` floats) against every token of tiles
+// [tile_begin, tile_end) of F16 tiled rows:
+//   y[q * y_stride + (t - tile_begin * kScoreTile)] = dot(x[q], row t).
+// y_stride >= (tile_end - tile_begin) * kScoreTile.
+void ScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                   const float* x, int64_t n_x, float* y, int64_t y_stride);
 // Indices of the k largest of x[0..n), by descending value, ties by lower index, NaN last;
 // writes min(k, n) entries. O(n log k), no allocation.
 void TopK(const float* x, int64_t n, int64_t k, int32_t* idx_out);

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -303,7 +304,17 @@ int main(int argc, char** argv) {
   app.add_option("--batch", f.batches, "batch sizes")->delimiter(',');
   app.add_option("--steps", f.steps, "timed decode steps");
   app.add_option("--warmup", f.warmup, "untimed decode steps first");
-  app.add_option("--modes", f.modes, "any of a b c d");
+  app.add_option("--modes", f.modes, "any of a b c d, e.g. abcd or b,d")
+      ->check([](const std::string& m) -> std::string {
+        for (char c : m)
+          if (!std::strchr("abcd, ", c))
+            return "mode '" + std::string(1, c) + "' in '" + m + "' is not one of a b c d";
+        return "";
+      })
+      ->transform([](std::string m) {
+        std::erase_if(m, [](char c) { return c == ',' || c == ' '; });
+        return m;
+      });
   app.add_option("--spec-b", f.spec_b, "disk policy settings of (b)");
   app.add_option("--spec-c", f.spec_c, "settings of the reload baseline (c)");
   app.add_option("--spec-d", f.spec_d, "settings of token-level selection (d)");

@@ -263,7 +263,7 @@ const KernelTable* Avx2Kernels() {
     t.f32_to_f16 = F32ToF16Row;
     t.f16_to_f32 = F16ToF32Row;
     t.rope = Rope;
-    t.matvec_f16 = Avx2MatVecF16;
+    t.score_tiles_f16 = Avx2ScoreTilesF16;
     t.attention = Avx2Attention;
     return t;
   }();

@@ -12,8 +12,8 @@ namespace strata::kernels::cpu {
 void Avx2MatmulQuantized(const MatmulArgs& a, int64_t rb, int64_t re);
 // F32, F16, BF16 weights with F32 activations.
 void Avx2MatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re);
-void Avx2MatVecF16(const uint16_t* a, int64_t rows, int64_t cols, int64_t row_stride,
-                   const float* x, float* y);
+void Avx2ScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                       const float* x, int64_t n_x, float* y, int64_t y_stride);
 void Avx2Attention(const AttentionArgs& a);
 
 }  // namespace strata::kernels::cpu

@@ -1,4 +1,4 @@
-// AVX2 matmul for float weights (F32, F16, BF16) with F32 activations, and MatVecF16:
+// AVX2 matmul for float weights (F32, F16, BF16) with F32 activations, and ScoreTilesF16:
 // R x T register tiles, 8 values per step, weights converted in registers; the last k % 8
 // values go through a zero-padded copy.
 #include <algorithm>
@@ -112,19 +112,43 @@ void Avx2MatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re) {
   }
 }
 
-void Avx2MatVecF16(const uint16_t* a, int64_t rows, int64_t cols, int64_t row_stride,
-                   const float* x, float* y) {
-  MatmulArgs m{};
-  m.wtype = DType::kF16;
-  m.w = a;
-  m.w_row_bytes = static_cast<size_t>(row_stride) * sizeof(uint16_t);
-  m.k = cols;
-  m.xq = x;
-  m.xq_row_bytes = static_cast<size_t>(cols) * sizeof(float);
-  m.n_tok = 1;
-  m.y = y;
-  m.y_stride = 0;
-  FloatMatmul8<DType::kF16, 4, 1>(m, 0, rows);
+namespace {
+
+// NQ queries against one tile (two __m256 of eight tokens each per query).
+template <int NQ>
+inline void ScoreTile(const uint16_t* tile, int64_t cols, const float* x, float* y,
+                      int64_t y_stride) {
+  __m256 lo[NQ], hi[NQ];
+  for (int q = 0; q < NQ; ++q) lo[q] = hi[q] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < cols; ++j) {
+    const uint16_t* p = tile + j * kScoreTile;
+    const __m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256 k1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+    for (int q = 0; q < NQ; ++q) {
+      const __m256 xj = _mm256_set1_ps(x[q * cols + j]);
+      lo[q] = _mm256_fmadd_ps(xj, k0, lo[q]);
+      hi[q] = _mm256_fmadd_ps(xj, k1, hi[q]);
+    }
+  }
+  for (int q = 0; q < NQ; ++q) {
+    _mm256_storeu_ps(y + q * y_stride, lo[q]);
+    _mm256_storeu_ps(y + q * y_stride + 8, hi[q]);
+  }
+}
+
+}  // namespace
+
+void Avx2ScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                       const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  static_assert(kScoreTile == 16, "one tile is two __m256");
+  for (int64_t i = tile_begin; i < tile_end; ++i) {
+    const uint16_t* tile = tiles + i * cols * kScoreTile;
+    float* yo = y + (i - tile_begin) * kScoreTile;
+    int64_t q = 0;
+    for (; q + 4 <= n_x; q += 4)
+      ScoreTile<4>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
+    for (; q < n_x; ++q) ScoreTile<1>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
+  }
 }
 
 }  // namespace strata::kernels::cpu

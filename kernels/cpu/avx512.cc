@@ -248,7 +248,7 @@ const KernelTable* Avx512Kernels() {
     t.f32_to_f16 = F32ToF16;
     t.f16_to_f32 = F16ToF32;
     t.rope = Rope;
-    t.matvec_f16 = Avx512MatVecF16;
+    t.score_tiles_f16 = Avx512ScoreTilesF16;
     t.attention = Avx512Attention;
     return t;
   }();

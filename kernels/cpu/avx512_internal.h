@@ -14,8 +14,8 @@ void Avx512MatmulQ8_0(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512MatmulQ4_K(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512MatmulQ6_K(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512MatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re);
-void Avx512MatVecF16(const uint16_t* a, int64_t rows, int64_t cols, int64_t row_stride,
-                     const float* x, float* y);
+void Avx512ScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                         const float* x, int64_t n_x, float* y, int64_t y_stride);
 void Avx512QuantizeActivations(DType weight, const float* x, int64_t n, void* out);
 void Avx512Attention(const AttentionArgs& a);
 

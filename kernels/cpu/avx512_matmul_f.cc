@@ -1,4 +1,4 @@
-// AVX-512 matmul for float weights (F32, F16, BF16) with F32 activations, and MatVecF16.
+// AVX-512 matmul for float weights (F32, F16, BF16) with F32 activations, and ScoreTilesF16.
 // Register tiles of R rows x T tokens, 16 values per step, weights converted to F32 in
 // registers (F16C for F16, a 16-bit shift for BF16); ragged k uses masked loads.
 #include <algorithm>
@@ -116,19 +116,38 @@ void Avx512MatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re) {
   }
 }
 
-void Avx512MatVecF16(const uint16_t* a, int64_t rows, int64_t cols, int64_t row_stride,
-                     const float* x, float* y) {
-  MatmulArgs m{};
-  m.wtype = DType::kF16;
-  m.w = a;
-  m.w_row_bytes = static_cast<size_t>(row_stride) * sizeof(uint16_t);
-  m.k = cols;
-  m.xq = x;
-  m.xq_row_bytes = static_cast<size_t>(cols) * sizeof(float);
-  m.n_tok = 1;
-  m.y = y;
-  m.y_stride = 0;
-  FloatMatmul<DType::kF16, 8, 1>(m, 0, rows);
+namespace {
+
+// NQ queries against one tile: one converted key vector feeds NQ accumulators.
+template <int NQ>
+inline void ScoreTile(const uint16_t* tile, int64_t cols, const float* x, float* y,
+                      int64_t y_stride) {
+  __m512 acc[NQ];
+  for (int q = 0; q < NQ; ++q) acc[q] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < cols; ++j) {
+    const __m512 k = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + j * kScoreTile)));
+    for (int q = 0; q < NQ; ++q)
+      acc[q] = _mm512_fmadd_ps(_mm512_set1_ps(x[q * cols + j]), k, acc[q]);
+  }
+  for (int q = 0; q < NQ; ++q) _mm512_storeu_ps(y + q * y_stride, acc[q]);
+}
+
+}  // namespace
+
+void Avx512ScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                         const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  static_assert(kScoreTile == 16, "one tile is one __m512");
+  for (int64_t i = tile_begin; i < tile_end; ++i) {
+    const uint16_t* tile = tiles + i * cols * kScoreTile;
+    float* yo = y + (i - tile_begin) * kScoreTile;
+    int64_t q = 0;
+    for (; q + 8 <= n_x; q += 8)
+      ScoreTile<8>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
+    for (; q + 4 <= n_x; q += 4)
+      ScoreTile<4>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
+    for (; q < n_x; ++q) ScoreTile<1>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
+  }
 }
 
 }  // namespace strata::kernels::cpu

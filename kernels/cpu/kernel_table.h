@@ -30,8 +30,8 @@ struct KernelTable {
   void (*rope)(float* x, int n_heads, int head_dim, int rot_dim, const float* cos_sin,
                RopeLayout layout);
   void (*attention)(const AttentionArgs& a);
-  void (*matvec_f16)(const uint16_t* a, int64_t rows, int64_t cols, int64_t row_stride,
-                     const float* x, float* y);
+  void (*score_tiles_f16)(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                          const float* x, int64_t n_x, float* y, int64_t y_stride);
 };
 
 // The reference: plain C++, every operation, every type.

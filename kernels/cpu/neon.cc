@@ -214,7 +214,7 @@ KernelTable MakeTable(bool dotprod) {
   t.f16_to_f32 = F16ToF32Row;
   t.rope = Rope;
   t.attention = NeonAttention;
-  t.matvec_f16 = NeonMatVecF16;
+  t.score_tiles_f16 = NeonScoreTilesF16;
   return t;
 }
 

@@ -13,8 +13,8 @@ void NeonMatmulQuantized(const MatmulArgs& a, int64_t rb, int64_t re);
 // The same with SDOT; only after CpuHasNeonDotprod().
 void NeonMatmulQuantizedDotprod(const MatmulArgs& a, int64_t rb, int64_t re);
 void NeonMatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re);
-void NeonMatVecF16(const uint16_t* a, int64_t rows, int64_t cols, int64_t row_stride,
-                   const float* x, float* y);
+void NeonScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                       const float* x, int64_t n_x, float* y, int64_t y_stride);
 void NeonAttention(const AttentionArgs& a);
 
 }  // namespace strata::kernels::cpu

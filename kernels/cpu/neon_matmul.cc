@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/neon_common.h"
 #include "kernels/cpu/neon_internal.h"
 #include "kernels/cpu/neon_matmul_impl.h"
 
@@ -105,19 +106,41 @@ void NeonMatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re) {
   }
 }
 
-void NeonMatVecF16(const uint16_t* a, int64_t rows, int64_t cols, int64_t row_stride,
-                   const float* x, float* y) {
-  MatmulArgs m{};
-  m.wtype = DType::kF16;
-  m.w = a;
-  m.w_row_bytes = static_cast<size_t>(row_stride) * sizeof(uint16_t);
-  m.k = cols;
-  m.xq = x;
-  m.xq_row_bytes = static_cast<size_t>(cols) * sizeof(float);
-  m.n_tok = 1;
-  m.y = y;
-  m.y_stride = 0;
-  FloatTiles<DType::kF16, 4, 1>(m, 0, rows);
+namespace {
+
+// NQ queries against one tile (four float32x4_t of four tokens each per query).
+template <int NQ>
+inline void ScoreTile(const uint16_t* tile, int64_t cols, const float* x, float* y,
+                      int64_t y_stride) {
+  float32x4_t acc[NQ][4];
+  for (int q = 0; q < NQ; ++q)
+    for (int v = 0; v < 4; ++v) acc[q][v] = vdupq_n_f32(0.0f);
+  for (int64_t j = 0; j < cols; ++j) {
+    const uint16_t* p = tile + j * kScoreTile;
+    float32x4_t k[4];
+    for (int v = 0; v < 4; ++v) k[v] = LoadF16x4(p + 4 * v);
+    for (int q = 0; q < NQ; ++q) {
+      const float xj = x[q * cols + j];
+      for (int v = 0; v < 4; ++v) acc[q][v] = vfmaq_n_f32(acc[q][v], k[v], xj);
+    }
+  }
+  for (int q = 0; q < NQ; ++q)
+    for (int v = 0; v < 4; ++v) vst1q_f32(y + q * y_stride + 4 * v, acc[q][v]);
+}
+
+}  // namespace
+
+void NeonScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                       const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  static_assert(kScoreTile == 16, "one tile is four float32x4_t");
+  for (int64_t i = tile_begin; i < tile_end; ++i) {
+    const uint16_t* tile = tiles + i * cols * kScoreTile;
+    float* yo = y + (i - tile_begin) * kScoreTile;
+    int64_t q = 0;
+    for (; q + 3 <= n_x; q += 3)
+      ScoreTile<3>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
+    for (; q < n_x; ++q) ScoreTile<1>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
+  }
 }
 
 }  // namespace strata::kernels::cpu

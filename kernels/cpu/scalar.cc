@@ -91,7 +91,7 @@ const KernelTable& ScalarKernels() {
       F16ToF32Ref,
       RopeRef,
       ScalarAttention,
-      ScalarMatVecF16,
+      ScalarScoreTilesF16,
   };
   return table;
 }

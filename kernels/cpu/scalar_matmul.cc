@@ -1,5 +1,6 @@
 // Reference matmul: one dot product per (row, token) on the quantized blocks, integer sums
 // within a block and float accumulation across blocks, exactly as the formats define them.
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cpu/block_math.h"
@@ -137,9 +138,20 @@ void ScalarMatmul(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
   }
 }
 
-void ScalarMatVecF16(const uint16_t* a, int64_t rows, int64_t cols, int64_t row_stride,
-                     const float* x, float* y) {
-  for (int64_t r = 0; r < rows; ++r) y[r] = DotF16Row(a + r * row_stride, x, cols);
+void ScalarScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                         const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  constexpr int64_t T = kScoreTile;
+  for (int64_t i = tile_begin; i < tile_end; ++i) {
+    const uint16_t* tile = tiles + i * cols * T;
+    for (int64_t q = 0; q < n_x; ++q) {
+      float acc[T] = {};
+      for (int64_t j = 0; j < cols; ++j) {
+        const float xj = x[q * cols + j];
+        for (int64_t t = 0; t < T; ++t) acc[t] += xj * F16ToF32(tile[j * T + t]);
+      }
+      std::copy(acc, acc + T, y + q * y_stride + (i - tile_begin) * T);
+    }
+  }
 }
 
 }  // namespace strata::kernels::cpu

@@ -153,7 +153,8 @@ Status DiskKv::AddSequence(SeqId* out) {
   const int32_t per_layer = plan_.arena_records_per_layer();
   STRATA_RETURN_IF_ERROR(storage::AlignedBuffer::Allocate(size_t(shape_.n_layer) * per_layer * rec,
                                                           store_->block_size(), &s->arena));
-  s->klr_map_bytes = size_t(shape_.n_layer) * shape_.n_ctx * plan_.rank * sizeof(uint16_t);
+  const size_t klr_tokens = size_t(GroupPredictor::KlrTokens(shape_.n_ctx));
+  s->klr_map_bytes = size_t(shape_.n_layer) * klr_tokens * plan_.rank * sizeof(uint16_t);
   void* p = mmap(nullptr, s->klr_map_bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
@@ -169,7 +170,7 @@ Status DiskKv::AddSequence(SeqId* out) {
     L.ring = L.slots + size_t(plan_.reuse_slots) * rec;
     L.sink = L.ring + size_t(plan_.ring_records()) * rec;
     L.write = L.sink + size_t(plan_.sink_groups) * rec;
-    L.klr = static_cast<uint16_t*>(p) + size_t(l) * shape_.n_ctx * plan_.rank;
+    L.klr = static_cast<uint16_t*>(p) + size_t(l) * klr_tokens * plan_.rank;
     L.reuse = ReuseBuffer(plan_.reuse_slots, options_.reuse);
     L.selected.reserve(size_t(plan_.groups_per_step));
     L.placed.reserve(size_t(plan_.groups_per_step));
@@ -297,6 +298,7 @@ Status DiskKv::Prepare(int32_t layer, const float* x, int64_t n_embd) {
     STRATA_RETURN_IF_ERROR(Refine(layer - 1, x, n_embd));
   if (layer < 0 || layer >= shape_.n_layer) return Status::OK();
   const auto t0 = Clock::now();
+  const double wait0 = c_.io_wait_seconds;
   storage::IoBatch& rb = *reads_[size_t(layer)];
   // A pass that ended without viewing this layer may have left its reads in flight.
   STRATA_RETURN_IF_ERROR(SettleReads(layer));
@@ -311,12 +313,14 @@ Status DiskKv::Prepare(int32_t layer, const float* x, int64_t n_embd) {
     c_.reads_issued += rb.size();
     for (size_t i = 0; i < rb.size(); ++i) c_.bytes_read += rb.request(i).length;
   }
-  c_.predict_seconds += Seconds(t0, Clock::now());
+  // Waits on reads are I/O wait, counted there, not prediction.
+  c_.predict_seconds += Seconds(t0, Clock::now()) - (c_.io_wait_seconds - wait0);
   return Status::OK();
 }
 
 Status DiskKv::Refine(int32_t layer, const float* x, int64_t n_embd) {
   const auto t0 = Clock::now();
+  const double wait0 = c_.io_wait_seconds;
   // The guess's reads must land before their slots can be given to other groups.
   STRATA_RETURN_IF_ERROR(SettleReads(layer));
   storage::IoBatch& rb = *reads_[size_t(layer)];
@@ -329,7 +333,7 @@ Status DiskKv::Refine(int32_t layer, const float* x, int64_t n_embd) {
     c_.reads_issued += rb.size();
     for (size_t i = 0; i < rb.size(); ++i) c_.bytes_read += rb.request(i).length;
   }
-  c_.predict_seconds += Seconds(t0, Clock::now());
+  c_.predict_seconds += Seconds(t0, Clock::now()) - (c_.io_wait_seconds - wait0);
   return Status::OK();
 }
 
@@ -355,8 +359,8 @@ Status DiskKv::PrepareSparse(int32_t layer, const float* x, int64_t n_embd, bool
     const int32_t gp = s.length / G;
     const int32_t g_lo = std::min(plan_.sink_groups, gp);
     const int32_t g_hi = std::max(g_lo, gp - plan_.recent_groups);
-    predictor_->SelectGroups(q_lr_.data() + j * n_head * rank, L.klr + size_t(g_lo) * G * rank,
-                             g_lo, g_hi, G, plan_.groups_per_step, &L.selected);
+    predictor_->SelectGroups(q_lr_.data() + j * n_head * rank, L.klr, g_lo, g_hi, G,
+                             plan_.groups_per_step, &L.selected);
     L.reuse.Resolve(L.selected, &L.placed);
     AddLoads(layer, s, refining);
   }
@@ -428,7 +432,7 @@ void DiskKv::AppendDecode(int32_t layer, Sequence& s, const float* k, const floa
   std::byte* r = L.ring + size_t(g % plan_.ring_records()) * rec;
   kernels::F32ToF16Row(k, layout_.KeyRow(r, t), layout_.row);
   kernels::F32ToF16Row(v, layout_.ValueRow(r, t), layout_.row);
-  predictor_->ProjectKeys(layer, k, 1, L.klr + size_t(p) * plan_.rank);
+  predictor_->ProjectKeys(layer, k, 1, p, L.klr);
   if (t == G - 1) {
     // The write leaves at EndBatch from its own copy, so the ring slot can take the next
     // group while it is in flight.

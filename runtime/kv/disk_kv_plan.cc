@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "runtime/kv/adapters.h"
+#include "runtime/kv/group_predictor.h"
 #include "runtime/kv/reuse_buffer.h"
 
 namespace strata {
@@ -65,7 +66,7 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
       o.budget_bytes > 0 ? uint64_t(o.budget_bytes) : p.full_cache_bytes / kDefaultBudgetDivisor;
 
   const uint64_t L = uint64_t(shape.n_layer), rec = p.layout.record_bytes;
-  p.klr_bytes = L * uint64_t(shape.n_ctx) * uint64_t(p.rank) * 2;
+  p.klr_bytes = L * uint64_t(GroupPredictor::KlrTokens(shape.n_ctx)) * uint64_t(p.rank) * 2;
   p.ring_bytes = L * uint64_t(p.ring_records()) * rec;
   p.sink_bytes = L * uint64_t(p.sink_groups) * rec;
   p.write_bytes = L * rec;

@@ -41,7 +41,7 @@ Status DiskKv::AppendExact(int32_t layer, Sequence& s, const float* k, const flo
   }
   kernels::F32ToF16Row(k, fk + size_t(head) * row, int64_t(n) * row);
   kernels::F32ToF16Row(v, fv + size_t(head) * row, int64_t(n) * row);
-  if (!options_.reload_all) predictor_->ProjectKeys(layer, k, n, L.klr + size_t(p0) * plan_.rank);
+  if (!options_.reload_all) predictor_->ProjectKeys(layer, k, n, p0, L.klr);
 
   auto fill = [&](std::byte* r, int32_t g) {  // record of group g from the fresh tokens
     const int32_t first = (g - gp0) * G;

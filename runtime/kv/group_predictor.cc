@@ -1,7 +1,6 @@
 #include "runtime/kv/group_predictor.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 
 #include "kernels/kernels.h"
@@ -11,24 +10,8 @@
 namespace strata {
 namespace {
 
-// e^x for x <= 0 through 2^t = 2^floor(t) * 2^frac(t), the fraction by its Taylor series to
-// degree 5 (relative error below 2e-4): ranking groups needs no more, and a branch-free
-// loop of this lets the compiler vectorize it, which std::exp does not allow.
-inline float ExpNonPositive(float x) {
-  // Written as compare-selects the compiler turns into vector max/compare instructions.
-  const float xc = x > -80.0f ? x : -80.0f;
-  const float t = xc * 1.44269504f;
-  const int32_t ti = int32_t(t);
-  const int32_t fi = ti - int32_t(float(ti) > t);
-  const float f = t - float(fi);
-  const float p =
-      1.0f + f * (0.69314718f +
-                  f * (0.24022651f + f * (0.05550411f + f * (0.00961813f + f * 0.00133336f))));
-  return p * std::bit_cast<float>(uint32_t(fi + 127) << 23);
-}
-
-// Below this many K_lr rows a scoring matmul runs on the engine thread alone.
-constexpr int64_t kParallelRows = 4096;
+// Below this many K_lr tiles scoring runs on the engine thread alone.
+constexpr int64_t kParallelTiles = 256;
 
 }  // namespace
 
@@ -72,27 +55,36 @@ Status GroupPredictor::Create(const Model& model, const AdapterSet& set, GroupSc
     xq_row = std::max(xq_row, kernels::RowBytes(kernels::ActivationType(L.wq.type), hp.n_embd));
   p->xq_.resize(rows * xq_row + 64);
   const size_t n = size_t(std::max(n_ctx, 1));
-  p->heads_.resize(size_t(hp.n_head) * n);
+  // A token range starting mid-tile is scored from its tile's start: one tile more.
+  p->heads_stride_ = KlrTokens(n_ctx) + kernels::kScoreTile;
+  p->heads_.resize(size_t(hp.n_head) * size_t(p->heads_stride_));
   p->token_score_.resize(n);
   p->group_score_.resize(n);
-  p->top_.resize(n);
   p->key_acc_.resize(size_t(set.rank));
+  p->q_scaled_.resize(size_t(hp.n_head) * set.rank);
   *out = std::move(p);
   return Status::OK();
 }
 
 uint64_t GroupPredictor::scratch_bytes() const {
   uint64_t b = 0;
-  for (const auto* v : {&xn_, &q_, &cos_sin_, &heads_, &token_score_, &group_score_, &key_acc_})
+  for (const auto* v :
+       {&xn_, &q_, &cos_sin_, &heads_, &token_score_, &group_score_, &key_acc_, &q_scaled_})
     b += v->capacity() * sizeof(float);
-  return b + xq_.capacity() + top_.capacity() * sizeof(int32_t);
+  return b + xq_.capacity();
 }
 
-void GroupPredictor::ProjectKeys(int32_t layer, const float* k, int64_t n, uint16_t* out) {
+int64_t GroupPredictor::KlrTokens(int64_t n) {
+  return (std::max<int64_t>(n, 0) + kernels::kScoreTile - 1) / kernels::kScoreTile *
+         kernels::kScoreTile;
+}
+
+void GroupPredictor::ProjectKeys(int32_t layer, const float* k, int64_t n, int64_t p0,
+                                 uint16_t* klr) {
   const float* a = set_.layers[size_t(layer)].data();
   const int32_t r = rank_;
+  float* acc = key_acc_.data();
   for (int64_t t = 0; t < n; ++t) {
-    float* acc = key_acc_.data();
     std::fill(acc, acc + r, 0.0f);
     const float* kt = k + t * row_;
     for (int32_t i = 0; i < row_; ++i) {
@@ -100,7 +92,8 @@ void GroupPredictor::ProjectKeys(int32_t layer, const float* k, int64_t n, uint1
       const float* ai = a + size_t(i) * r;
       for (int32_t j = 0; j < r; ++j) acc[j] += ki * ai[j];
     }
-    kernels::F32ToF16Row(acc, out + t * r, r);
+    uint16_t* tile = klr + kernels::TiledIndex(p0 + t, 0, r);
+    for (int32_t j = 0; j < r; ++j) tile[j * kernels::kScoreTile] = kernels::F32ToF16(acc[j]);
   }
 }
 
@@ -161,31 +154,6 @@ void GroupPredictor::LowRankQueries(int32_t layer, const float* x, int64_t n,
   }
 }
 
-// Largest of n floats with eight running maxima, so the loop vectorizes.
-static float MaxOf(const float* x, int64_t n) {
-  float m[8];
-  for (float& v : m) v = x[0];
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
-  for (; i < n; ++i) m[0] = x[i] > m[0] ? x[i] : m[0];
-  for (int j = 1; j < 8; ++j) m[0] = m[j] > m[0] ? m[j] : m[0];
-  return m[0];
-}
-
-// x = exp((x - m) * scale) in place; returns the sum.
-static float ExpInPlace(float* x, int64_t n, float m, float scale) {
-  for (int64_t i = 0; i < n; ++i) x[i] = ExpNonPositive((x[i] - m) * scale);
-  float z[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) z[j] += x[i + j];
-  for (; i < n; ++i) z[0] += x[i];
-  float sum = 0;
-  for (float v : z) sum += v;
-  return sum;
-}
-
 // y[g] = max of x[g*G .. g*G+G); G a compile-time constant for the common sizes so the
 // loop vectorizes over groups.
 template <int G>
@@ -217,10 +185,23 @@ static void GroupMax(const float* x, int64_t n_groups, int32_t group_size, float
   }
 }
 
-void GroupPredictor::ScoreGroups(const float* q_lr, const uint16_t* klr, int64_t n_groups,
+void GroupPredictor::ScoreGroups(const float* q_lr, const uint16_t* klr, int32_t g0, int32_t g1,
                                  int32_t group_size) {
-  const int64_t n = n_groups * group_size;
+  const int64_t n_groups = g1 - g0, t0 = int64_t(g0) * group_size, t1 = int64_t(g1) * group_size;
+  constexpr int64_t T = kernels::kScoreTile;
+  const int64_t tb = t0 / T, te = (t1 + T - 1) / T, off = t0 - tb * T;
+  const int64_t stride = heads_stride_;
   float* gs = group_score_.data();
+  auto score = [&](const float* x, int64_t n_x) {
+    if (te - tb >= kParallelTiles) {
+      pool_->ParallelRange(te - tb, 1, 1, [&](int64_t i0, int64_t i1, int) {
+        kernels::ScoreTilesF16(klr, tb + i0, tb + i1, rank_, x, n_x, heads_.data() + i0 * T,
+                               stride);
+      });
+    } else {
+      kernels::ScoreTilesF16(klr, tb, te, rank_, x, n_x, heads_.data(), stride);
+    }
+  };
   if (scoring_ == GroupScoring::kSum) {
     // The heads' dot products are linear in q, so their sum is one product with the summed
     // query.
@@ -228,39 +209,24 @@ void GroupPredictor::ScoreGroups(const float* q_lr, const uint16_t* klr, int64_t
     std::fill(q_sum, q_sum + rank_, 0.0f);
     for (int32_t h = 0; h < n_head_; ++h)
       for (int32_t j = 0; j < rank_; ++j) q_sum[j] += q_lr[h * rank_ + j];
-    kernels::MatVecF16(klr, n, rank_, rank_, q_sum, heads_.data());
-    GroupMax(heads_.data(), n_groups, group_size, gs);
+    score(q_sum, 1);
+    GroupMax(heads_.data() + off, n_groups, group_size, gs);
     return;
   }
-  // Every head's scores in one pass over K_lr: the summary rows are the "weights", the
-  // heads' low-rank queries the "tokens" of a float matmul.
-  kernels::MatmulArgs a;
-  a.wtype = kernels::DType::kF16;
-  a.w = klr;
-  a.w_row_bytes = size_t(rank_) * sizeof(uint16_t);
-  a.k = rank_;
-  a.xq = q_lr;
-  a.xq_row_bytes = size_t(rank_) * sizeof(float);
-  a.n_tok = n_head_;
-  a.y = heads_.data();
-  a.y_stride = n;
-  if (n >= kParallelRows) {
-    pool_->ParallelRange(n, kernels::kMatmulRowAlign, 1,
-                         [&](int64_t r0, int64_t r1, int) { kernels::Matmul(a, r0, r1); });
-  } else {
-    kernels::Matmul(a, 0, n);
-  }
+  // Every head's scores in one pass over K_lr, the attention scale folded into the queries.
+  float* qs = q_scaled_.data();
+  for (int32_t i = 0; i < n_head_ * rank_; ++i) qs[i] = q_lr[i] * scale_;
+  score(qs, n_head_);
   // Per head: the group's best token, then a softmax over groups. A group matters when any
   // of its tokens matters to any head, so the max is taken per head before heads are
   // summed; normalizing over groups rather than tokens costs G times fewer exponentials
   // and only rescales each head.
-  std::fill(gs, gs + n_groups, 0.0f);
   float* hm = token_score_.data();
   for (int32_t h = 0; h < n_head_; ++h) {
-    GroupMax(heads_.data() + size_t(h) * n, n_groups, group_size, hm);
-    const float z = ExpInPlace(hm, n_groups, MaxOf(hm, n_groups), scale_);
-    const float inv = 1.0f / z;
-    for (int64_t g = 0; g < n_groups; ++g) gs[g] += hm[g] * inv;
+    float* dst = h == 0 ? gs : hm;
+    GroupMax(heads_.data() + size_t(h) * stride + off, n_groups, group_size, dst);
+    kernels::SoftmaxInPlace(dst, n_groups);
+    if (h > 0) kernels::Add(gs, hm, n_groups);
   }
 }
 
@@ -273,18 +239,20 @@ void GroupPredictor::SelectGroups(const float* q_lr, const uint16_t* klr, int32_
     for (int32_t g = g0; g < g1; ++g) out->push_back(g);
     return;
   }
-  ScoreGroups(q_lr, klr, n_groups, group_size);
-  // Only the set matters, not its order: a linear-time partition beats a heap here
-  // (M is a sizeable fraction of the groups). Ties go to the older group.
+  ScoreGroups(q_lr, klr, g0, g1, group_size);
+  // Only the set matters, not its order: the M-th best score by a linear-time partition of
+  // a copy, then one ascending scan keeps every group above it and, of the groups equal to
+  // it, the oldest (ties go to the older group).
   const float* gs = group_score_.data();
-  int32_t* idx = top_.data();
-  for (int32_t g = 0; g < n_groups; ++g) idx[g] = g;
-  std::nth_element(idx, idx + m, idx + n_groups, [gs](int32_t a, int32_t b) {
-    return gs[a] > gs[b] || (gs[a] == gs[b] && a < b);
-  });
-  out->assign(idx, idx + m);
-  for (int32_t& g : *out) g += g0;
-  std::sort(out->begin(), out->end());
+  float* v = token_score_.data();
+  std::copy(gs, gs + n_groups, v);
+  std::nth_element(v, v + (n_groups - m), v + n_groups);
+  const float thr = v[n_groups - m];
+  int32_t above = 0;
+  for (int32_t g = 0; g < n_groups; ++g) above += gs[g] > thr;
+  int32_t ties = m - above;
+  for (int32_t g = 0; g < n_groups; ++g)
+    if (gs[g] > thr || (gs[g] == thr && ties-- > 0)) out->push_back(g0 + g);
 }
 
 }  // namespace strata

@@ -37,16 +37,20 @@ class GroupPredictor {
   int32_t rank() const { return rank_; }
   int32_t n_head() const { return n_head_; }
 
-  // K_lr rows of n keys of `layer`: k is [n][row] F32, out is [n][rank] F16.
-  void ProjectKeys(int32_t layer, const float* k, int64_t n, uint16_t* out);
+  // K_lr rows of n keys of `layer` at positions [p0, p0 + n): k is [n][row] F32; the rows
+  // go into `klr`, the layer's summary in F16 tiles (kernels::TiledIndex), which must hold
+  // KlrTokens(p0 + n) tokens.
+  void ProjectKeys(int32_t layer, const float* k, int64_t n, int64_t p0, uint16_t* klr);
+  // Tokens a tiled summary of n tokens takes room for (n rounded up to whole tiles).
+  static int64_t KlrTokens(int64_t n);
 
   // Approximate low-rank queries of `layer` for n rows of x (n_embd floats each, the
   // residual stream entering layer-1) at the given positions: out is [n][n_head][rank].
   void LowRankQueries(int32_t layer, const float* x, int64_t n, const int32_t* positions,
                       float* out);
 
-  // The M best groups among groups [g0, g1) for one token's q_lr ([n_head][rank]); klr
-  // points at the K_lr row of token g0*G. Writes min(M, g1-g0) group ids, ascending.
+  // The M best groups among groups [g0, g1) for one token's q_lr ([n_head][rank]) scored
+  // against the layer's tiled summary `klr`. Writes min(M, g1-g0) group ids, ascending.
   void SelectGroups(const float* q_lr, const uint16_t* klr, int32_t g0, int32_t g1,
                     int32_t group_size, int32_t m, std::vector<int32_t>* out);
 
@@ -55,8 +59,9 @@ class GroupPredictor {
 
  private:
   GroupPredictor(const Model& model, const AdapterSet& set, GroupScoring scoring, ThreadPool* pool);
-  // group_score_[g] for groups [0, n_groups) of klr.
-  void ScoreGroups(const float* q_lr, const uint16_t* klr, int64_t n_groups, int32_t group_size);
+  // group_score_[g - g0] for groups [g0, g1) of klr.
+  void ScoreGroups(const float* q_lr, const uint16_t* klr, int32_t g0, int32_t g1,
+                   int32_t group_size);
 
   const Model& model_;
   const AdapterSet& set_;
@@ -67,9 +72,9 @@ class GroupPredictor {
   std::vector<float> inv_freq_;  // per rotated pair, as the forward pass computes it
 
   // Scratch.
-  std::vector<float> xn_, q_, cos_sin_, heads_, token_score_, group_score_, key_acc_;
+  std::vector<float> xn_, q_, cos_sin_, heads_, token_score_, group_score_, key_acc_, q_scaled_;
+  int64_t heads_stride_ = 0;  // floats per head in heads_
   std::vector<uint8_t> xq_;
-  std::vector<int32_t> top_;
 };
 
 }  // namespace strata

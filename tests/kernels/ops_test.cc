@@ -1,4 +1,4 @@
-// Element-wise ops, RoPE, conversions, MatVecF16 and TopK on every ISA, against direct
+// Element-wise ops, RoPE, conversions, ScoreTilesF16 and TopK on every ISA, against direct
 // formulas computed in double.
 #include <gtest/gtest.h>
 
@@ -149,23 +149,34 @@ TEST_P(OpsIsa, RopeBothLayoutsMatchTheFormula) {
   }
 }
 
-TEST_P(OpsIsa, MatVecF16) {
-  for (int64_t cols : {16, 64, 72, 128, 200}) {
-    for (int64_t rows : {0, 1, 5, 33}) {
-      SCOPED_TRACE(::testing::Message() << rows << "x" << cols);
-      const int64_t stride = cols + 8;
-      std::vector<uint16_t> a = testing::ToF16(GaussianFloats(rows * stride + 1, 11));
-      std::vector<float> x = GaussianFloats(cols, 12), y(rows + 1, 42.f);
-      MatVecF16(a.data(), rows, cols, stride, x.data(), y.data());
-      for (int64_t r = 0; r < rows; ++r) {
-        double ref = 0, mag = 0;
-        for (int64_t c = 0; c < cols; ++c) {
-          ref += double(F16ToF32(a[r * stride + c])) * x[c];
-          mag += std::fabs(double(F16ToF32(a[r * stride + c])) * x[c]);
+TEST_P(OpsIsa, ScoreTilesF16) {
+  constexpr int64_t T = kScoreTile;
+  for (int64_t cols : {1, 6, 12, 24, 64}) {
+    for (int64_t n_x : {1, 3, 4, 9, 13}) {
+      SCOPED_TRACE(::testing::Message() << cols << " cols, " << n_x << " queries");
+      const int64_t n_tiles = 5, tb = 1, te = 4, stride = (te - tb) * T + 3;
+      // Tokens written through TiledIndex, so the test also pins the layout.
+      const std::vector<float> keys = GaussianFloats(n_tiles * T * cols, 21);
+      std::vector<uint16_t> tiles(size_t(n_tiles * T * cols));
+      for (int64_t t = 0; t < n_tiles * T; ++t)
+        for (int64_t j = 0; j < cols; ++j)
+          tiles[size_t(TiledIndex(t, j, cols))] = F32ToF16(keys[size_t(t * cols + j)]);
+      const std::vector<float> x = GaussianFloats(n_x * cols, 22);
+      std::vector<float> y(size_t(n_x * stride), 42.f);
+      ScoreTilesF16(tiles.data(), tb, te, cols, x.data(), n_x, y.data(), stride);
+      for (int64_t q = 0; q < n_x; ++q) {
+        for (int64_t t = tb * T; t < te * T; ++t) {
+          double ref = 0, mag = 0;
+          for (int64_t j = 0; j < cols; ++j) {
+            const double p =
+                double(F16ToF32(F32ToF16(keys[size_t(t * cols + j)]))) * x[q * cols + j];
+            ref += p;
+            mag += std::fabs(p);
+          }
+          EXPECT_NEAR(y[size_t(q * stride + t - tb * T)], ref, 1e-6 * mag + 1e-7) << q << " " << t;
         }
-        EXPECT_NEAR(y[r], ref, 1e-6 * mag + 1e-7) << r;
+        for (int64_t c = (te - tb) * T; c < stride; ++c) EXPECT_EQ(y[size_t(q * stride + c)], 42.f);
       }
-      EXPECT_EQ(y[rows], 42.f);
     }
   }
 }

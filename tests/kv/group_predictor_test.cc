@@ -130,14 +130,20 @@ TEST_F(GroupPredictorTest, SelectsTheTopGroupsOfTheSummary) {
   for (float& v : q) v = 3 * nd(rng);
   for (GroupScoring scoring : {GroupScoring::kSoftmax, GroupScoring::kSum}) {
     std::unique_ptr<GroupPredictor> p;
-    STRATA_ASSERT_OK(GroupPredictor::Create(*model_, set, scoring, n, 1, &pool_, &p));
-    std::vector<uint16_t> klr(size_t(n) * set.rank);
-    p->ProjectKeys(0, keys.data(), n, klr.data());
+    STRATA_ASSERT_OK(GroupPredictor::Create(*model_, set, scoring, g0 * G + n, 1, &pool_, &p));
+    // The keys sit at positions [g0*G, g0*G + n): the range starts mid-tile.
+    const int64_t p0 = int64_t(g0) * G;
+    std::vector<uint16_t> tiled(size_t(GroupPredictor::KlrTokens(p0 + n)) * set.rank);
+    p->ProjectKeys(0, keys.data(), n, p0, tiled.data());
+    std::vector<uint16_t> klr(size_t(n) * set.rank);  // row-major copy for the brute force
+    for (int t = 0; t < n; ++t)
+      for (int j = 0; j < set.rank; ++j)
+        klr[size_t(t) * set.rank + j] = tiled[size_t(kernels::TiledIndex(p0 + t, j, set.rank))];
     // The identity columns make K_lr a permutation of each key, exactly (F16).
     EXPECT_EQ(kernels::F16ToF32(klr[0]),
               kernels::F16ToF32(kernels::F32ToF16(keys[(0 * 7) % set.rank])));
     std::vector<int32_t> got;
-    p->SelectGroups(q.data(), klr.data(), g0, g0 + n / G, G, M, &got);
+    p->SelectGroups(q.data(), tiled.data(), g0, g0 + n / G, G, M, &got);
     const auto want =
         BruteForce(klr, q, hp.n_head, set.rank, n, G, M, scoring == GroupScoring::kSoftmax,
                    1.0f / std::sqrt(float(hp.head_dim)), g0);
