@@ -106,13 +106,16 @@ const cpu::KernelTable* InitialTable() {
 
 std::atomic<const cpu::KernelTable*> g_table{nullptr};
 
-// Relaxed is enough: every candidate table is immutable and fully built before its address
-// escapes (function-local statics), and racing first calls pick the same table.
+// Every candidate table is immutable once built (function-local statics) and racing first
+// calls pick the same one. Release/acquire makes the table's construction by the thread
+// that published it visible to a thread that only loads the pointer (relaxed would let a
+// worker read the fields without a happens-before edge; TSan reports it). On x86 an
+// acquire load is a plain load.
 inline const cpu::KernelTable& K() {
-  const cpu::KernelTable* t = g_table.load(std::memory_order_relaxed);
+  const cpu::KernelTable* t = g_table.load(std::memory_order_acquire);
   if (t == nullptr) [[unlikely]] {
     t = InitialTable();
-    g_table.store(t, std::memory_order_relaxed);
+    g_table.store(t, std::memory_order_release);
   }
   return *t;
 }
@@ -145,7 +148,7 @@ std::vector<const KernelTable*> RunnableTables() {
 }
 
 const KernelTable* ActiveTable() { return &K(); }
-void SetActiveTable(const KernelTable* t) { g_table.store(t, std::memory_order_relaxed); }
+void SetActiveTable(const KernelTable* t) { g_table.store(t, std::memory_order_release); }
 
 }  // namespace cpu
 
@@ -156,7 +159,7 @@ bool IsaSupported(Isa isa) { return TableFor(isa) != nullptr; }
 bool ForceIsa(Isa isa) {
   const cpu::KernelTable* t = TableFor(isa);
   if (t == nullptr) return false;
-  g_table.store(t, std::memory_order_relaxed);
+  g_table.store(t, std::memory_order_release);
   return true;
 }
 

@@ -123,9 +123,9 @@ Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t 
 
   STRATA_RETURN_IF_ERROR(GroupPredictor::Create(model, *set, options.scoring, n_ctx, max_sequences,
                                                 pool, &kv->predictor_));
-  for (int32_t l = 0; l < hp.n_layer; ++l)
+  for (int32_t i = 0; i < 2 * hp.n_layer; ++i)
     kv->reads_.push_back(std::make_unique<storage::IoBatch>());
-  kv->reads_settled_.assign(size_t(hp.n_layer), 1);
+  kv->reads_settled_.assign(kv->reads_.size(), 1);
   kv->decode_writes_ = std::make_unique<storage::IoBatch>();
   for (int32_t r = max_sequences - 1; r >= 0; --r) kv->free_regions_.push_back(r);
   kv->q_lr_.resize(size_t(max_sequences) * hp.n_head * kv->plan_.rank);
@@ -299,40 +299,59 @@ Status DiskKv::Prepare(int32_t layer, const float* x, int64_t n_embd) {
   if (layer < 0 || layer >= shape_.n_layer) return Status::OK();
   const auto t0 = Clock::now();
   const double wait0 = c_.io_wait_seconds;
-  storage::IoBatch& rb = *reads_[size_t(layer)];
+  storage::IoBatch& rb = *reads_[GuessReads(layer)];
   // A pass that ended without viewing this layer may have left its reads in flight.
   STRATA_RETURN_IF_ERROR(SettleReads(layer));
   rb.Clear();
   STRATA_RETURN_IF_ERROR(PrepareSparse(layer, x, n_embd, /*refining=*/false));
   for (Sequence* s : batch_seqs_)
     if (s->exact) AddReadback(layer, *s);
-  if (!rb.empty()) {
-    STRATA_RETURN_IF_ERROR(store_->Submit(rb).WithContext("disk KV: reading group records"));
-    reads_settled_[size_t(layer)] = 0;
-    if (options_.on_read_submit) options_.on_read_submit(layer, rb);
-    c_.reads_issued += rb.size();
-    for (size_t i = 0; i < rb.size(); ++i) c_.bytes_read += rb.request(i).length;
-  }
+  STRATA_RETURN_IF_ERROR(SubmitReads(layer, GuessReads(layer)));
   // Waits on reads are I/O wait, counted there, not prediction.
   c_.predict_seconds += Seconds(t0, Clock::now()) - (c_.io_wait_seconds - wait0);
   return Status::OK();
 }
 
+Status DiskKv::SubmitReads(int32_t layer, size_t batch) {
+  storage::IoBatch& rb = *reads_[batch];
+  if (rb.empty()) return Status::OK();
+  STRATA_RETURN_IF_ERROR(store_->Submit(rb).WithContext("disk KV: reading group records"));
+  reads_settled_[batch] = 0;
+  if (options_.on_read_submit) options_.on_read_submit(layer, rb);
+  c_.reads_issued += rb.size();
+  for (size_t i = 0; i < rb.size(); ++i) c_.bytes_read += rb.request(i).length;
+  return Status::OK();
+}
+
+bool DiskKv::RefineOverlapsGuess(int32_t layer) const {
+  const storage::IoBatch& guess = *reads_[GuessReads(layer)];
+  const storage::IoBatch& refine = *reads_[RefineReads(layer)];
+  for (size_t i = 0; i < refine.size(); ++i) {
+    const uint64_t a = refine.request(i).tag;
+    const int64_t region = int64_t(a >> 40), slot = int64_t((a >> 20) & 0xFFFFF);
+    const int64_t end = slot + int64_t(a & 0xFFFFF);
+    for (size_t j = 0; j < guess.size(); ++j) {
+      const uint64_t b = guess.request(j).tag;
+      if (b == kReadbackTag || int64_t(b >> 40) != region) continue;
+      const int64_t s0 = int64_t((b >> 20) & 0xFFFFF), s1 = s0 + int64_t(b & 0xFFFFF);
+      if (slot < s1 && s0 < end) return true;
+    }
+  }
+  return false;
+}
+
 Status DiskKv::Refine(int32_t layer, const float* x, int64_t n_embd) {
   const auto t0 = Clock::now();
   const double wait0 = c_.io_wait_seconds;
-  // The guess's reads must land before their slots can be given to other groups.
-  STRATA_RETURN_IF_ERROR(SettleReads(layer));
-  storage::IoBatch& rb = *reads_[size_t(layer)];
-  rb.Clear();
+  STRATA_RETURN_IF_ERROR(SettleBatch(layer, RefineReads(layer)));
+  reads_[RefineReads(layer)]->Clear();
   STRATA_RETURN_IF_ERROR(PrepareSparse(layer, x, n_embd, /*refining=*/true));
-  if (!rb.empty()) {
-    STRATA_RETURN_IF_ERROR(store_->Submit(rb).WithContext("disk KV: reading group records"));
-    reads_settled_[size_t(layer)] = 0;
-    if (options_.on_read_submit) options_.on_read_submit(layer, rb);
-    c_.reads_issued += rb.size();
-    for (size_t i = 0; i < rb.size(); ++i) c_.bytes_read += rb.request(i).length;
-  }
+  // The guess's reads may still be landing. A slot the refinement gives to another group
+  // must not take a new read while the guess's read into it is in flight: only then wait
+  // for the guess (usually the refinement's new groups go to slots that were hits).
+  if (!reads_settled_[GuessReads(layer)] && RefineOverlapsGuess(layer))
+    STRATA_RETURN_IF_ERROR(SettleBatch(layer, GuessReads(layer)));
+  STRATA_RETURN_IF_ERROR(SubmitReads(layer, RefineReads(layer)));
   c_.predict_seconds += Seconds(t0, Clock::now()) - (c_.io_wait_seconds - wait0);
   return Status::OK();
 }
@@ -369,7 +388,7 @@ Status DiskKv::PrepareSparse(int32_t layer, const float* x, int64_t n_embd, bool
 
 void DiskKv::AddLoads(int32_t layer, Sequence& s, bool refining) {
   Layer& L = s.layers[size_t(layer)];
-  storage::IoBatch& rb = *reads_[size_t(layer)];
+  storage::IoBatch& rb = *reads_[refining ? RefineReads(layer) : GuessReads(layer)];
   const uint32_t rec = layout_.record_bytes;
   // Reuse is counted on the first guess of each step: a refinement's hits include what
   // that guess loaded moments ago.
@@ -396,12 +415,18 @@ void DiskKv::AddLoads(int32_t layer, Sequence& s, bool refining) {
 }
 
 Status DiskKv::SettleReads(int32_t layer) {
-  if (reads_settled_[size_t(layer)]) return Status::OK();
-  storage::IoBatch& rb = *reads_[size_t(layer)];
+  const Status guess = SettleBatch(layer, GuessReads(layer));
+  const Status refine = SettleBatch(layer, RefineReads(layer));
+  return guess.ok() ? refine : guess;
+}
+
+Status DiskKv::SettleBatch(int32_t layer, size_t batch) {
+  if (reads_settled_[batch]) return Status::OK();
+  storage::IoBatch& rb = *reads_[batch];
   const auto t0 = Clock::now();
   const Status st = store_->Wait(rb);
   c_.io_wait_seconds += Seconds(t0, Clock::now());
-  reads_settled_[size_t(layer)] = 1;
+  reads_settled_[batch] = 1;
   if (st.ok()) return st;
   for (size_t i = 0; i < rb.size(); ++i) {
     const uint64_t tag = rb.request(i).tag;

@@ -87,8 +87,17 @@ class DiskKv final : public KvPolicy {
   Status Refine(int32_t layer, const float* x, int64_t n_embd);
   void AddLoads(int32_t layer, Sequence& s, bool refining);
   void AddReadback(int32_t layer, Sequence& s);
-  // Waits for layer's reads; forgets slots whose read failed. Returns the first error.
+  // Index in reads_ of layer's guess and refinement batches.
+  static size_t GuessReads(int32_t layer) { return 2 * size_t(layer); }
+  static size_t RefineReads(int32_t layer) { return 2 * size_t(layer) + 1; }
+  // Submits batch (an index in reads_) of `layer` if it holds requests; counts them.
+  Status SubmitReads(int32_t layer, size_t batch);
+  // Whether a refinement read of `layer` targets a slot the guess is still reading into.
+  bool RefineOverlapsGuess(int32_t layer) const;
+  // Waits for layer's reads (both batches); forgets slots whose read failed. Returns the
+  // first error.
   Status SettleReads(int32_t layer);
+  Status SettleBatch(int32_t layer, size_t batch);
   Status SettleDecodeWrites();
   void AppendDecode(int32_t layer, Sequence& s, const float* k, const float* v);
   Status AppendExact(int32_t layer, Sequence& s, const float* k, const float* v);
@@ -118,9 +127,11 @@ class DiskKv final : public KvPolicy {
   // The pass in flight.
   std::vector<BatchSeq> batch_;
   std::vector<Sequence*> batch_seqs_;
-  std::vector<std::unique_ptr<storage::IoBatch>> reads_;  // per layer, all sequences
-  std::vector<uint8_t> reads_settled_;                    // per layer, this pass
-  std::unique_ptr<storage::IoBatch> decode_writes_;       // submitted at EndBatch
+  // Reads of each layer for all sequences, two batches per layer: [2l] the early guess
+  // (and prefill readback), [2l+1] the refinement from the exact query.
+  std::vector<std::unique_ptr<storage::IoBatch>> reads_;
+  std::vector<uint8_t> reads_settled_;               // per batch of reads_, this pass
+  std::unique_ptr<storage::IoBatch> decode_writes_;  // submitted at EndBatch
   std::vector<int32_t> sparse_rows_, sparse_pos_;
   std::vector<float> sparse_x_, q_lr_;
 

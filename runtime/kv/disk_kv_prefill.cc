@@ -15,7 +15,7 @@ using disk_kv_internal::kReadbackTag;
 void DiskKv::AddReadback(int32_t layer, Sequence& s) {
   const int32_t n_prior = s.length / layout_.group_size;
   if (n_prior == 0) return;
-  storage::IoBatch& rb = *reads_[size_t(layer)];
+  storage::IoBatch& rb = *reads_[GuessReads(layer)];
   std::byte* dst = s.staging->readback[layer % 2].data();
   const uint64_t total = uint64_t(n_prior) * layout_.record_bytes;
   const uint64_t piece = std::max<uint64_t>(
