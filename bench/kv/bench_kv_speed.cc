@@ -41,7 +41,7 @@ struct Flags {
   std::string spec_d = "G=1,sigma=16,budget=1/13";
   std::string modes = "abcd";
   std::vector<int32_t> batches = {1, 8};
-  int32_t ctx = 8192, steps = 32, warmup = 4, threads = 2;
+  int32_t ctx = 8192, steps = 32, warmup = 4, threads = 2, repeats = 1;
   bool fio = false, emmc = false;
   double fio_seconds = 3;
 };
@@ -238,28 +238,45 @@ Status Main(Flags& f, const std::string& command) {
     std::fprintf(stderr, "window %d: prefix of %d tokens %s\n", i, prefix,
                  computed ? "computed" : "from cache");
   }
-  std::vector<Row> rows;
+  // Every repeat runs every row once, in the same order, so the rows of one repeat saw the
+  // same machine conditions; fio is compared on the first repeat only.
+  std::vector<std::vector<Row>> reps(size_t(std::max(f.repeats, 1)));
   std::vector<std::string> fio_lines;
-  for (bool emmc : {false, true}) {
-    if (emmc && !f.emmc) continue;
-    for (int32_t batch : f.batches) {
-      for (char mode : f.modes) {
-        if (emmc && mode == 'a') continue;
-        Row r;
-        Trace trace;
-        trace.on = mode == 'b';
-        std::fprintf(stderr, "running (%c) batch %d%s\n", mode, batch, emmc ? " eMMC" : "");
-        STRATA_RETURN_IF_ERROR(
-            RunMode(*model, f, mode, emmc, batch, caps, wins, &r, &trace, &fio_lines));
-        rows.push_back(r);
+  for (size_t rep = 0; rep < reps.size(); ++rep) {
+    Flags fr = f;
+    fr.fio = f.fio && rep == 0;
+    for (bool emmc : {false, true}) {
+      if (emmc && !f.emmc) continue;
+      for (int32_t batch : f.batches) {
+        for (char mode : f.modes) {
+          if (emmc && mode == 'a') continue;
+          Row r;
+          Trace trace;
+          trace.on = mode == 'b' && rep == 0;
+          std::fprintf(stderr, "repeat %zu: running (%c) batch %d%s\n", rep + 1, mode, batch,
+                       emmc ? " eMMC" : "");
+          STRATA_RETURN_IF_ERROR(
+              RunMode(*model, fr, mode, emmc, batch, caps, wins, &r, &trace, &fio_lines));
+          reps[rep].push_back(r);
+        }
       }
     }
   }
+  // The table shows, for each row, the repeat with the median step time.
+  std::vector<Row> rows;
+  for (size_t i = 0; i < reps[0].size(); ++i) {
+    std::vector<const Row*> v;
+    for (const auto& rep : reps) v.push_back(&rep[i]);
+    std::sort(v.begin(), v.end(),
+              [](const Row* x, const Row* y) { return x->step_ms < y->step_ms; });
+    rows.push_back(*v[v.size() / 2]);
+  }
   std::printf(
       "%s\nmodel %s, context %d (prefix %d + %d warm-up + %d timed decode steps), %d "
-      "threads, windows of the second half of %s\n",
-      command.c_str(), f.model.c_str(), f.ctx, prefix, f.warmup, f.steps, f.threads,
-      f.text.c_str());
+      "threads, windows of the second half of %s; %zu repeat(s), each row the repeat with "
+      "the median step time\n",
+      command.c_str(), f.model.c_str(), f.ctx, prefix, f.warmup, f.steps, f.threads, f.text.c_str(),
+      reps.size());
   std::printf("%-4s %-46s %5s %8s %8s %8s %8s %7s %8s %9s %7s %7s %6s %9s\n", "mode",
               "configuration", "batch", "tok/s", "step ms", "wait ms", "wait %", "pred ms",
               "attn ms", "read KiB", "reads", "req KiB", "reuse", "KV MiB/seq");
@@ -270,23 +287,39 @@ Status Main(Flags& f, const std::string& command) {
         100 * r.wait_ms / r.step_ms, r.predict_ms, r.attn_ms, r.read_kib, r.reads, r.req_kib,
         100 * r.reuse, Mib(r.resident).c_str());
   }
-  // The ratios, per batch (non-emulated rows).
-  for (int32_t batch : f.batches) {
-    auto find = [&](char m) -> const Row* {
-      for (const Row& r : rows)
-        if (r.mode[0] == m && r.batch == batch && r.label.find("EMULATED") == std::string::npos)
-          return &r;
-      return nullptr;
-    };
-    const Row *a = find('a'), *bb = find('b'), *c = find('c'), *d = find('d');
-    if (!bb) continue;
-    std::printf("batch %d:", batch);
-    if (a)
-      std::printf(" (b)/(a) = %.2fx at %.3f of (a)'s KV memory;", bb->tok_s / a->tok_s,
-                  double(bb->resident) / double(a->resident));
-    if (c) std::printf(" (b)/(c) = %.1fx;", bb->tok_s / c->tok_s);
-    if (d) std::printf(" (b)/(d) = %.2fx;", bb->tok_s / d->tok_s);
-    std::printf("\n");
+  // The ratios, per batch and disk (real or emulated eMMC): the median over repeats
+  // of each repeat's own ratio, with the range.
+  for (bool emmc : {false, true}) {
+    if (emmc && !f.emmc) continue;
+    for (int32_t batch : f.batches) {
+      auto find = [&](const std::vector<Row>& rs, char m) -> const Row* {
+        for (const Row& r : rs)
+          if (r.mode[0] == m && r.batch == batch &&
+              (m == 'a' || (r.label.find("EMULATED") != std::string::npos) == emmc))
+            return &r;
+        return nullptr;
+      };
+      if (!find(reps[0], 'b')) continue;
+      std::printf("batch %d%s:", batch, emmc ? " [eMMC EMULATED]" : "");
+      auto ratio = [&](char m, const char* what) {
+        std::vector<double> v;
+        for (const auto& rep : reps)
+          if (const Row* o = find(rep, m)) v.push_back(find(rep, 'b')->tok_s / o->tok_s);
+        if (v.empty()) return;
+        std::sort(v.begin(), v.end());
+        std::printf(" (b)/(%c) = %.2fx", m, v[v.size() / 2]);
+        if (v.size() > 1) std::printf(" [%.2f-%.2f]", v.front(), v.back());
+        std::printf("%s;", what);
+      };
+      if (const Row* a = find(reps[0], 'a'); a && !emmc) {
+        std::printf(" KV memory of (b) = %.3f of (a)'s;",
+                    double(find(reps[0], 'b')->resident) / double(a->resident));
+        ratio('a', "");
+      }
+      ratio('c', "");
+      ratio('d', "");
+      std::printf("\n");
+    }
   }
   for (const std::string& l : fio_lines) std::printf("%s\n", l.c_str());
   return Status::OK();
@@ -303,6 +336,8 @@ int main(int argc, char** argv) {
   app.add_option("--ctx", f.ctx, "context length");
   app.add_option("--batch", f.batches, "batch sizes")->delimiter(',');
   app.add_option("--steps", f.steps, "timed decode steps");
+  app.add_option("--repeats", f.repeats, "runs of every row, interleaved; medians reported")
+      ->check(CLI::Range(1, 50));
   app.add_option("--warmup", f.warmup, "untimed decode steps first");
   app.add_option("--modes", f.modes, "any of a b c d, e.g. abcd or b,d")
       ->check([](const std::string& m) -> std::string {
