@@ -122,6 +122,21 @@ void DiskKvTest::CheckReusePolicies(bool refine) {
   }
 }
 
+// K_lr is kept in tiles of 16 tokens; a context that is not a whole number of tiles must
+// select and attend exactly as a larger one does (capacity never changes the math).
+TEST_F(DiskKvTest, ContextSizeOffTheSummaryTilesGivesTheSameResults) {
+  std::vector<std::vector<std::vector<float>>> runs;
+  for (int32_t n_ctx : {kCtx, 237}) {
+    EngineOptions o = DiskEngineOptions(kv_dir_.path(), adapters_, n_ctx);
+    o.kv.disk.groups_per_step = 6;
+    o.kv.disk.reuse_slots = 9;
+    runs.push_back(Run(o));
+    ASSERT_EQ(runs.back().size(), decode_.size() + 1) << n_ctx;
+  }
+  EXPECT_EQ(MaxRelativeDiff(runs[1], runs[0]), 0.0);
+  EXPECT_GT(MaxRelativeDiff(runs[0], Reference()), 1e-4);
+}
+
 TEST_F(DiskKvTest, ResidentMemoryStaysWithinBudgetOverALongGeneration) {
   EngineOptions o = Options();
   o.kv.disk.group_size = 2;
