@@ -15,9 +15,11 @@
 namespace strata {
 namespace {
 
+using disk_kv_internal::FromLoadTag;
 using disk_kv_internal::kBulkRequestBytes;
 using disk_kv_internal::kReadbackTag;
 using disk_kv_internal::LoadTag;
+using disk_kv_internal::LoadTarget;
 
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) {
@@ -327,15 +329,10 @@ bool DiskKv::RefineOverlapsGuess(int32_t layer) const {
   const storage::IoBatch& guess = *reads_[GuessReads(layer)];
   const storage::IoBatch& refine = *reads_[RefineReads(layer)];
   for (size_t i = 0; i < refine.size(); ++i) {
-    const uint64_t a = refine.request(i).tag;
-    const int64_t region = int64_t(a >> 40), slot = int64_t((a >> 20) & 0xFFFFF);
-    const int64_t end = slot + int64_t(a & 0xFFFFF);
-    for (size_t j = 0; j < guess.size(); ++j) {
-      const uint64_t b = guess.request(j).tag;
-      if (b == kReadbackTag || int64_t(b >> 40) != region) continue;
-      const int64_t s0 = int64_t((b >> 20) & 0xFFFFF), s1 = s0 + int64_t(b & 0xFFFFF);
-      if (slot < s1 && s0 < end) return true;
-    }
+    const LoadTarget a = FromLoadTag(refine.request(i).tag);
+    for (size_t j = 0; j < guess.size(); ++j)
+      if (guess.request(j).tag != kReadbackTag && a.Overlaps(FromLoadTag(guess.request(j).tag)))
+        return true;
   }
   return false;
 }
@@ -431,11 +428,10 @@ Status DiskKv::SettleBatch(int32_t layer, size_t batch) {
   for (size_t i = 0; i < rb.size(); ++i) {
     const uint64_t tag = rb.request(i).tag;
     if (rb.status(i).ok() || tag == kReadbackTag) continue;
-    const int32_t region = int32_t(tag >> 40), slot = int32_t((tag >> 20) & 0xFFFFF);
-    const int32_t count = int32_t(tag & 0xFFFFF);
+    const LoadTarget t = FromLoadTag(tag);
     for (auto& [id, s] : seqs_)
-      if (s->region == region)
-        for (int32_t k = 0; k < count; ++k) s->layers[size_t(layer)].reuse.Invalidate(slot + k);
+      if (s->region == t.region)
+        for (int32_t k = 0; k < t.count; ++k) s->layers[size_t(layer)].reuse.Invalidate(t.slot + k);
   }
   return st.WithContext("disk KV: reading layer " + std::to_string(layer) + " records");
 }

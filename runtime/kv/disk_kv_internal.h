@@ -19,6 +19,16 @@ inline constexpr uint64_t kReadbackTag = ~uint64_t{0};
 inline uint64_t LoadTag(int32_t region, int32_t slot, int32_t count) {
   return (uint64_t(region) << 40) | (uint64_t(slot) << 20) | uint64_t(count);
 }
+// The slots [slot, slot + count) of a region that a decode load (not a read-back) fills.
+struct LoadTarget {
+  int32_t region, slot, count;
+  bool Overlaps(const LoadTarget& o) const {
+    return region == o.region && slot < o.slot + o.count && o.slot < slot + count;
+  }
+};
+inline LoadTarget FromLoadTag(uint64_t tag) {
+  return {int32_t(tag >> 40), int32_t((tag >> 20) & 0xFFFFF), int32_t(tag & 0xFFFFF)};
+}
 
 }  // namespace strata::disk_kv_internal
 
