@@ -1,10 +1,12 @@
 // Picks the kernel table once (CPU features, then the STRATA_ISA override) and forwards
 // the public entry points of kernels.h to it.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/kernels.h"
@@ -197,9 +199,67 @@ void RopeApply(float* x, int n_heads, int head_dim, int rot_dim, const float* co
                RopeLayout layout) {
   K().rope(x, n_heads, head_dim, rot_dim, cos_sin, layout);
 }
+namespace {
+
+// One head of `n` Q8_0 rows (stride bytes apart, the head's first block at `first`) as F16
+// rows of head_dim values.
+void ExpandQ8Head(const uint8_t* first, int64_t stride, int32_t n, int32_t head_dim,
+                  uint16_t* dst) {
+  float tmp[512];
+  for (int32_t t = 0; t < n; ++t) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(first + t * stride);
+    for (int32_t d0 = 0; d0 < head_dim; d0 += 512) {
+      const int32_t len = std::min(512, head_dim - d0);
+      for (int32_t i = 0; i < len; i += 32, ++b) {
+        const float scale = F16ToF32(b->d);
+        for (int j = 0; j < 32; ++j) tmp[i + j] = scale * float(b->qs[j]);
+      }
+      F32ToF16Row(tmp, dst + int64_t(t) * head_dim + d0, len);
+    }
+  }
+}
+
+}  // namespace
+
 void AttentionOverSpans(const AttentionArgs& a) {
   if (a.n_q <= 0 || a.n_rep <= 0) return;
-  K().attention(a);
+  bool quantized = false;
+  for (int32_t s = 0; s < a.n_spans; ++s) quantized |= a.spans[s].type != KvType::kF16;
+  if (!quantized) {
+    K().attention(a);
+    return;
+  }
+  // Expand kv_head's visible Q8_0 rows to F16 once per call; F16 spans pass through with
+  // their head offset applied, so the kernel sees head 0 of every span.
+  thread_local std::vector<uint16_t> expanded;
+  thread_local std::vector<KvSpan> spans;
+  const int32_t D = a.head_dim, last = a.q_pos0 + a.n_q - 1;
+  size_t need = 0;
+  for (int32_t s = 0; s < a.n_spans; ++s) {
+    const KvSpan& sp = a.spans[s];
+    if (sp.type == KvType::kQ8_0)
+      need += size_t(std::clamp(last - sp.pos0 + 1, 0, sp.n_tokens)) * D * 2;
+  }
+  if (expanded.size() < need) expanded.resize(need);
+  spans.assign(a.spans, a.spans + a.n_spans);
+  uint16_t* out = expanded.data();
+  const int64_t head_bytes = Q8_0RowBytes(D) * a.kv_head;
+  for (KvSpan& sp : spans) {
+    if (sp.type != KvType::kQ8_0) {
+      sp.k += int64_t(a.kv_head) * D;
+      sp.v += int64_t(a.kv_head) * D;
+      continue;
+    }
+    const int32_t n = std::clamp(last - sp.pos0 + 1, 0, sp.n_tokens);
+    ExpandQ8Head(sp.qk + head_bytes, sp.stride, n, D, out);
+    ExpandQ8Head(sp.qv + head_bytes, sp.stride, n, D, out + int64_t(n) * D);
+    sp = KvSpan{out, out + int64_t(n) * D, n, sp.pos0, D};
+    out += int64_t(n) * D * 2;
+  }
+  AttentionArgs b = a;
+  b.kv_head = 0;
+  b.spans = spans.data();
+  K().attention(b);
 }
 void ScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
                    const float* x, int64_t n_x, float* y, int64_t y_stride) {

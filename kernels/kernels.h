@@ -114,14 +114,24 @@ void RopeApply(float* x, int n_heads, int head_dim, int rot_dim, const float* co
 // ---- Attention over a view of spans ----------------------------------------------------
 //
 // The forward pass never knows where KV lives: a KV policy hands it a list of spans, each
-// a run of consecutive positions with F16 K and V for all KV heads of one layer.
+// a run of consecutive positions with K and V for all KV heads of one layer, in F16 or in
+// Q8_0 blocks (32 values, one F16 scale; a head of head_dim values is head_dim/32 blocks,
+// so Q8_0 spans need head_dim % 32 == 0).
+enum class KvType : uint8_t { kF16, kQ8_0 };
 struct KvSpan {
-  const uint16_t* k;  // token t, head h at k[t * stride + h * head_dim]
+  const uint16_t* k;  // F16: token t, head h at k[t * stride + h * head_dim]
   const uint16_t* v;  // same layout as k
   int32_t n_tokens;
   int32_t pos0;    // position of the span's first token
-  int32_t stride;  // elements between consecutive tokens (usually n_kv_heads*head_dim)
+  int32_t stride;  // F16: elements between consecutive tokens (usually n_kv_heads*head_dim);
+                   // Q8_0: bytes between consecutive tokens
+  KvType type = KvType::kF16;
+  // Q8_0 only (k and v are then null): token t's row starts at qk + t * stride bytes.
+  const uint8_t* qk = nullptr;
+  const uint8_t* qv = nullptr;
 };
+// Bytes of one Q8_0 row of n values (n % 32 == 0).
+constexpr int64_t Q8_0RowBytes(int64_t n) { return n / 32 * 34; }
 
 struct AttentionArgs {
   // Queries for n_q consecutive positions q_pos0, q_pos0+1, ... and the n_rep query heads
@@ -141,8 +151,10 @@ struct AttentionArgs {
   float* scratch;  // AttentionScratchFloats(args) floats, owned by the caller's thread
 };
 // Online (streaming) softmax: one pass over the spans, no full score matrix.
-// head_dim must be a multiple of 16. A query row that sees no key gets zeros. Scratch
-// grows with n_q * n_rep * head_dim: split long prefills into query blocks.
+// Q8_0 spans are expanded to F16 (the visible tokens of kv_head only, in a buffer of the
+// calling thread) before the F16 kernel runs, so both types give identical results for
+// the same values. head_dim must be a multiple of 16. A query row that sees no key gets zeros.
+// Scratch grows with n_q * n_rep * head_dim: split long prefills into query blocks.
 void AttentionOverSpans(const AttentionArgs& a);
 size_t AttentionScratchFloats(int32_t n_q, int32_t n_rep, int32_t head_dim);
 

@@ -147,6 +147,8 @@ Status ParseDiskSpec(const std::string& spec, const DiskKvOptions& base, int32_t
         o.reload_all = v == "1";
       } else if (k == "reuse") {
         STRATA_RETURN_IF_ERROR(ParseReusePolicy(v, &o.reuse));
+      } else if (k == "type") {
+        STRATA_RETURN_IF_ERROR(ParseKvRecordType(v, &o.record_type));
       } else if (k == "scoring") {
         STRATA_RETURN_IF_ERROR(ParseGroupScoring(v, &o.scoring));
       } else if (k == "budget") {

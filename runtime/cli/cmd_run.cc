@@ -9,6 +9,7 @@
 #include "runtime/cli/cli.h"
 #include "runtime/cli/cmd_run_beams.h"
 #include "runtime/engine/session.h"
+#include "runtime/kv/disk_kv.h"
 
 namespace strata::cli {
 namespace {
@@ -50,6 +51,8 @@ void PrintStats(const RunFlags& f, const GenerationStats& s, const Engine& e) {
   j["threads"] = e.options().n_threads;
   j["context"] = e.options().n_ctx;
   j["kv_policy"] = KvPolicyKindName(e.options().kv.policy);
+  if (const auto* disk = dynamic_cast<const DiskKv*>(&e.kv()))
+    j["kv_plan"] = disk->plan().Describe();
   std::fprintf(stderr, "%s\n", j.dump(2).c_str());
 }
 
@@ -119,8 +122,7 @@ Status Run(RunFlags& f) {
       echoed = true;
       return PrintPiece(token, text);
     };
-    STRATA_RETURN_IF_ERROR(
-        session->Generate(prompt, cfg.generate, echo_then_print, nullptr, &st));
+    STRATA_RETURN_IF_ERROR(session->Generate(prompt, cfg.generate, echo_then_print, nullptr, &st));
     if (!echoed) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
     std::printf("\n");
     PrintStats(f, st, *engine);

@@ -238,6 +238,12 @@ const std::vector<Setting>& Schema() {
         },
         [](const Config& c) { return ReusePolicyName(c.engine.kv.disk.reuse); }));
     v.push_back(choice(
+        "kv.record_type", "how group records store K and V: f16, q8_0",
+        [](const std::string& n, Config* c) {
+          return ParseKvRecordType(n, &c->engine.kv.disk.record_type);
+        },
+        [](const Config& c) { return KvRecordTypeName(c.engine.kv.disk.record_type); }));
+    v.push_back(choice(
         "kv.scoring", "how heads' scores combine: softmax, sum",
         [](const std::string& n, Config* c) {
           return ParseGroupScoring(n, &c->engine.kv.disk.scoring);

@@ -85,6 +85,7 @@ class Engine {
   const Model& model() const { return model_; }
   const EngineOptions& options() const { return options_; }
   KvPolicy& kv() { return *kv_; }
+  const KvPolicy& kv() const { return *kv_; }
   ThreadPool& pool() { return *pool_; }
 
   Status NewSequence(SeqId* seq) { return kv_->AddSequence(seq); }

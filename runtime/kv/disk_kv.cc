@@ -451,8 +451,7 @@ void DiskKv::AppendDecode(int32_t layer, Sequence& s, const float* k, const floa
   const int32_t G = layout_.group_size, p = s.length, g = p / G, t = p % G;
   const uint32_t rec = layout_.record_bytes;
   std::byte* r = L.ring + size_t(g % plan_.ring_records()) * rec;
-  kernels::F32ToF16Row(k, layout_.KeyRow(r, t), layout_.row);
-  kernels::F32ToF16Row(v, layout_.ValueRow(r, t), layout_.row);
+  layout_.PutF32(r, t, k, v, 1);
   predictor_->ProjectKeys(layer, k, 1, p, L.klr);
   if (t == G - 1) {
     // The write leaves at EndBatch from its own copy, so the ring slot can take the next

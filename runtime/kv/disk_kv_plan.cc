@@ -27,13 +27,15 @@ uint64_t TablesPerLayer(int32_t c, int32_t m, int32_t sink, int32_t recent) {
 }  // namespace
 
 std::string DiskKvPlan::Describe() const {
-  char s[400];
+  char s[512];
   std::snprintf(s, sizeof s,
-                "G=%d sigma=%d (rank %d) M=%d C=%d sink=%d recent=%d: %s of a %s budget per "
+                "G=%d sigma=%d (rank %d) M=%d C=%d sink=%d recent=%d %s records of %u B: %s of "
+                "a %s budget per "
                 "sequence (%.1fx below the full cache of %s): K_lr %s, reuse slots %s, "
                 "rolling+recent %s, sink %s, write staging %s, tables %s",
                 layout.group_size, ratio, rank, groups_per_step, reuse_slots, sink_groups,
-                recent_groups, Mib(total_bytes()).c_str(), Mib(budget_bytes).c_str(),
+                recent_groups, layout.type == kernels::KvType::kQ8_0 ? "q8_0" : "f16",
+                layout.record_bytes, Mib(total_bytes()).c_str(), Mib(budget_bytes).c_str(),
                 double(full_cache_bytes) / double(total_bytes()), Mib(full_cache_bytes).c_str(),
                 Mib(klr_bytes).c_str(), Mib(slot_bytes).c_str(), Mib(ring_bytes).c_str(),
                 Mib(sink_bytes).c_str(), Mib(write_bytes).c_str(), Mib(table_bytes).c_str());
@@ -45,7 +47,16 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
   STRATA_RETURN_IF_ERROR(ValidateDiskKvOptions(o));
   DiskKvPlan p;
   p.n_ctx = shape.n_ctx;
-  p.layout = KvRecordLayout::Make(shape, o.group_size, block_size);
+  const bool q8_fits = shape.head_dim % 32 == 0;
+  if (o.record_type == KvRecordType::kQ8_0 && !q8_fits)
+    return Status::InvalidArgument(
+        "kv.record_type = q8_0 needs a head dimension that is a multiple of 32 (Q8_0 blocks "
+        "hold 32 values); this model's is " +
+        std::to_string(shape.head_dim) + ": use f16 or auto");
+  const bool q8 =
+      o.record_type == KvRecordType::kQ8_0 || (o.record_type == KvRecordType::kAuto && q8_fits);
+  p.layout = KvRecordLayout::Make(shape, o.group_size, block_size,
+                                  q8 ? kernels::KvType::kQ8_0 : kernels::KvType::kF16);
   STRATA_RETURN_IF_ERROR(RankForRatio(shape.row(), o.ratio, &p.rank).WithContext("kv.ratio"));
   p.ratio = o.ratio;
   p.sink_groups = o.sink_groups;

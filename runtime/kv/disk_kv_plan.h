@@ -55,7 +55,8 @@ struct DiskKvPlan {
   // Records per layer that ring, sink and write staging hold in one arena with the slots.
   int32_t ring_records() const { return recent_groups + 1; }
   int32_t arena_records_per_layer() const { return reuse_slots + ring_records() + sink_groups + 1; }
-  // One line: "G=4 sigma=16 (rank 12) M=100 C=125, 14.2 MiB of 14.5 MiB budget (K_lr ...)".
+  // One line: "G=4 sigma=16 (rank 12) M=100 C=125 sink=1 recent=0 f16 records of 3072 B:
+  // 14.2 MiB of a 14.5 MiB budget ... (K_lr ...)".
   std::string Describe() const;
 };
 

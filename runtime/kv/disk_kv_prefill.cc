@@ -31,14 +31,10 @@ Status DiskKv::AppendExact(int32_t layer, Sequence& s, const float* k, const flo
   const int32_t G = layout_.group_size, row = layout_.row, R = plan_.ring_records();
   const uint32_t rec = layout_.record_bytes;
   const int32_t p0 = s.length, n = s.pending, gp0 = p0 / G, head = p0 - gp0 * G;
-  const size_t row_bytes = size_t(row) * sizeof(uint16_t);
   uint16_t* fk = st.fresh_k.data();
   uint16_t* fv = st.fresh_v.data();
-  if (head > 0) {
-    std::byte* r = L.ring + size_t(gp0 % R) * rec;
-    std::memcpy(fk, layout_.KeyRow(r, 0), head * row_bytes);
-    std::memcpy(fv, layout_.ValueRow(r, 0), head * row_bytes);
-  }
+  // The pass attends over its fresh tokens in F16, whatever the record type.
+  if (head > 0) layout_.GetF16(L.ring + size_t(gp0 % R) * rec, 0, head, fk, fv);
   kernels::F32ToF16Row(k, fk + size_t(head) * row, int64_t(n) * row);
   kernels::F32ToF16Row(v, fv + size_t(head) * row, int64_t(n) * row);
   if (!options_.reload_all) predictor_->ProjectKeys(layer, k, n, p0, L.klr);
@@ -46,8 +42,7 @@ Status DiskKv::AppendExact(int32_t layer, Sequence& s, const float* k, const flo
   auto fill = [&](std::byte* r, int32_t g) {  // record of group g from the fresh tokens
     const int32_t first = (g - gp0) * G;
     const int32_t count = std::min(G, head + n - first);
-    std::memcpy(layout_.KeyRow(r, 0), fk + size_t(first) * row, count * row_bytes);
-    std::memcpy(layout_.ValueRow(r, 0), fv + size_t(first) * row, count * row_bytes);
+    layout_.PutF16(r, 0, fk + size_t(first) * row, fv + size_t(first) * row, count);
   };
   const int32_t gp_end = (p0 + n) / G, n_full = gp_end - gp0;
   if (n_full > 0) {

@@ -72,6 +72,29 @@ Status ParseGroupScoring(const std::string& name, GroupScoring* out) {
   return Status::InvalidArgument("unknown group scoring '" + name + "' (accepted: softmax, sum)");
 }
 
+const char* KvRecordTypeName(KvRecordType t) {
+  switch (t) {
+    case KvRecordType::kAuto:
+      return "auto";
+    case KvRecordType::kF16:
+      return "f16";
+    case KvRecordType::kQ8_0:
+      return "q8_0";
+  }
+  return "?";
+}
+
+Status ParseKvRecordType(const std::string& name, KvRecordType* out) {
+  for (KvRecordType t : {KvRecordType::kAuto, KvRecordType::kF16, KvRecordType::kQ8_0}) {
+    if (name == KvRecordTypeName(t)) {
+      *out = t;
+      return Status::OK();
+    }
+  }
+  return Status::InvalidArgument("unknown KV record type '" + name +
+                                 "' (accepted: auto, f16, q8_0)");
+}
+
 Status ValidateDiskKvOptions(const DiskKvOptions& o) {
   // G above 64 makes a record of a big model larger than the store's largest request unit
   // and defeats the point of prediction; the paper uses 4 to 8.

@@ -43,6 +43,16 @@ enum class GroupScoring {
 const char* GroupScoringName(GroupScoring s);
 Status ParseGroupScoring(const std::string& name, GroupScoring* out);
 
+// How group records store K and V, on disk and in the reuse slots.
+enum class KvRecordType {
+  kAuto,  // Q8_0 where the head dimension is a multiple of 32 (Q8_0's block), else F16
+  kF16,
+  kQ8_0,  // 34 bytes per 32 values: 1.9x the tokens of F16 in the same slot memory
+};
+const char* KvRecordTypeName(KvRecordType t);
+// "auto", "f16", "q8_0"; the error lists the accepted names.
+Status ParseKvRecordType(const std::string& name, KvRecordType* out);
+
 // The disk-backed sparse policy (KVSwap): the full KV on disk in group records, a low-rank
 // key summary and a few loaded groups in memory. Defaults follow the paper (M*G ~ 400,
 // G = 4 on NVMe) unless a measurement here says otherwise (see bench/kv).
@@ -51,7 +61,11 @@ struct DiskKvOptions {
   // Adapters file from `strata calibrate`; "" = the model's path with ".gguf" replaced by
   // ".adapters".
   std::string adapters;
-  int32_t group_size = 4;       // G: tokens per group record
+  int32_t group_size = 4;  // G: tokens per group record
+  // Q8_0 records hold 1.9x the tokens of F16 in the same budget and read half the bytes;
+  // on SmolLM2-135M at 1/13 of the cache that is worth more than the quantization costs
+  // (bench_kv_quality; numbers in docs/DESIGN.md).
+  KvRecordType record_type = KvRecordType::kAuto;
   int32_t ratio = 16;           // sigma = n_head_kv*head_dim / rank of the key summary
   int32_t groups_per_step = 0;  // M: groups attention loads per layer; 0 = 400/G or what fits
   int32_t reuse_slots = 0;      // C: loaded groups kept per layer; 0 = all the budget allows

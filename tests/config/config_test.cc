@@ -74,6 +74,13 @@ TEST(ConfigTest, WrongTypesAreErrors) {
   EXPECT_NE(s.message().find("expected an integer, got a list"), std::string::npos) << s.message();
   s = Parse("kv:\n  policy: ssd\n", &c);
   EXPECT_NE(s.message().find("unknown KV policy 'ssd'"), std::string::npos) << s.message();
+  s = Parse("kv:\n  record_type: q4\n", &c);
+  EXPECT_NE(s.message().find("kv.record_type"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("unknown KV record type 'q4' (accepted: auto, f16, q8_0)"),
+            std::string::npos)
+      << s.message();
+  ASSERT_TRUE(Parse("kv:\n  record_type: f16\n", &c).ok());
+  EXPECT_EQ(c.engine.kv.disk.record_type, KvRecordType::kF16);
   s = Parse("- a\n- b\n", &c);
   EXPECT_NE(s.message().find("top level must be a map"), std::string::npos) << s.message();
 }

@@ -137,6 +137,65 @@ TEST_F(DiskKvTest, ContextSizeOffTheSummaryTilesGivesTheSameResults) {
   EXPECT_GT(MaxRelativeDiff(runs[0], Reference()), 1e-4);
 }
 
+// Q8_0 records (what `auto` picks when the head dimension is a multiple of 32): with every
+// group selected the policy attends to the same keys as full KV, now within Q8_0's rounding;
+// records and reads are smaller than F16's, and an explicit q8_0 for a model whose heads do
+// not split into Q8_0 blocks is refused.
+TEST_F(DiskKvTest, Q8RecordsSelectingEveryGroupStayWithinQuantizationErrorOfFullKv) {
+  SyntheticModelSpec spec;
+  spec.head_dim = 32;
+  std::unique_ptr<Model> model;
+  STRATA_ASSERT_OK(testing::LoadSyntheticModel(spec, dir_.path(), "q8", &model));
+  const std::string adapters = dir_.path() + "/q8.adapters";
+  STRATA_ASSERT_OK(testing::WriteIdentityAdapters(*model, {1, 2, 4, 8}, adapters));
+  auto run = [&](KvPolicyKind policy, KvRecordType type, uint32_t* record_bytes, KvCounters* c) {
+    EngineOptions o = DiskEngineOptions(kv_dir_.path(), adapters, kCtx);
+    o.kv.policy = policy;
+    o.kv.disk.group_size = 8;
+    o.kv.disk.groups_per_step = kCtx / 8;
+    o.kv.disk.recent_groups = 1;
+    o.kv.disk.record_type = type;
+    std::unique_ptr<Engine> e;
+    Status st = Engine::Create(*model, o, &e);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    std::vector<std::vector<float>> out;
+    if (!st.ok()) return out;
+    if (record_bytes) *record_bytes = static_cast<DiskKv&>(e->kv()).plan().layout.record_bytes;
+    SeqId seq;
+    EXPECT_TRUE(e->NewSequence(&seq).ok());
+    st = RunTeacherForced(*e, seq, prompt_, decode_, &out);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    if (c) *c = e->kv().counters();
+    return out;
+  };
+  const auto ref = run(KvPolicyKind::kMemory, KvRecordType::kAuto, nullptr, nullptr);
+  uint32_t rec_f16 = 0, rec_q8 = 0;
+  KvCounters c_f16, c_q8;
+  const auto f16 = run(KvPolicyKind::kDisk, KvRecordType::kF16, &rec_f16, &c_f16);
+  const auto q8 = run(KvPolicyKind::kDisk, KvRecordType::kAuto, &rec_q8, &c_q8);
+  ASSERT_EQ(f16.size(), ref.size());
+  ASSERT_EQ(q8.size(), ref.size());
+  EXPECT_LT(MaxRelativeDiff(f16, ref), 1e-4);
+  const double d = MaxRelativeDiff(q8, ref);
+  EXPECT_GT(d, 1e-6) << "Q8_0 records should not be bit-exact";
+  EXPECT_LT(d, 1e-2);
+  EXPECT_EQ(rec_f16, 2048u);  // 8 tokens x 64 values x K,V x 2 bytes
+  EXPECT_EQ(rec_q8, 1536u);   // 8 x 2 blocks of 34 bytes x K,V = 1088, padded to 512
+  EXPECT_EQ(c_q8.groups_selected, c_f16.groups_selected);
+  EXPECT_LT(c_q8.bytes_read, c_f16.bytes_read);
+
+  EngineOptions o = Options();  // head_dim 16: no whole Q8_0 block per head
+  o.kv.disk.record_type = KvRecordType::kQ8_0;
+  std::unique_ptr<Engine> e;
+  const Status st = Engine::Create(*model_, o, &e);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("kv.record_type = q8_0 needs a head dimension that is a multiple "
+                              "of 32"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("this model's is 16"), std::string::npos) << st.message();
+}
+
 TEST_F(DiskKvTest, ResidentMemoryStaysWithinBudgetOverALongGeneration) {
   EngineOptions o = Options();
   o.kv.disk.group_size = 2;
