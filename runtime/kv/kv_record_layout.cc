@@ -42,10 +42,15 @@ void KvRecordLayout::PutF16(void* record, int32_t t0, const uint16_t* k, const u
     std::memcpy(ValueRow(record, t0), v, size_t(n) * row_bytes);
     return;
   }
-  std::vector<float> kf(size_t(n) * row), vf(size_t(n) * row);
-  kernels::F16ToF32Row(k, kf.data(), int64_t(n) * row);
-  kernels::F16ToF32Row(v, vf.data(), int64_t(n) * row);
-  PutF32(record, t0, kf.data(), vf.data(), n);
+  // One token at a time through a row buffer of the calling thread: prefill fills every
+  // record of a pass this way, so nothing is allocated per record.
+  thread_local std::vector<float> f;
+  f.resize(2 * size_t(row));
+  for (int32_t i = 0; i < n; ++i) {
+    kernels::F16ToF32Row(k + size_t(i) * row, f.data(), row);
+    kernels::F16ToF32Row(v + size_t(i) * row, f.data() + row, row);
+    PutF32(record, t0 + i, f.data(), f.data() + row, 1);
+  }
 }
 
 void KvRecordLayout::GetF16(const void* record, int32_t t0, int32_t n, uint16_t* k,
@@ -56,7 +61,8 @@ void KvRecordLayout::GetF16(const void* record, int32_t t0, int32_t n, uint16_t*
     std::memcpy(v, ValueRow(r, t0), size_t(n) * row_bytes);
     return;
   }
-  std::vector<float> f(static_cast<size_t>(row));
+  thread_local std::vector<float> f;
+  f.resize(size_t(row));
   for (int32_t i = 0; i < n; ++i) {
     kernels::DequantizeRow(kernels::DType::kQ8_0, KeyRow(r, t0 + i), f.data(), row);
     kernels::F32ToF16Row(f.data(), k + size_t(i) * row, row);
