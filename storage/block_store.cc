@@ -163,6 +163,10 @@ Status BlockStore::Submit(IoBatch& batch) {
     batch.pending_.store(0, std::memory_order_release);
     return Status::Aborted("store " + path_ + " is closed");
   }
+  if (!expired_.empty()) {
+    batch.pending_.store(0, std::memory_order_release);
+    return Status::IOError(expired_);
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!free_slots_.empty()) {
       StartLocked(&batch, static_cast<uint32_t>(i), now);
@@ -279,21 +283,21 @@ void BlockStore::FinishLocked(uint32_t slot, Status status, Clock::time_point no
   s.batch = nullptr;
   free_slots_.push_back(slot);
   --in_flight_;
-  if (!waiting_.empty() && !closing_) {
+  if (!waiting_.empty() && !closing_ && expired_.empty()) {
     const Finished next = waiting_.front();
     waiting_.pop_front();
     StartLocked(next.batch, next.index, now);
   }
 }
 
-size_t BlockStore::ReapRound(bool block) {
+size_t BlockStore::ReapRound(std::chrono::nanoseconds max_wait) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (backend_ == nullptr) return 0;   // closed
-    if (in_flight_ == 0) block = false;  // nothing could arrive
+    if (backend_ == nullptr) return 0;                            // closed
+    if (in_flight_ == 0) max_wait = std::chrono::nanoseconds(0);  // nothing could arrive
   }
-  const size_t n = backend_->Reap(results_scratch_, block ? 1 : 0,
-                                  block ? kWaitForever : std::chrono::nanoseconds::zero());
+  const bool block = max_wait > std::chrono::nanoseconds(0);
+  const size_t n = backend_->Reap(results_scratch_, block ? 1 : 0, max_wait);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (n > 0) {
@@ -306,6 +310,36 @@ size_t BlockStore::ReapRound(bool block) {
   const size_t delivered = delivering_.size();
   Deliver();
   return delivered;
+}
+
+void BlockStore::ExpireIfStuck() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Clock::time_point now = Clock::now();
+    const Slot* oldest = nullptr;
+    for (const Slot& sl : slots_)
+      if (sl.batch != nullptr && (oldest == nullptr || sl.start < oldest->start)) oldest = &sl;
+    if (oldest == nullptr || now - oldest->start < options_.io_timeout) return;
+    const IoRequest& r = oldest->batch->requests_[oldest->index];
+    expired_ = std::string(KindName(r.kind)) + " of " + path_ + " at offset " +
+               std::to_string(r.offset) + " length " + std::to_string(r.length) +
+               " did not complete within " + std::to_string(options_.io_timeout.count()) +
+               " ms (storage.io_timeout; " + std::to_string(in_flight_) +
+               " requests in flight): the device or the kernel stopped answering, so the " +
+               "store takes no more requests";
+    // Ask the backend to drop what it still holds; a late completion finds its slot free
+    // and is ignored, and no slot is reused once the store has stopped.
+    backend_->CancelAll();
+    for (uint32_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].batch != nullptr) FinishLocked(i, Status::IOError(expired_), now);
+    for (const Finished& w : waiting_) {
+      const IoRequest& q = w.batch->requests_[w.index];
+      counters_.RecordCompletion(q.kind, q.length, 0, false, true);
+      finished_.emplace_back(w, Status::IOError(expired_));
+    }
+    waiting_.clear();
+  }
+  ReapRound(std::chrono::nanoseconds(0));  // delivers what was just failed
 }
 
 void BlockStore::Deliver() {
@@ -327,7 +361,7 @@ size_t BlockStore::Poll() {
   if (t_in_callback) return 0;
   std::unique_lock<std::mutex> reap(reap_mu_, std::try_to_lock);
   if (!reap.owns_lock()) return 0;
-  return ReapRound(false);
+  return ReapRound(std::chrono::nanoseconds(0));
 }
 
 Status BlockStore::Wait(IoBatch& batch) {
@@ -346,7 +380,14 @@ Status BlockStore::Wait(IoBatch& batch) {
         return Status::Internal("batch of " + path_ + " pending with nothing in flight");
       }
     }
-    ReapRound(true);
+    if (options_.io_timeout.count() == 0) {
+      ReapRound(kWaitForever);
+      continue;
+    }
+    // Wake at least once a second to check that requests still complete.
+    const auto slice =
+        std::min<std::chrono::nanoseconds>(options_.io_timeout, std::chrono::seconds(1));
+    if (ReapRound(slice) == 0) ExpireIfStuck();
   }
   return batch.FirstError();
 }
@@ -360,7 +401,7 @@ size_t BlockStore::Reap(size_t min_completions) {
       std::lock_guard<std::mutex> lock(mu_);
       if (in_flight_ == 0 && finished_.empty()) break;
     }
-    total += ReapRound(true);
+    total += ReapRound(kWaitForever);
   }
   return total;
 }
@@ -416,7 +457,12 @@ Status BlockStore::Close() {
       if (backend_ == nullptr) return Status::OK();  // another thread finished closing
       if (in_flight_ == 0 && finished_.empty()) break;
     }
-    ReapRound(true);
+    if (options_.io_timeout.count() == 0) {
+      ReapRound(kWaitForever);
+    } else if (ReapRound(std::min<std::chrono::nanoseconds>(options_.io_timeout,
+                                                            std::chrono::seconds(1))) == 0) {
+      ExpireIfStuck();  // what the device never answers must not keep Close waiting
+    }
   }
   std::unique_ptr<IoBackend> backend;
   {

@@ -116,9 +116,12 @@ class BlockStore {
   void CompleteLocked(const BackendResult& r, Clock::time_point now);
   void FinishLocked(uint32_t slot, Status status, Clock::time_point now);
   void FlushStartsLocked();
-  // One round of reaping: waits (if `block`) for at least one result. Returns requests
-  // finished. Caller holds reap_mu_.
-  size_t ReapRound(bool block);
+  // One round of reaping: waits up to max_wait (zero: not at all) for at least one result.
+  // Returns requests finished. Caller holds reap_mu_.
+  size_t ReapRound(std::chrono::nanoseconds max_wait);
+  // Fails every request once one has been in flight longer than options_.io_timeout and
+  // stops the store taking more (see StoreOptions::io_timeout). Caller holds reap_mu_.
+  void ExpireIfStuck();
   // Publishes finished requests: callbacks, statuses, batch counts. Caller holds reap_mu_.
   void Deliver();
   void Report(const std::string& line) const;
@@ -147,6 +150,7 @@ class BlockStore {
   std::vector<std::pair<Finished, Status>> finished_;  // filled under mu_, delivered after
   size_t in_flight_ = 0;
   bool closing_ = false;
+  std::string expired_;  // why the store stopped taking requests ("" while it works)
   std::vector<MemoryRegion> registered_;
 
   // Reaping side: one reaper at a time.

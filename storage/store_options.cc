@@ -44,6 +44,10 @@ Status StoreOptions::Validate() const {
   if (sq_poll && sq_poll_idle_ms == 0) {
     return Status::InvalidArgument("StoreOptions.sq_poll_idle_ms must be > 0 with sq_poll");
   }
+  if (io_timeout.count() < 0) {
+    return Status::InvalidArgument("StoreOptions.io_timeout " + std::to_string(io_timeout.count()) +
+                                   " ms is negative");
+  }
   STRATA_RETURN_IF_ERROR(slow_disk.Validate());
   return Status::OK();
 }

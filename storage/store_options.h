@@ -9,6 +9,7 @@
 // Threads: a plain value; fill it on one thread before Open.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -64,6 +65,11 @@ struct StoreOptions {
   bool register_file = true;  // io_uring only: fixed file
   // pread pool size; 0: queue_depth (at most 256).
   uint32_t fallback_threads = 0;
+
+  // A request still in flight after this long is taken as lost (a device or kernel that
+  // stopped answering): the waiter gets an IOError naming it instead of waiting forever,
+  // and the store takes no more requests. Zero: wait forever.
+  std::chrono::milliseconds io_timeout{60'000};
 
   SlowDiskOptions slow_disk;              // off by default
   std::shared_ptr<FaultInjector> faults;  // tests only; null: none

@@ -206,6 +206,41 @@ TEST_P(FaultInjectionTest, CloseReleasesAnotherThreadWaitingOnADelayedBatch) {
   }
 }
 
+// A device that stops answering must not hang the waiter: after io_timeout the request
+// fails with an error that names it and the timeout, and the store refuses more work.
+TEST_P(FaultInjectionTest, ARequestThatNeverCompletesFailsAfterTheTimeout) {
+  ASSERT_TRUE(store_->Close().ok());
+  StoreOptions o = testing::SmallStore(dir_.path(), kCapacity, GetParam());
+  o.queue_depth = 2;
+  o.faults = faults_;
+  o.io_timeout = 300ms;
+  o.file_name = "stuck.strata";
+  std::unique_ptr<BlockStore> store;
+  ASSERT_TRUE(BlockStore::Open(o, &store).ok());
+  FaultRule r = FaultRule::Delay(std::chrono::hours(1));
+  r.times = 0;
+  faults_->Add(r);
+  IoBatch batch;
+  for (uint32_t b = 0; b < 4; ++b) batch.AddRead(b * kBlock, buf_.data() + b * kBlock, kBlock);
+  ASSERT_TRUE(store->Submit(batch).ok());  // 2 in the backend, 2 waiting in the store
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status st = store->Wait(batch);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);  // not an hour
+  ASSERT_TRUE(batch.done());
+  EXPECT_EQ(st.code(), Status::Code::kIOError) << st.ToString();
+  EXPECT_NE(st.message().find("did not complete within 300 ms"), std::string::npos)
+      << st.ToString();
+  EXPECT_NE(st.message().find(store->path()), std::string::npos) << st.ToString();
+  for (uint32_t b = 0; b < 4; ++b) EXPECT_FALSE(batch.status(b).ok()) << b;
+  IoBatch more;
+  more.AddRead(0, buf_.data(), kBlock);
+  const Status refused = store->Submit(more);
+  EXPECT_EQ(refused.code(), Status::Code::kIOError);
+  EXPECT_NE(refused.message().find("takes no more requests"), std::string::npos)
+      << refused.ToString();
+  EXPECT_TRUE(store->Close().ok());
+}
+
 TEST_P(FaultInjectionTest, ErrorsAreSeenThroughCallbacksToo) {
   faults_->Add(FaultRule::Eio());
   IoBatch batch;
