@@ -10,7 +10,11 @@ cmake --build "$root/build" -j"$(nproc)"
 model=$("$root/scripts/fetch_model.sh")
 # Key adapters for `--kv disk`, made once from the calibration excerpt (about a minute).
 adapters="${model%.gguf}.adapters"
-if [ ! -f "$adapters" ]; then
+# Version 3 added each layer's attention profile; an older file is kept beside the new one.
+version=0
+[ -f "$adapters" ] && version=$(od -An -tu4 -j8 -N4 "$adapters" | tr -d ' ')
+if [ "$version" -lt 3 ]; then
+  [ -f "$adapters" ] && mv "$adapters" "$adapters.v$version"
   "$root/build/bin/strata" calibrate -m "$model" --text "$root/tuner/data/calibration.txt" \
     --text-fraction 1 --ratios 8,16,32 -o "$adapters" >&2
 fi

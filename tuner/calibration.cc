@@ -19,7 +19,10 @@ namespace {
 class KeyRecorder final : public KvPolicy {
  public:
   KeyRecorder(std::unique_ptr<MemoryKv> inner, int32_t capacity)
-      : inner_(std::move(inner)), capacity_(capacity), keys_(size_t(inner_->shape().n_layer)) {}
+      : inner_(std::move(inner)),
+        capacity_(capacity),
+        keys_(size_t(inner_->shape().n_layer)),
+        key_base_(size_t(inner_->shape().n_layer), 0) {}
 
   const char* name() const override { return "key-recorder"; }
   const KvShape& shape() const override { return inner_->shape(); }
@@ -34,10 +37,17 @@ class KeyRecorder final : public KvPolicy {
     std::vector<float>& dst = keys_[size_t(layer)];
     const size_t row = size_t(shape().row());
     const size_t room = size_t(capacity_) * row - std::min(dst.size(), size_t(capacity_) * row);
-    int32_t n_new = 0;
+    int32_t n_new = 0, pos0 = 0;
     for (const BatchSeq& b : batch_)
-      if (b.seq == seq) n_new = b.n_new;
+      if (b.seq == seq) n_new = b.n_new, pos0 = b.pos0;
+    // Keys of position p of this sequence sit at index base + p.
+    if (pos0 == 0) key_base_[size_t(layer)] = int64_t(dst.size() / row);
     dst.insert(dst.end(), k, k + std::min(room, size_t(n_new) * row));
+    if (!pending_.empty()) {  // the profile needs the values too
+      std::vector<float>& vals = values_[size_t(layer)];
+      vals.insert(vals.end(), v, v + std::min(room, size_t(n_new) * row));
+    }
+    MeasurePending(layer);
     return inner_->Append(layer, seq, k, v);
   }
   Status View(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) override {
@@ -46,11 +56,13 @@ class KeyRecorder final : public KvPolicy {
   // x enters layer-1 (the embeddings for layer 0): the input the disk policy predicts
   // layer's groups from, so the queries it yields are the ones the adapters will meet.
   Status Prepare(int32_t layer, const float* x, int64_t n_embd) override {
-    if (!queries_) return Status::OK();
+    if (layer < 0 || layer >= shape().n_layer) return Status::OK();
     int32_t n = 0;
     positions_.clear();
     for (const BatchSeq& b : batch_)
       for (int32_t i = 0; i < b.n_new; ++i) positions_.push_back(b.pos0 + i);
+    SampleProfileQueries(layer, x, n_embd);
+    if (query_cov_.empty()) return Status::OK();
     n = std::min(int32_t(positions_.size()), capacity_ - query_rows_[size_t(layer)]);
     if (n <= 0) return Status::OK();
     (void)n_embd;
@@ -86,18 +98,53 @@ class KeyRecorder final : public KvPolicy {
   const std::vector<float>& keys(int32_t layer) const { return keys_[size_t(layer)]; }
   const std::vector<double>& query_cov(int32_t layer) const { return query_cov_[size_t(layer)]; }
 
-  // Also accumulate each layer's query covariance, with the engine's pool for the matmuls.
-  Status EnableQueries(const Model& model, ThreadPool* pool, int32_t max_rows) {
+  // Forms the queries the policy will form at run time (full rank), for the attention
+  // profile and, with covariance, for the query-aware fit; the engine's pool does the matmuls.
+  Status EnableQueries(const Model& model, ThreadPool* pool, int32_t max_rows, bool covariance,
+                       int32_t window, int32_t samples) {
     const int32_t row = shape().row(), n_layer = shape().n_layer;
     identity_.ratio = 1;
     identity_.rank = row;
     std::vector<float> eye(size_t(row) * row, 0.0f);
     for (int32_t i = 0; i < row; ++i) eye[size_t(i) * row + i] = 1.0f;
     identity_.layers.assign(size_t(n_layer), eye);
-    query_cov_.assign(size_t(n_layer), std::vector<double>(size_t(row) * row, 0.0));
-    query_rows_.assign(size_t(n_layer), 0);
+    if (covariance) {
+      query_cov_.assign(size_t(n_layer), std::vector<double>(size_t(row) * row, 0.0));
+      query_rows_.assign(size_t(n_layer), 0);
+    }
+    // Profile samples: `samples` positions spread evenly over the second half of each
+    // window, where the context is long enough to resemble long-context decoding.
+    sample_lo_ = window / 2;
+    sample_step_ = std::max(1, (window - sample_lo_) / std::max(1, samples));
+    profile_tokens_ = AttentionProfile::DefaultTokens();
+    err_sq_.assign(size_t(n_layer), std::vector<double>(profile_tokens_.size(), 0.0));
+    out_sq_.assign(size_t(n_layer), 0.0);
+    measured_.assign(size_t(n_layer), 0);
+    values_.assign(size_t(n_layer), {});
+    pending_.assign(size_t(n_layer), {});
     return GroupPredictor::Create(model, identity_, GroupScoring::kSum, 1, max_rows, pool,
                                   &queries_);
+  }
+
+  // Per layer and point, the relative error of the attention output: the root of the
+  // summed squared errors over the summed squared full outputs (empty when nothing was
+  // measured).
+  AttentionProfile Profile() const {
+    AttentionProfile p;
+    for (int64_t m : measured_)
+      if (m == 0) return p;
+    p.tokens = profile_tokens_;
+    for (size_t l = 0; l < err_sq_.size(); ++l) {
+      std::vector<float> e(err_sq_[l].size());
+      for (size_t i = 0; i < e.size(); ++i)
+        e[i] = float(std::min(double(AttentionProfile::kMaxError),
+                              std::sqrt(err_sq_[l][i] / std::max(out_sq_[l], 1e-30))));
+      // More groups need not always mean less error for one query, but should on average;
+      // keep the curve monotone so the planner's greedy spread is well defined.
+      for (size_t i = 1; i < e.size(); ++i) e[i] = std::min(e[i], e[i - 1]);
+      p.error.push_back(std::move(e));
+    }
+    return p;
   }
 
  private:
@@ -112,6 +159,134 @@ class KeyRecorder final : public KvPolicy {
   std::vector<int32_t> query_rows_;
   std::vector<int32_t> positions_;
   std::vector<float> q_;
+
+  // Attention profile.
+  struct Sample {
+    int32_t pos;
+    std::vector<float> q;  // [n_head][row]: head h's query in its KV head's block
+  };
+  void SampleProfileQueries(int32_t layer, const float* x, int64_t n_embd) {
+    if (pending_.empty()) return;
+    for (const BatchSeq& b : batch_)  // a new window: what the last one left is void
+      if (b.pos0 == 0) pending_[size_t(layer)].clear();
+    rows_.clear();
+    for (size_t t = 0; t < positions_.size(); ++t) {
+      const int32_t p = positions_[t];
+      if (p >= sample_lo_ && (p - sample_lo_) % sample_step_ == 0) rows_.push_back(int32_t(t));
+    }
+    if (rows_.empty()) return;
+    const int32_t row = shape().row(), n_head = queries_->n_head();
+    xs_.resize(rows_.size() * size_t(n_embd));
+    pos_.clear();
+    for (size_t j = 0; j < rows_.size(); ++j) {
+      std::copy_n(x + size_t(rows_[j]) * n_embd, n_embd, xs_.data() + j * n_embd);
+      pos_.push_back(positions_[size_t(rows_[j])]);
+    }
+    qs_.resize(rows_.size() * n_head * row);
+    queries_->LowRankQueries(layer, xs_.data(), int64_t(rows_.size()), pos_.data(), qs_.data());
+    for (size_t j = 0; j < rows_.size(); ++j)
+      pending_[size_t(layer)].push_back(
+          {pos_[j], std::vector<float>(qs_.begin() + ptrdiff_t(j * n_head * row),
+                                       qs_.begin() + ptrdiff_t((j + 1) * n_head * row))});
+  }
+
+  // Scores each pending sample of `layer` whose keys have all arrived against keys 0..pos of
+  // its window and, per head, compares the attention output over the sink group, the newest
+  // group and the n heaviest other groups with the full output, for n at every profile
+  // point: squared errors and squared full outputs are summed per layer.
+  void MeasurePending(int32_t layer) {
+    if (pending_.empty()) return;
+    std::vector<Sample>& pend = pending_[size_t(layer)];
+    const std::vector<float>& keys = keys_[size_t(layer)];
+    const std::vector<float>& vals = values_[size_t(layer)];
+    const int32_t row = shape().row(), d = shape().head_dim, n_head = queries_->n_head();
+    const int32_t n_rep = n_head / shape().n_head_kv, G = AttentionProfile::kGroupSize;
+    const float scale = 1.0f / std::sqrt(float(d));
+    const int64_t base = key_base_[size_t(layer)];
+    const int64_t have = int64_t(keys.size() / size_t(row)) - base;
+    full_.resize(size_t(d));
+    acc_.resize(size_t(d));
+    for (auto it = pend.begin(); it != pend.end();) {
+      const int32_t p = it->pos;
+      if (p >= have) {  // its keys are not all here yet (or were beyond the capacity)
+        ++it;
+        continue;
+      }
+      const int32_t n_groups = p / G;  // full groups before the newest (partial) one
+      for (int32_t h = 0; h < n_head; ++h) {
+        const int32_t g = h / n_rep;
+        const float* q = it->q.data() + size_t(h) * row + size_t(g) * d;
+        auto key = [&](int32_t j) { return keys.data() + size_t(base + j) * row + size_t(g) * d; };
+        auto val = [&](int32_t j) { return vals.data() + size_t(base + j) * row + size_t(g) * d; };
+        score_.resize(size_t(p) + 1);
+        float mx = -INFINITY;
+        for (int32_t j = 0; j <= p; ++j) {
+          float dot = 0;
+          for (int32_t i = 0; i < d; ++i) dot += q[i] * key(j)[i];
+          score_[size_t(j)] = dot * scale;
+          mx = std::max(mx, score_[size_t(j)]);
+        }
+        for (float& v : score_) v = std::exp(v - mx);
+        std::fill(full_.begin(), full_.end(), 0.0);
+        std::fill(acc_.begin(), acc_.end(), 0.0);
+        double total = 0, w = 0;
+        auto add = [&](int32_t j, std::vector<double>& to) {
+          for (int32_t i = 0; i < d; ++i) to[size_t(i)] += double(score_[size_t(j)]) * val(j)[i];
+        };
+        for (int32_t j = 0; j <= p; ++j) {
+          add(j, full_);
+          total += score_[size_t(j)];
+        }
+        // Always read: the sink group (once complete) and the newest tokens.
+        const int32_t sink_end = n_groups >= 1 ? G : 0;
+        for (int32_t j = 0; j <= p; ++j)
+          if (j < sink_end || j >= n_groups * G) {
+            add(j, acc_);
+            w += score_[size_t(j)];
+          }
+        order_.clear();
+        for (int32_t gi = 1; gi < n_groups; ++gi) {
+          double m = 0;
+          for (int32_t j = gi * G; j < gi * G + G; ++j) m += score_[size_t(j)];
+          order_.push_back({m, gi});
+        }
+        std::sort(order_.begin(), order_.end(), std::greater<>());
+        double full_sq = 0;
+        for (int32_t i = 0; i < d; ++i) full_sq += std::pow(full_[size_t(i)] / total, 2);
+        size_t taken = 0;
+        for (size_t i = 0; i < profile_tokens_.size(); ++i) {
+          const size_t want = std::min(order_.size(), size_t(profile_tokens_[i] / G));
+          for (; taken < want; ++taken) {
+            const int32_t j0 = order_[taken].second * G;
+            for (int32_t j = j0; j < j0 + G; ++j) {
+              add(j, acc_);
+              w += score_[size_t(j)];
+            }
+          }
+          double err = 0;
+          for (int32_t c = 0; c < d; ++c)
+            err += std::pow(acc_[size_t(c)] / w - full_[size_t(c)] / total, 2);
+          err_sq_[size_t(layer)][i] += err;
+        }
+        out_sq_[size_t(layer)] += full_sq;
+        ++measured_[size_t(layer)];
+      }
+      it = pend.erase(it);
+    }
+  }
+
+  int32_t sample_lo_ = 0, sample_step_ = 1;
+  std::vector<int32_t> profile_tokens_;
+  std::vector<std::vector<double>> err_sq_;  // [layer][point]
+  std::vector<double> out_sq_;               // [layer]
+  std::vector<int64_t> measured_;
+  std::vector<std::vector<float>> values_;
+  std::vector<std::vector<Sample>> pending_;
+  std::vector<int64_t> key_base_;
+  std::vector<int32_t> rows_, pos_;
+  std::vector<float> xs_, qs_, score_;
+  std::vector<double> full_, acc_;
+  std::vector<std::pair<double, int32_t>> order_;
 };
 
 Status ReadText(const CalibrationOptions& o, std::string* text) {
@@ -254,7 +429,8 @@ Status Calibrate(const Model& model, const CalibrationOptions& o, Adapters* out,
   KeyRecorder* rec = recorder.get();
   std::unique_ptr<Engine> engine;
   STRATA_RETURN_IF_ERROR(Engine::Create(model, eo, std::move(recorder), &engine));
-  if (o.query_aware) STRATA_RETURN_IF_ERROR(rec->EnableQueries(model, &engine->pool(), eo.n_batch));
+  STRATA_RETURN_IF_ERROR(rec->EnableQueries(model, &engine->pool(), eo.n_batch, o.query_aware,
+                                            window, o.profile_samples));
   std::vector<float> logits;
   for (int32_t start = 0; start < o.tokens; start += window) {
     const int32_t n = std::min(window, o.tokens - start);
@@ -281,6 +457,7 @@ Status Calibrate(const Model& model, const CalibrationOptions& o, Adapters* out,
            o.text_path;
   for (size_t i = 0; i < o.ratios.size(); ++i)
     a.sets.push_back(AdapterSet{o.ratios[i], ranks[i], {}, {}});
+  a.profile = rec->Profile();
   const int32_t max_rank = *std::max_element(ranks.begin(), ranks.end());
   for (int32_t l = 0; l < hp.n_layer; ++l) {
     if (o.query_aware) {

@@ -35,12 +35,15 @@ struct CalibrationOptions {
   // the project calibrates on the first half of tinyshakespeare and evaluates on the second.
   double text_fraction = 0.5;
   std::vector<int32_t> ratios = {8, 16, 32};
-  int32_t tokens = 8192;    // keys collected per layer
-  int32_t window = 8192;    // tokens per forward window (positions 0 .. window-1)
-  int32_t threads = 0;      // 0 = one per core
+  int32_t tokens = 8192;  // keys collected per layer
+  int32_t window = 8192;  // tokens per forward window (positions 0 .. window-1)
+  int32_t threads = 0;    // 0 = one per core
   // Query-aware fit instead of the keys' SVD alone (B = A). Off by default: on SmolLM2-135M
   // it selected no better groups than the plain SVD (bench_kv_quality, 2 windows).
   bool query_aware = false;
+  // Positions per window (spread over its second half) whose attention is measured for
+  // the layers' attention profile (see AttentionProfile).
+  int32_t profile_samples = 64;
 };
 
 // progress (may be empty) receives one line per stage.

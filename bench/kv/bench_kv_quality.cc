@@ -133,6 +133,7 @@ Status RunPolicy(const Model& model, const Flags& f, const DiskKvOptions& d, con
   (*info)["peak_sequence_resident"] = c.peak_sequence_resident_bytes;
   (*info)["groups_selected"] = c.groups_selected - c0.groups_selected;
   (*info)["reuse_hits"] = c.reuse_hits - c0.reuse_hits;
+  (*info)["resident_attended"] = c.resident_attended - c0.resident_attended;
   return Status::OK();
 }
 

@@ -143,6 +143,10 @@ Status ParseDiskSpec(const std::string& spec, const DiskKvOptions& base, int32_t
         o.adapters = v;
       } else if (k == "refine") {
         o.refine = v == "1";
+      } else if (k == "layers") {
+        o.calibrated_layers = v == "1";
+      } else if (k == "resident") {
+        o.attend_resident = v == "1";
       } else if (k == "reload") {
         o.reload_all = v == "1";
       } else if (k == "reuse") {

@@ -99,6 +99,7 @@ nlohmann::json StatsJson(const GenerationStats& s) {
              {"reads_issued", s.kv.reads_issued},
              {"groups_selected", s.kv.groups_selected},
              {"reuse_hits", s.kv.reuse_hits},
+             {"resident_attended", s.kv.resident_attended},
              {"io_wait_seconds", s.kv.io_wait_seconds},
              {"predict_seconds", s.kv.predict_seconds},
              {"budget_bytes", s.kv.budget_bytes},

@@ -41,6 +41,12 @@ Status Calibrate(CalibrateFlags& f) {
   STRATA_RETURN_IF_ERROR(a.Write(out));
   std::printf("wrote %s: ratios %s for model %s (%s), %s\n", out.c_str(), a.RatioList().c_str(),
               path.c_str(), model->identity_hex().c_str(), a.note.c_str());
+  if (!a.profile.empty()) {
+    // How unevenly the layers need their context: the error of 400 selected tokens.
+    std::printf("attention output error with 400 tokens selected, per layer:");
+    for (int32_t l = 0; l < a.n_layer; ++l) std::printf(" %.3f", a.profile.Error(l, 400));
+    std::printf("\n");
+  }
   return Status::OK();
 }
 

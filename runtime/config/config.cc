@@ -264,6 +264,12 @@ const std::vector<Setting>& Schema() {
         [dk](Config& c) -> int32_t& { return dk(c).queue_depth; }, 1, 4096));
     v.push_back(Bool("kv.refine", "re-select each layer's groups from its exact query",
                      [dk](Config& c) -> bool& { return dk(c).refine; }));
+    v.push_back(Bool("kv.calibrated_layers",
+                     "spread M and C over layers by the adapters' attention profile",
+                     [dk](Config& c) -> bool& { return dk(c).calibrated_layers; }));
+    v.push_back(Bool("kv.attend_resident",
+                     "attention also reads groups the reuse buffer holds from earlier steps",
+                     [dk](Config& c) -> bool& { return dk(c).attend_resident; }));
     v.push_back(Bool("kv.emulate_emmc", "cap the KV store at eMMC speed (250 MB/s, labelled)",
                      [dk](Config& c) -> bool& { return dk(c).emulate_emmc; }));
     return v;

@@ -1,5 +1,6 @@
 #include "runtime/kv/adapters.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -13,7 +14,9 @@ namespace strata {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'R', 'K', 'V', 'A', 'D', 'P'};
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
+constexpr uint32_t kOldestVersion = 2;  // no attention profile
+constexpr uint32_t kMaxProfilePoints = 256;
 // Far above any real model; keeps a damaged count from asking for gigabytes.
 constexpr uint32_t kMaxDim = 1 << 16;
 constexpr uint32_t kMaxSets = 64;
@@ -77,6 +80,36 @@ Status CheckDim(const std::string& path, const char* field, uint32_t v) {
   return Status::OK();
 }
 
+Status ReadProfile(Reader& r, const std::string& path, uint32_t n_layer, AttentionProfile* p) {
+  uint32_t points = 0;
+  STRATA_RETURN_IF_ERROR(r.Get("profile points", &points));
+  if (points > kMaxProfilePoints)
+    return Status::Corruption("adapters " + path + ": profile points " + std::to_string(points) +
+                              " exceeds " + std::to_string(kMaxProfilePoints));
+  if (points == 0) return Status::OK();
+  p->tokens.resize(points);
+  for (uint32_t i = 0; i < points; ++i) {
+    uint32_t t = 0;
+    STRATA_RETURN_IF_ERROR(r.Get("profile tokens", &t));
+    if ((i == 0 && t != 0) || (i > 0 && t <= uint32_t(p->tokens[i - 1])) || t > kMaxDim * 16u)
+      return Status::Corruption("adapters " + path + ": profile token count " + std::to_string(t) +
+                                " at point " + std::to_string(i) + " is not ascending from 0");
+    p->tokens[i] = int32_t(t);
+  }
+  p->error.assign(n_layer, std::vector<float>(points));
+  for (uint32_t l = 0; l < n_layer; ++l) {
+    std::vector<float>& m = p->error[l];
+    STRATA_RETURN_IF_ERROR(r.Bytes("profile", m.data(), m.size() * sizeof(float)));
+    for (float v : m)
+      if (!(v >= 0.0f && v <= AttentionProfile::kMaxError))
+        return Status::Corruption("adapters " + path + ": attention profile of layer " +
+                                  std::to_string(l) + " holds " + std::to_string(v) +
+                                  ", outside [0, " +
+                                  std::to_string(int(AttentionProfile::kMaxError)) + "]");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status RankForRatio(int32_t row, int32_t ratio, int32_t* rank) {
@@ -86,6 +119,31 @@ Status RankForRatio(int32_t row, int32_t ratio, int32_t* rank) {
                               "] (n_head_kv*head_dim of the model)");
   *rank = std::max(1, row / ratio);
   return Status::OK();
+}
+
+double AttentionProfile::Error(int32_t layer, double t) const {
+  const std::vector<float>& m = error[size_t(layer)];
+  if (t <= tokens.front()) return m.front();
+  for (size_t i = 1; i < tokens.size(); ++i)
+    if (t <= tokens[i]) {
+      const double f = (t - tokens[i - 1]) / double(tokens[i] - tokens[i - 1]);
+      return m[i - 1] + f * (m[i] - m[i - 1]);
+    }
+  return m.back();
+}
+
+double AttentionProfile::Drop(int32_t layer, double t0, double t1) const {
+  const std::vector<float>& m = error[size_t(layer)];
+  double d = 0;
+  for (size_t i = 1; i < tokens.size(); ++i) {
+    const double lo = std::max(t0, double(tokens[i - 1])), hi = std::min(t1, double(tokens[i]));
+    if (hi > lo) d += (hi - lo) * ((double(m[i - 1]) - m[i]) / (tokens[i] - tokens[i - 1]));
+  }
+  return d;
+}
+
+std::vector<int32_t> AttentionProfile::DefaultTokens() {
+  return {0, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096};
 }
 
 const AdapterSet* Adapters::Find(int32_t ratio) const {
@@ -132,6 +190,17 @@ Status Adapters::Write(const std::string& path) const {
           return Status::Internal("adapters: a layer matrix has the wrong size");
         w.Bytes(m->data(), m->size() * sizeof(float));
       }
+    }
+  }
+  w.Put<uint32_t>(uint32_t(profile.tokens.size()));
+  for (int32_t t : profile.tokens) w.Put<uint32_t>(uint32_t(t));
+  if (!profile.empty()) {
+    if (int32_t(profile.error.size()) != n_layer)
+      return Status::Internal("adapters: attention profile has the wrong layer count");
+    for (const std::vector<float>& m : profile.error) {
+      if (m.size() != profile.tokens.size())
+        return Status::Internal("adapters: attention profile has the wrong point count");
+      w.Bytes(m.data(), m.size() * sizeof(float));
     }
   }
   const uint64_t sum = Fnv64(w.buf().data(), w.buf().size());
@@ -191,9 +260,10 @@ Status Adapters::Read(const std::string& path, Adapters* out) {
   STRATA_RETURN_IF_ERROR(r.Bytes("magic", magic, sizeof magic));
   uint32_t version = 0, n_layer = 0, n_head_kv = 0, head_dim = 0, note_len = 0, n_sets = 0;
   STRATA_RETURN_IF_ERROR(r.Get("version", &version));
-  if (version != kVersion)
+  if (version < kOldestVersion || version > kVersion)
     return Status::Corruption("adapters " + path + ": version " + std::to_string(version) +
-                              " is not the supported version " + std::to_string(kVersion));
+                              " is not a supported version (" + std::to_string(kOldestVersion) +
+                              " to " + std::to_string(kVersion) + ")");
   STRATA_RETURN_IF_ERROR(r.Get("model identity", &a.model_identity));
   STRATA_RETURN_IF_ERROR(r.Get("n_layer", &n_layer));
   STRATA_RETURN_IF_ERROR(r.Get("n_head_kv", &n_head_kv));
@@ -250,9 +320,11 @@ Status Adapters::Read(const std::string& path, Adapters* out) {
       }
     }
   }
+  if (version >= 3) STRATA_RETURN_IF_ERROR(ReadProfile(r, path, n_layer, &a.profile));
   if (r.pos() != body)
     return Status::Corruption("adapters " + path + ": " + std::to_string(body - r.pos()) +
-                              " unexpected bytes after the matrices");
+                              " unexpected bytes after the " +
+                              (version >= 3 ? "attention profile" : "matrices"));
   *out = std::move(a);
   return Status::OK();
 }

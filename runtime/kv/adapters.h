@@ -10,11 +10,18 @@
 // runtime refuses adapters made for another model, and a checksum so a damaged file is
 // refused rather than used.
 //
-// File layout (little-endian): "STRKVADP", u32 version (2), u64 model identity, u32
-// n_layer, n_head_kv, head_dim, u64 calibration tokens, u32 note length + note bytes, u32
-// set count, then per set u32 ratio, u32 rank and u32 "has B", then per set per layer A
-// (rank*row F32 values, row-major [row][rank]) followed by B when the set has one, and last
-// a u64 FNV-1a checksum of every byte before it.
+// Calibration also measures each layer's attention profile: how far its attention output
+// moves when it reads only n groups, as a function of n. Layers of one model differ a lot here
+// (some attend to a few tokens, some to thousands), and the disk policy uses the profile to
+// give each layer its share of the selected groups and slots (DiskKvPlan).
+//
+// File layout (little-endian): "STRKVADP", u32 version (3; 2 is read too, without a
+// profile), u64 model identity, u32 n_layer, n_head_kv, head_dim, u64 calibration tokens,
+// u32 note length + note bytes, u32 set count, then per set u32 ratio, u32 rank and u32
+// "has B", then per set per layer A (rank*row F32 values, row-major [row][rank]) followed by
+// B when the set has one; then (version 3) u32 profile points P (0: none), P u32 token
+// counts (ascending, the first 0), n_layer*P F32 relative errors; and last a u64 FNV-1a
+// checksum of every byte before it.
 //
 // A plain value; thread-compatible. Read and Write touch only the named file.
 #pragma once
@@ -42,6 +49,28 @@ struct AdapterSet {
   }
 };
 
+// How much a layer's attention output changes when it reads only the sink group, the newest
+// group and the n heaviest other groups of kGroupSize tokens instead of every token: the
+// relative error sqrt(sum |o_n - o|^2 / sum |o|^2) over query heads and sampled positions of
+// the calibration text, at token counts n * kGroupSize. A layer whose attention is spread
+// over values that differ needs many groups; one that is spread over similar values, or
+// concentrated on a few tokens, needs few.
+struct AttentionProfile {
+  static constexpr int32_t kGroupSize = 4;
+  static constexpr float kMaxError = 16.0f;  // files holding more are refused as damaged
+  std::vector<int32_t> tokens;               // ascending token counts (n * kGroupSize), from 0
+  std::vector<std::vector<float>> error;     // [layer][point], non-increasing in the point
+
+  bool empty() const { return tokens.empty(); }
+  // The error of `layer` at t selected tokens, linear between points (flat past the last).
+  double Error(int32_t layer, double t) const;
+  // Error(layer, t0) - Error(layer, t1), t0 <= t1, summed segment by segment so that equal
+  // steps inside one segment give bit-identical results wherever they start.
+  double Drop(int32_t layer, double t0, double t1) const;
+  // The token counts calibration measures at.
+  static std::vector<int32_t> DefaultTokens();
+};
+
 struct Adapters {
   uint64_t model_identity = 0;
   int32_t n_layer = 0;
@@ -50,6 +79,7 @@ struct Adapters {
   uint64_t calibration_tokens = 0;
   std::string note;  // what the calibration ran on, for people reading `strata info`
   std::vector<AdapterSet> sets;
+  AttentionProfile profile;  // empty in files written before version 3
 
   int32_t row() const { return n_head_kv * head_dim; }
   const AdapterSet* Find(int32_t ratio) const;

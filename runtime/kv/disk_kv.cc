@@ -103,7 +103,7 @@ Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t 
     STRATA_RETURN_IF_ERROR(storage::BlockStore::Open(probe, &s).WithContext("disk KV store"));
     block = s->block_size();
   }
-  STRATA_RETURN_IF_ERROR(PlanDiskKv(shape, options, block, &kv->plan_));
+  STRATA_RETURN_IF_ERROR(PlanDiskKv(shape, options, block, &kv->plan_, &kv->adapters_.profile));
   if (kv->plan_.rank != set->rank)
     return Status::Corruption("adapters " + adapters + ": ratio " + std::to_string(set->ratio) +
                               " has rank " + std::to_string(set->rank) + ", expected " +
@@ -152,9 +152,10 @@ Status DiskKv::AddSequence(SeqId* out) {
                                      " sequences, the limit is " + std::to_string(max_sequences_));
   auto s = std::make_unique<Sequence>();
   const uint64_t rec = layout_.record_bytes;
-  const int32_t per_layer = plan_.arena_records_per_layer();
-  STRATA_RETURN_IF_ERROR(storage::AlignedBuffer::Allocate(size_t(shape_.n_layer) * per_layer * rec,
-                                                          store_->block_size(), &s->arena));
+  size_t records = 0;
+  for (int32_t l = 0; l < shape_.n_layer; ++l) records += size_t(plan_.arena_records(l));
+  STRATA_RETURN_IF_ERROR(
+      storage::AlignedBuffer::Allocate(records * rec, store_->block_size(), &s->arena));
   const size_t klr_tokens = size_t(GroupPredictor::KlrTokens(shape_.n_ctx));
   s->klr_map_bytes = size_t(shape_.n_layer) * klr_tokens * plan_.rank * sizeof(uint16_t);
   void* p = mmap(nullptr, s->klr_map_bytes, PROT_READ | PROT_WRITE,
@@ -165,18 +166,20 @@ Status DiskKv::AddSequence(SeqId* out) {
         errno);
   s->klr_map = p;
   s->layers.resize(size_t(shape_.n_layer));
+  std::byte* base = s->arena.data();
   for (int32_t l = 0; l < shape_.n_layer; ++l) {
     Layer& L = s->layers[size_t(l)];
-    std::byte* base = s->arena.data() + size_t(l) * per_layer * rec;
+    const int32_t slots = plan_.layer_slots[size_t(l)], m = plan_.layer_groups[size_t(l)];
     L.slots = base;
-    L.ring = L.slots + size_t(plan_.reuse_slots) * rec;
+    base += size_t(plan_.arena_records(l)) * rec;
+    L.ring = L.slots + size_t(slots) * rec;
     L.sink = L.ring + size_t(plan_.ring_records()) * rec;
     L.write = L.sink + size_t(plan_.sink_groups) * rec;
     L.klr = static_cast<uint16_t*>(p) + size_t(l) * klr_tokens * plan_.rank;
-    L.reuse = ReuseBuffer(plan_.reuse_slots, options_.reuse);
-    L.selected.reserve(size_t(plan_.groups_per_step));
-    L.placed.reserve(size_t(plan_.groups_per_step));
-    L.view.reserve(size_t(plan_.groups_per_step + plan_.sink_groups + plan_.recent_groups + 1));
+    L.reuse = ReuseBuffer(slots, options_.reuse);
+    L.selected.reserve(size_t(m));
+    L.placed.reserve(size_t(m));
+    L.view.reserve(size_t(slots + plan_.sink_groups + plan_.recent_groups + 1));
   }
   s->region = free_regions_.back();
   free_regions_.pop_back();
@@ -376,7 +379,7 @@ Status DiskKv::PrepareSparse(int32_t layer, const float* x, int64_t n_embd, bool
     const int32_t g_lo = std::min(plan_.sink_groups, gp);
     const int32_t g_hi = std::max(g_lo, gp - plan_.recent_groups);
     predictor_->SelectGroups(q_lr_.data() + j * n_head * rank, L.klr, g_lo, g_hi, G,
-                             plan_.groups_per_step, &L.selected);
+                             plan_.layer_groups[size_t(layer)], &L.selected);
     L.reuse.Resolve(L.selected, &L.placed);
     AddLoads(layer, s, refining);
   }
@@ -488,7 +491,19 @@ void DiskKv::ViewDecode(int32_t layer, Sequence& s) {
     L.view.push_back(layout_.Span(L.sink + size_t(g) * rec, g, G));
   for (const ReuseBuffer::Placement& pl : L.placed)
     L.view.push_back(layout_.Span(L.slots + size_t(pl.slot) * rec, pl.group, G));
-  for (int32_t g = std::max(n_sink, gp - plan_.recent_groups); g < gp; ++g)
+  const int32_t g_hi = std::max(n_sink, gp - plan_.recent_groups);
+  if (options_.attend_resident) {
+    // Groups still held from earlier steps: their reads settled then (a failed one cleared
+    // its slot), and they lie between the sink and the ring like every selected group.
+    for (int32_t i = 0; i < L.reuse.capacity(); ++i) {
+      const int32_t g = L.reuse.group_of(i);
+      if (g >= n_sink && g < g_hi && !L.reuse.placed_last(i)) {
+        L.view.push_back(layout_.Span(L.slots + size_t(i) * rec, g, G));
+        ++c_.resident_attended;
+      }
+    }
+  }
+  for (int32_t g = g_hi; g < gp; ++g)
     L.view.push_back(layout_.Span(L.ring + size_t(g % R) * rec, g, G));
   L.view.push_back(layout_.Span(L.ring + size_t(gp % R) * rec, gp, p - gp * G + 1));
 }

@@ -1,7 +1,10 @@
 #include "runtime/kv/disk_kv_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <queue>
+#include <tuple>
 
 #include "runtime/kv/adapters.h"
 #include "runtime/kv/group_predictor.h"
@@ -19,12 +22,71 @@ std::string Mib(uint64_t b) {
 // Tables per layer and sequence besides the slot table: the view's spans, this step's
 // selection and its placements.
 uint64_t TablesPerLayer(int32_t c, int32_t m, int32_t sink, int32_t recent) {
-  const uint64_t spans = uint64_t(m) + sink + recent + 1;
+  const uint64_t spans = uint64_t(std::max(c, m)) + sink + recent + 1;
   return ReuseBuffer::TableBytes(c) + spans * sizeof(kernels::KvSpan) +
          uint64_t(m) * (sizeof(int32_t) + 3 * sizeof(int32_t));
 }
 
+// Slots per layer: each layer's C_l = M_l * C / M (at least M_l, at most max_groups), the
+// rounding spread so the sum is L*C where the caps allow.
+std::vector<int32_t> SpreadSlots(const std::vector<int32_t>& groups, int32_t m, int32_t c,
+                                 int32_t max_groups) {
+  const size_t L = groups.size();
+  std::vector<int32_t> slots(L);
+  std::vector<double> want(L);
+  int64_t left = int64_t(c) * int64_t(L);
+  for (size_t l = 0; l < L; ++l) {
+    want[l] = double(groups[l]) * c / std::max(m, 1);
+    slots[l] = std::clamp(int32_t(want[l]), groups[l], max_groups);
+    left -= slots[l];
+  }
+  while (left != 0) {
+    // Give (or take) one slot where the rounding was furthest from the wish.
+    int best = -1;
+    for (size_t l = 0; l < L; ++l) {
+      const bool can = left > 0 ? slots[l] < max_groups : slots[l] > groups[l];
+      if (!can) continue;
+      const double d = want[l] - slots[l];
+      if (best < 0 || (left > 0 ? d > want[size_t(best)] - slots[size_t(best)]
+                                : d < want[size_t(best)] - slots[size_t(best)]))
+        best = int(l);
+    }
+    if (best < 0) break;
+    slots[size_t(best)] += left > 0 ? 1 : -1;
+    left += left > 0 ? -1 : 1;
+  }
+  return slots;
+}
+
 }  // namespace
+
+std::vector<int32_t> SpreadGroups(const AttentionProfile& profile, int32_t n_layer, int32_t m,
+                                  int32_t group_size, int32_t max_groups) {
+  const int32_t lo = std::min(max_groups, std::max(1, m / 4));
+  std::vector<int32_t> g(size_t(n_layer), lo);
+  int64_t left = int64_t(m) * n_layer - int64_t(lo) * n_layer;
+  // Rounded so that equal slopes compare equal whatever the interpolation's rounding.
+  auto gain = [&](int32_t l) {
+    const double d =
+        profile.Drop(l, double(g[size_t(l)]) * group_size, double(g[size_t(l)] + 1) * group_size);
+    return std::round(d * 1e9) / 1e9;
+  };
+  // (gain, -groups, -layer): equal gains go to the layer with fewer groups, then the earlier.
+  using Item = std::tuple<double, int32_t, int32_t>;
+  std::priority_queue<Item> q;
+  auto push = [&](int32_t l) {
+    if (g[size_t(l)] < max_groups) q.push({gain(l), -g[size_t(l)], -l});
+  };
+  for (int32_t l = 0; l < n_layer; ++l) push(l);
+  while (left > 0 && !q.empty()) {
+    const int32_t l = -std::get<2>(q.top());
+    q.pop();
+    ++g[size_t(l)];
+    --left;
+    push(l);
+  }
+  return g;
+}
 
 std::string DiskKvPlan::Describe() const {
   char s[512];
@@ -39,11 +101,21 @@ std::string DiskKvPlan::Describe() const {
                 double(full_cache_bytes) / double(total_bytes()), Mib(full_cache_bytes).c_str(),
                 Mib(klr_bytes).c_str(), Mib(slot_bytes).c_str(), Mib(ring_bytes).c_str(),
                 Mib(sink_bytes).c_str(), Mib(write_bytes).c_str(), Mib(table_bytes).c_str());
-  return s;
+  std::string out = s;
+  if (calibrated) {
+    // "; per layer (attention profile) M 25..310, C 33..406"
+    const auto [m_lo, m_hi] = std::minmax_element(layer_groups.begin(), layer_groups.end());
+    const auto [c_lo, c_hi] = std::minmax_element(layer_slots.begin(), layer_slots.end());
+    out += "; per layer (attention profile) M " + std::to_string(*m_lo) + ".." +
+           std::to_string(*m_hi) + ", C " + std::to_string(*c_lo) + ".." + std::to_string(*c_hi);
+  } else if (!uniform_reason.empty()) {
+    out += "; every layer M and C (" + uniform_reason + ")";
+  }
+  return out;
 }
 
 Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_size,
-                  DiskKvPlan* out) {
+                  DiskKvPlan* out, const AttentionProfile* profile) {
   STRATA_RETURN_IF_ERROR(ValidateDiskKvOptions(o));
   DiskKvPlan p;
   p.n_ctx = shape.n_ctx;
@@ -102,10 +174,12 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
   };
   if (minimum > p.budget_bytes) return below(minimum);
 
-  // Slots the budget affords with m selected groups: the cost is linear in c.
+  // Slots the budget affords with m selected groups: the cost is linear in c >= m (the
+  // views grow with c too, as attention may read every slot).
   auto fit = [&](int32_t m) {
-    const uint64_t per_slot = cost(1, m) - cost(0, m);
-    const uint64_t c = (p.budget_bytes - cost(0, m)) / per_slot;
+    if (cost(m, m) > p.budget_bytes) return m;  // refused below
+    const uint64_t per_slot = cost(m + 1, m) - cost(m, m);
+    const uint64_t c = uint64_t(m) + (p.budget_bytes - cost(m, m)) / per_slot;
     return int32_t(std::min<uint64_t>(c, uint64_t(max_groups)));
   };
   int32_t m = o.groups_per_step;
@@ -122,8 +196,25 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
   if (cost(c, m) > p.budget_bytes) return below(cost(c, m));
   p.groups_per_step = m;
   p.reuse_slots = c;
-  p.slot_bytes = L * uint64_t(c) * rec;
-  p.table_bytes = L * TablesPerLayer(c, m, p.sink_groups, p.recent_groups);
+  p.layer_groups.assign(size_t(L), m);
+  p.layer_slots.assign(size_t(L), c);
+  if (o.calibrated_layers && profile && !profile->empty() &&
+      int32_t(profile->error.size()) == shape.n_layer) {
+    p.layer_groups = SpreadGroups(*profile, shape.n_layer, m, o.group_size, max_groups);
+    p.layer_slots = SpreadSlots(p.layer_groups, m, c, max_groups);
+    p.calibrated = true;
+  } else if (o.calibrated_layers) {
+    p.uniform_reason =
+        "the adapters have no attention profile; recalibrate to spread M and C "
+        "over the layers";
+  }
+  // Costs are linear in each layer's C and M, so the spread ones sum to at most the uniform.
+  for (size_t l = 0; l < size_t(L); ++l) {
+    p.slot_bytes += uint64_t(p.layer_slots[l]) * rec;
+    p.table_bytes +=
+        TablesPerLayer(p.layer_slots[l], p.layer_groups[l], p.sink_groups, p.recent_groups);
+  }
+  if (p.total_bytes() > p.budget_bytes) return below(p.total_bytes());
   *out = p;
   return Status::OK();
 }

@@ -18,8 +18,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
+#include "runtime/kv/adapters.h"
 #include "runtime/kv/kv_options.h"
 #include "runtime/kv/kv_record_layout.h"
 
@@ -39,6 +41,11 @@ struct DiskKvPlan {
   int32_t reuse_slots = 0;      // C
   int32_t sink_groups = 0;
   int32_t recent_groups = 0;
+  // Per layer M and C. Uniform (every layer M and C) unless `calibrated`: then spread by the
+  // adapters' attention profile, summing to at most L*M and L*C.
+  std::vector<int32_t> layer_groups, layer_slots;
+  bool calibrated = false;
+  std::string uniform_reason;  // why not calibrated although asked for ("" otherwise)
   // Bytes per sequence at a full context.
   uint64_t klr_bytes = 0;
   uint64_t slot_bytes = 0;
@@ -54,14 +61,23 @@ struct DiskKvPlan {
   }
   // Records per layer that ring, sink and write staging hold in one arena with the slots.
   int32_t ring_records() const { return recent_groups + 1; }
-  int32_t arena_records_per_layer() const { return reuse_slots + ring_records() + sink_groups + 1; }
+  int32_t arena_records(int32_t layer) const {
+    return layer_slots[size_t(layer)] + ring_records() + sink_groups + 1;
+  }
   // One line: "G=4 sigma=16 (rank 12) M=100 C=125 sink=1 recent=0 f16 records of 3072 B:
   // 14.2 MiB of a 14.5 MiB budget ... (K_lr ...)".
   std::string Describe() const;
 };
 
-// block_size: the store's request alignment (records are padded to it).
+// block_size: the store's request alignment (records are padded to it). profile: the
+// adapters' attention profile, used when o.calibrated_layers (null or empty: uniform).
 Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_size,
-                  DiskKvPlan* out);
+                  DiskKvPlan* out, const AttentionProfile* profile = nullptr);
+
+// L*m groups spread over the layers so that the summed missed attention share of the
+// profile is least: greedy on the gain of one more group, each layer between max(1, m/4)
+// and max_groups. Exposed for tests.
+std::vector<int32_t> SpreadGroups(const AttentionProfile& profile, int32_t n_layer, int32_t m,
+                                  int32_t group_size, int32_t max_groups);
 
 }  // namespace strata

@@ -69,6 +69,10 @@ struct DiskKvOptions {
   int32_t ratio = 16;           // sigma = n_head_kv*head_dim / rank of the key summary
   int32_t groups_per_step = 0;  // M: groups attention loads per layer; 0 = 400/G or what fits
   int32_t reuse_slots = 0;      // C: loaded groups kept per layer; 0 = all the budget allows
+  // Spread M and C over the layers by the adapters' attention profile (layers that spread
+  // their attention wider get more groups; the totals stay L*M and L*C) when the adapters
+  // have one; off, or without a profile, every layer gets M and C.
+  bool calibrated_layers = true;
   // Resident bytes per sequence (key summary, rolling/recent/sink records, reuse slots,
   // tables); 0 = 1/13 of the full F16 cache at the context length (the paper's ratio).
   int64_t budget_bytes = 0;
@@ -84,6 +88,10 @@ struct DiskKvOptions {
   // default: on SmolLM2-135M at 1/13 of the cache it cut the perplexity increase from +38%
   // to +9% (bench_kv_quality, 2 windows x 256 tokens).
   bool refine = true;
+  // Attention also reads the groups the reuse buffer still holds from earlier steps, not only
+  // this step's selection: they are in memory already, so more of the context is attended
+  // at no I/O. Measured in bench_kv_quality (numbers in docs/DESIGN.md).
+  bool attend_resident = true;
   // FlexGen-style baseline for benchmarks: every step reads each layer's whole KV back
   // instead of predicting groups (the budget then does not bound the staging it needs).
   bool reload_all = false;

@@ -56,9 +56,12 @@ struct KvCounters {
   uint64_t reads_issued = 0;
   uint64_t groups_selected = 0;  // groups attention used that came from the slow tier path
   uint64_t reuse_hits = 0;       // selected groups already resident
-  double io_wait_seconds = 0;    // time View spent waiting on I/O (not hidden by compute)
-  double predict_seconds = 0;    // time spent choosing what to load
-  uint64_t resident_bytes = 0;   // now: memory the policy holds for KV (all sequences)
+  // Groups attention also read because they were still resident from earlier steps, not
+  // selected this step (disk policy, kv.attend_resident).
+  uint64_t resident_attended = 0;
+  double io_wait_seconds = 0;   // time View spent waiting on I/O (not hidden by compute)
+  double predict_seconds = 0;   // time spent choosing what to load
+  uint64_t resident_bytes = 0;  // now: memory the policy holds for KV (all sequences)
   uint64_t peak_resident_bytes = 0;
   // The most any one sequence has held, and the per-sequence limit it must stay within
   // (0: the policy has no budget).

@@ -41,6 +41,8 @@ class ReuseBuffer {
   void Clear();
   // The group slot i holds, or -1.
   int32_t group_of(int32_t slot) const { return slots_[size_t(slot)].group; }
+  // Whether the last Resolve placed a group in slot i (a hit or a load).
+  bool placed_last(int32_t slot) const { return slots_[size_t(slot)].last_used == step_; }
   // Memory of the table itself (counted in the policy's resident bytes).
   static uint64_t TableBytes(int32_t capacity);
 

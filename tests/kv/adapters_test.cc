@@ -1,6 +1,7 @@
 // The adapters file: round trip, and every kind of damage refused with the field named.
 #include "runtime/kv/adapters.h"
 
+#include <cstring>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -27,7 +28,19 @@ Adapters Sample() {
     }
     a.sets.push_back(s);
   }
+  a.profile.tokens = {0, 4, 8};
+  a.profile.error = {{0.5f, 0.25f, 0.0f}, {0.9f, 0.8f, 0.7f}};
   return a;
+}
+
+// The checksum the file ends with (FNV-1a 64 of every byte before it).
+void Reseal(std::string* bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i + 8 < bytes->size(); ++i) {
+    h ^= uint8_t((*bytes)[i]);
+    h *= 0x100000001b3ull;
+  }
+  std::memcpy(bytes->data() + bytes->size() - 8, &h, 8);
 }
 
 std::string Slurp(const std::string& path) {
@@ -49,6 +62,45 @@ TEST(AdaptersTest, RoundTrip) {
   EXPECT_EQ(b.Find(4)->layers[1], a.sets[1].layers[1]);
   EXPECT_EQ(b.Find(3), nullptr);
   EXPECT_EQ(b.RatioList(), "2, 4");
+  EXPECT_EQ(b.profile.tokens, a.profile.tokens);
+  EXPECT_EQ(b.profile.error, a.profile.error);
+  // Linear between points, flat past the last.
+  EXPECT_DOUBLE_EQ(b.profile.Error(0, 2), 0.375);
+  EXPECT_DOUBLE_EQ(b.profile.Error(1, 100), 0.7f);
+}
+
+TEST(AdaptersTest, Version2FilesAreReadWithoutAProfile) {
+  testing::TempFile f("v2.adapters");
+  Adapters a = Sample();
+  a.profile = {};
+  STRATA_ASSERT_OK(a.Write(f.path()));
+  std::string bytes = Slurp(f.path());
+  // Version 2 ends at the matrices: drop the profile's point count (0) and reseal.
+  bytes.erase(bytes.size() - 12, 4);
+  const uint32_t v2 = 2;
+  std::memcpy(bytes.data() + 8, &v2, 4);
+  Reseal(&bytes);
+  std::ofstream(f.path(), std::ios::binary | std::ios::trunc) << bytes;
+  Adapters b;
+  STRATA_ASSERT_OK(Adapters::Read(f.path(), &b));
+  EXPECT_TRUE(b.profile.empty());
+  EXPECT_EQ(b.Find(2)->layers[0], a.sets[0].layers[0]);
+}
+
+TEST(AdaptersTest, ADamagedProfileIsRefused) {
+  testing::TempFile f("prof.adapters");
+  STRATA_ASSERT_OK(Sample().Write(f.path()));
+  std::string bytes = Slurp(f.path());
+  // The last profile value (layer 1, point 2) sits just before the checksum.
+  const float bad = 20.0f;
+  std::memcpy(bytes.data() + bytes.size() - 12, &bad, 4);
+  Reseal(&bytes);
+  std::ofstream(f.path(), std::ios::binary | std::ios::trunc) << bytes;
+  Adapters b;
+  Status st = Adapters::Read(f.path(), &b);
+  EXPECT_EQ(st.code(), Status::Code::kCorruption);
+  EXPECT_NE(st.message().find("attention profile of layer 1 holds 20"), std::string::npos)
+      << st.message();
 }
 
 TEST(AdaptersTest, DamageIsRefusedWithTheReason) {

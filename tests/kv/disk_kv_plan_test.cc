@@ -2,6 +2,9 @@
 // 3 KV heads x 64 dims) at 8K context, and its refusals.
 #include "runtime/kv/disk_kv_plan.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 namespace strata {
@@ -54,6 +57,70 @@ TEST(DiskKvPlanTest, Q8RecordsHoldMoreGroupsInTheSameBudget) {
   const Status st = PlanDiskKv(odd, o, 512, &p);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(st.message().find("this model's is 80"), std::string::npos) << st.message();
+}
+
+// A profile where even layers concentrate their attention (nothing missed past 64 tokens)
+// and odd layers spread it (the missed share falls slowly, with diminishing returns).
+AttentionProfile TwoKindsOfLayers() {
+  AttentionProfile prof;
+  prof.tokens = AttentionProfile::DefaultTokens();
+  for (int l = 0; l < 30; ++l) {
+    std::vector<float> m;
+    for (int32_t t : prof.tokens)
+      m.push_back(l % 2 == 0 ? std::max(0.0f, 0.3f - 0.3f * float(t) / 64.0f)
+                             : 0.6f * std::exp(-float(t) / 2048.0f));
+    prof.error.push_back(m);
+  }
+  return prof;
+}
+
+TEST(DiskKvPlanTest, SpreadGroupsGivesWideLayersMoreWithinTheTotal) {
+  const AttentionProfile prof = TwoKindsOfLayers();
+  const std::vector<int32_t> g = SpreadGroups(prof, 30, 100, 4, 2048);
+  ASSERT_EQ(g.size(), 30u);
+  int64_t sum = 0;
+  for (int l = 0; l < 30; ++l) {
+    sum += g[size_t(l)];
+    EXPECT_GE(g[size_t(l)], 25) << "layer " << l;  // the floor, M/4
+    if (l % 2 == 0)
+      EXPECT_EQ(g[size_t(l)], 25) << "layer " << l;  // 16 groups cover it
+    else
+      EXPECT_EQ(g[size_t(l)], 175) << "layer " << l;
+  }
+  EXPECT_EQ(sum, 30 * 100);
+  // Capped by the groups a context holds.
+  const std::vector<int32_t> capped = SpreadGroups(prof, 30, 100, 4, 120);
+  for (int l = 1; l < 30; l += 2) EXPECT_EQ(capped[size_t(l)], 120);
+}
+
+TEST(DiskKvPlanTest, CalibratedLayersKeepTheBudgetAndSayTheSpread) {
+  const AttentionProfile prof = TwoKindsOfLayers();
+  DiskKvOptions o;
+  DiskKvPlan uniform, spread;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &uniform).ok());
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &spread, &prof).ok());
+  EXPECT_FALSE(uniform.calibrated);
+  ASSERT_TRUE(spread.calibrated);
+  EXPECT_EQ(spread.groups_per_step, uniform.groups_per_step);
+  int64_t m = 0, c = 0;
+  for (int l = 0; l < 30; ++l) {
+    EXPECT_EQ(uniform.layer_groups[size_t(l)], uniform.groups_per_step);
+    EXPECT_GE(spread.layer_slots[size_t(l)], spread.layer_groups[size_t(l)]);
+    m += spread.layer_groups[size_t(l)];
+    c += spread.layer_slots[size_t(l)];
+  }
+  EXPECT_EQ(m, 30 * int64_t(uniform.groups_per_step));
+  EXPECT_EQ(c, 30 * int64_t(uniform.reuse_slots));
+  EXPECT_GT(spread.layer_groups[1], spread.layer_groups[0]);
+  EXPECT_GT(spread.layer_slots[1], spread.layer_slots[0]);
+  EXPECT_LE(spread.total_bytes(), spread.budget_bytes);
+  EXPECT_EQ(spread.total_bytes(), uniform.total_bytes());
+  EXPECT_NE(spread.Describe().find("per layer (attention profile) M 25.."), std::string::npos)
+      << spread.Describe();
+  // Off by option.
+  o.calibrated_layers = false;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &spread, &prof).ok());
+  EXPECT_FALSE(spread.calibrated);
 }
 
 TEST(DiskKvPlanTest, ExplicitSettingsAndPadding) {

@@ -3,6 +3,7 @@
 // directory, a full disk, failed reads, bad adapters and bad parameters.
 #include "runtime/kv/disk_kv.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -108,6 +109,9 @@ void DiskKvTest::CheckReusePolicies(bool refine) {
     o.kv.disk.groups_per_step = 6;
     o.kv.disk.reuse_slots = 9;
     o.kv.disk.reuse = p;
+    // Attention over the selection only: which unselected groups stay resident is exactly
+    // what the policies differ in.
+    o.kv.disk.attend_resident = false;
     KvCounters c;
     runs.push_back(Run(o, &c));
     cs.push_back(c);
@@ -120,6 +124,70 @@ void DiskKvTest::CheckReusePolicies(bool refine) {
     EXPECT_GT(c.reuse_hits, 0u);
     EXPECT_LT(c.reuse_hits, c.groups_selected);
   }
+}
+
+// Attention also reads the groups the reuse buffer still holds from earlier steps: more
+// of the context at no extra I/O, so the logits move toward full KV; off, it reads the
+// selection only.
+TEST_F(DiskKvTest, AttendingResidentGroupsReadsMoreOfTheContext) {
+  const auto ref = Reference();
+  double diff[2] = {0, 0};
+  for (bool resident : {false, true}) {
+    SCOPED_TRACE(resident ? "resident" : "selection only");
+    EngineOptions o = Options();
+    o.kv.disk.groups_per_step = 6;
+    o.kv.disk.reuse_slots = 30;
+    o.kv.disk.attend_resident = resident;
+    KvCounters c;
+    const auto run = Run(o, &c);
+    diff[resident] = MaxRelativeDiff(run, ref);
+    EXPECT_EQ(c.groups_selected, uint64_t(decode_.size()) * 6 * model_->hparams().n_layer);
+    if (resident) {
+      // After the first steps most of the 30 slots hold groups besides this step's 6.
+      EXPECT_GT(c.resident_attended, uint64_t(decode_.size()) * 10 * model_->hparams().n_layer);
+      EXPECT_LE(c.resident_attended, uint64_t(decode_.size()) * 24 * model_->hparams().n_layer);
+    } else {
+      EXPECT_EQ(c.resident_attended, 0u);
+    }
+  }
+  EXPECT_LT(diff[1], diff[0]);
+  EXPECT_GT(diff[1], 0.0);
+}
+
+// Adapters with an attention profile spread M and C over the layers (here the last layer
+// spreads its attention, the first does not) within the same budget; with M covering the
+// context every layer still gets every group, so results equal full KV.
+TEST_F(DiskKvTest, AttentionProfileSpreadsGroupsOverLayers) {
+  Adapters a;
+  STRATA_ASSERT_OK(Adapters::Read(adapters_, &a));
+  const int32_t n_layer = model_->hparams().n_layer;
+  a.profile.tokens = AttentionProfile::DefaultTokens();
+  for (int32_t l = 0; l < n_layer; ++l) {
+    std::vector<float> m;
+    for (int32_t t : a.profile.tokens)
+      m.push_back(l == 0 ? 0.0f : std::max(0.0f, 0.8f - float(t) / 400.0f));
+    a.profile.error.push_back(m);
+  }
+  const std::string profiled = dir_.path() + "/profiled.adapters";
+  STRATA_ASSERT_OK(a.Write(profiled));
+  EngineOptions o = Options();
+  o.kv.disk.adapters = profiled;
+  o.kv.disk.groups_per_step = 12;
+  o.kv.disk.reuse_slots = 16;
+  std::unique_ptr<Engine> e;
+  STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
+  const DiskKvPlan& plan = static_cast<DiskKv&>(e->kv()).plan();
+  ASSERT_TRUE(plan.calibrated);
+  EXPECT_EQ(plan.layer_groups[0], 3);  // the floor, M/4
+  EXPECT_EQ(plan.layer_groups[size_t(n_layer - 1)], 12 * n_layer - 3 * (n_layer - 1));
+  KvCounters c;
+  Run(o, &c);
+  EXPECT_EQ(c.groups_selected, uint64_t(decode_.size()) * 12 * n_layer);
+  EXPECT_LE(c.peak_sequence_resident_bytes, c.budget_bytes);
+
+  o.kv.disk.groups_per_step = (kCtx + 3) / 4;
+  o.kv.disk.reuse_slots = 0;
+  EXPECT_LT(MaxRelativeDiff(Run(o), Reference()), 1e-4);
 }
 
 // K_lr is kept in tiles of 16 tokens; a context that is not a whole number of tiles must

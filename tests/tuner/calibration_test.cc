@@ -162,10 +162,22 @@ TEST(CalibrationTest, CalibratesASyntheticModel) {
   for (int r = 0; r < row; ++r)
     for (int j = 0; j < small->rank; ++j)
       EXPECT_EQ(small->layers[1][r * small->rank + j], big->layers[1][r * big->rank + j]);
+  // The attention profile: per layer, non-increasing in the tokens kept, some error with
+  // none kept, none once the whole window (64 tokens) can be kept.
+  ASSERT_FALSE(a.profile.empty());
+  ASSERT_EQ(int(a.profile.error.size()), model->hparams().n_layer);
+  for (const std::vector<float>& m : a.profile.error) {
+    ASSERT_EQ(m.size(), a.profile.tokens.size());
+    EXPECT_GT(m[0], 0.0f);
+    EXPECT_LE(m[0], AttentionProfile::kMaxError);
+    for (size_t i = 1; i < m.size(); ++i) EXPECT_LE(m[i], m[i - 1]);
+    EXPECT_LT(a.profile.Error(int32_t(&m - a.profile.error.data()), 64), 1e-6);
+  }
   STRATA_ASSERT_OK(a.Write(out_file.path()));
   Adapters back;
   STRATA_ASSERT_OK(Adapters::Read(out_file.path(), &back));
   STRATA_ASSERT_OK(back.CheckModel(*model, out_file.path()));
+  EXPECT_EQ(back.profile.error, a.profile.error);
 
   // Query-aware: a B per layer, and at full rank B A^T is the identity on what was seen.
   o.query_aware = true;
