@@ -97,6 +97,10 @@ TEST(DiskKvPlanTest, CalibratedLayersKeepTheBudgetAndSayTheSpread) {
   const AttentionProfile prof = TwoKindsOfLayers();
   DiskKvOptions o;
   DiskKvPlan uniform, spread;
+  ASSERT_FALSE(o.calibrated_layers);  // off by default
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &spread, &prof).ok());
+  EXPECT_FALSE(spread.calibrated);
+  o.calibrated_layers = true;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &uniform).ok());
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &spread, &prof).ok());
   EXPECT_FALSE(uniform.calibrated);
