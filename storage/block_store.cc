@@ -332,14 +332,29 @@ void BlockStore::ExpireIfStuck() {
     backend_->CancelAll();
     for (uint32_t i = 0; i < slots_.size(); ++i)
       if (slots_[i].batch != nullptr) FinishLocked(i, Status::IOError(expired_), now);
-    for (const Finished& w : waiting_) {
-      const IoRequest& q = w.batch->requests_[w.index];
-      counters_.RecordCompletion(q.kind, q.length, 0, false, true);
-      finished_.emplace_back(w, Status::IOError(expired_));
-    }
-    waiting_.clear();
+    FailWaitingLocked([&](const IoRequest&) { return Status::IOError(expired_); });
   }
   ReapRound(std::chrono::nanoseconds(0));  // delivers what was just failed
+}
+
+void BlockStore::ReapWatched() {
+  if (options_.io_timeout.count() == 0) {
+    ReapRound(kWaitForever);
+    return;
+  }
+  // Wake at least once a second to check that requests still complete.
+  const auto slice =
+      std::min<std::chrono::nanoseconds>(options_.io_timeout, std::chrono::seconds(1));
+  if (ReapRound(slice) == 0) ExpireIfStuck();
+}
+
+void BlockStore::FailWaitingLocked(const std::function<Status(const IoRequest&)>& why) {
+  for (const Finished& w : waiting_) {
+    const IoRequest& r = w.batch->requests_[w.index];
+    counters_.RecordCompletion(r.kind, r.length, 0, false, true);
+    finished_.emplace_back(w, why(r));
+  }
+  waiting_.clear();
 }
 
 void BlockStore::Deliver() {
@@ -380,14 +395,7 @@ Status BlockStore::Wait(IoBatch& batch) {
         return Status::Internal("batch of " + path_ + " pending with nothing in flight");
       }
     }
-    if (options_.io_timeout.count() == 0) {
-      ReapRound(kWaitForever);
-      continue;
-    }
-    // Wake at least once a second to check that requests still complete.
-    const auto slice =
-        std::min<std::chrono::nanoseconds>(options_.io_timeout, std::chrono::seconds(1));
-    if (ReapRound(slice) == 0) ExpireIfStuck();
+    ReapWatched();
   }
   return batch.FirstError();
 }
@@ -438,15 +446,11 @@ Status BlockStore::Close() {
     if (backend_ == nullptr) return Status::OK();
     if (!closing_) {
       closing_ = true;
-      for (const Finished& w : waiting_) {
-        const IoRequest& r = w.batch->requests_[w.index];
-        counters_.RecordCompletion(r.kind, r.length, 0, false, true);
-        finished_.emplace_back(
-            w, Status::Aborted(std::string(KindName(r.kind)) + " of " + path_ + " at offset " +
+      FailWaitingLocked([&](const IoRequest& r) {
+        return Status::Aborted(std::string(KindName(r.kind)) + " of " + path_ + " at offset " +
                                std::to_string(r.offset) + " length " + std::to_string(r.length) +
-                               ": cancelled before it started (store closing)"));
-      }
-      waiting_.clear();
+                               ": cancelled before it started (store closing)");
+      });
       backend_->CancelAll();
     }
   }
@@ -457,12 +461,7 @@ Status BlockStore::Close() {
       if (backend_ == nullptr) return Status::OK();  // another thread finished closing
       if (in_flight_ == 0 && finished_.empty()) break;
     }
-    if (options_.io_timeout.count() == 0) {
-      ReapRound(kWaitForever);
-    } else if (ReapRound(std::min<std::chrono::nanoseconds>(options_.io_timeout,
-                                                            std::chrono::seconds(1))) == 0) {
-      ExpireIfStuck();  // what the device never answers must not keep Close waiting
-    }
+    ReapWatched();  // what the device never answers must not keep Close waiting either
   }
   std::unique_ptr<IoBackend> backend;
   {

@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -122,6 +123,11 @@ class BlockStore {
   // Fails every request once one has been in flight longer than options_.io_timeout and
   // stops the store taking more (see StoreOptions::io_timeout). Caller holds reap_mu_.
   void ExpireIfStuck();
+  // One round of blocking reaping under the watchdog: waits forever when io_timeout is 0,
+  // else at most a second and then checks for stuck requests. Caller holds reap_mu_.
+  void ReapWatched();
+  // Finishes every request still waiting for a slot with why(request) (under mu_).
+  void FailWaitingLocked(const std::function<Status(const IoRequest&)>& why);
   // Publishes finished requests: callbacks, statuses, batch counts. Caller holds reap_mu_.
   void Deliver();
   void Report(const std::string& line) const;
