@@ -10,6 +10,7 @@
 //
 //   bench_beam_search --quick                        # a smoke run, about a minute
 //   bench_beam_search --beams 16,32,64 --steps 32,64 --gen 512 --threads 2
+//   bench_beam_search --cuda 0 ...                   # on a GPU, pinned host RAM as slow tier
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -50,6 +51,7 @@ struct Flags {
   std::vector<std::string> also_emulate_schedules;  // empty: --schedules
   uint64_t seed = 42;
   bool quick = false;
+  int32_t cuda_device = -1;  // >= 0: on this GPU, slow tier in pinned host RAM
 };
 
 struct Row {
@@ -204,6 +206,7 @@ int Run(Flags& f) {
     p.sampling.seed = f.seed;
     p.n_threads = f.threads;
     p.slow_dir = f.slow_dir;
+    p.cuda_device = f.cuda_device;
     if (emulate_mbps > 0) {
       p.slow_disk.enabled = true;
       p.slow_disk.bandwidth_bytes_per_second = emulate_mbps * 1e6;
@@ -336,6 +339,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", f.seed, "search seed");
   app.add_option("--json", f.json, "write the rows as JSON");
   app.add_flag("--quick", f.quick, "smoke run: 8 beams, steps of 16, 128 tokens, budget 60%");
+  app.add_option("--cuda", f.cuda_device,
+                 "run on this CUDA GPU (KV in its memory, slow tier in pinned host RAM)");
   CLI11_PARSE(app, argc, argv);
   return strata::bench::Run(f);
 }

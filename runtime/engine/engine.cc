@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "runtime/engine/forward_cuda.h"
 #include "runtime/engine/text_stream.h"
 
 namespace strata {
@@ -99,8 +100,16 @@ Status Engine::Create(const Model& model, const EngineOptions& options,
   }
   // A pass never needs more rows than the batch limit or the context.
   const int64_t most_rows = std::min<int64_t>(o.n_batch, int64_t(o.n_ctx) * o.max_sequences);
-  e->forward_ =
-      std::make_unique<Forward>(model, e->kv_.get(), e->pool_.get(), int32_t(most_rows));
+  if (o.cuda) {
+    STRATA_RETURN_IF_ERROR(
+        CreateCudaForward(model, e->kv_.get(), o.cuda, int32_t(most_rows), &e->forward_));
+  } else {
+    if (e->kv_->device_memory())
+      return Status::InvalidArgument(std::string("KV policy '") + e->kv_->name() +
+                                     "' keeps KV in GPU memory; run the engine on that GPU");
+    e->forward_ =
+        std::make_unique<Forward>(model, e->kv_.get(), e->pool_.get(), int32_t(most_rows));
+  }
   *out = std::move(e);
   return Status::OK();
 }

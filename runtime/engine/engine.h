@@ -23,12 +23,17 @@
 
 namespace strata {
 
+class CudaDevice;
+
 struct EngineOptions {
   int32_t n_threads = 0;      // 0 = one per available core
   int32_t n_ctx = 0;          // 0 = the model's training context
   int32_t n_batch = 512;      // most tokens per forward pass (prefill is chunked by it)
   int32_t max_sequences = 1;  // sequences that may exist at once (batch decode, beams)
   KvOptions kv;
+  // Run the forward pass on this GPU (the policy passed to Create must keep its KV in the
+  // device's memory); null: on the CPU.
+  std::shared_ptr<CudaDevice> cuda;
 };
 
 Status ValidateEngineOptions(const EngineOptions& o, const HParams& hp);
@@ -108,7 +113,7 @@ class Engine {
   EngineOptions options_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<KvPolicy> kv_;
-  std::unique_ptr<Forward> forward_;
+  std::unique_ptr<ForwardPass> forward_;
 };
 
 // Peak resident set size of this process so far (bytes).

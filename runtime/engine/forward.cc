@@ -30,6 +30,40 @@ void ForwardBatch::Add(SeqId seq, int32_t pos0, std::span<const int32_t> ids, bo
   }
 }
 
+Status CheckForwardBatch(const ForwardBatch& batch, int64_t max_tokens, int32_t n_vocab) {
+  const int64_t n_tok = int64_t(batch.tokens.size());
+  if (n_tok == 0) return Status::InvalidArgument("forward: empty batch");
+  if (n_tok > max_tokens)
+    return Status::InvalidArgument("forward: batch of " + std::to_string(n_tok) +
+                                   " tokens exceeds the batch limit " + std::to_string(max_tokens));
+  int64_t sum = 0;
+  for (const BatchSeq& s : batch.seqs) sum += s.n_new;
+  if (sum != n_tok || batch.want_logits.size() != batch.tokens.size())
+    return Status::Internal("forward: batch sequence counts do not match its tokens");
+  for (int64_t t = 0; t < n_tok; ++t) {
+    if (batch.tokens[t] < 0 || batch.tokens[t] >= n_vocab)
+      return Status::InvalidArgument("forward: token id " + std::to_string(batch.tokens[t]) +
+                                     " is outside the vocabulary [0, " + std::to_string(n_vocab) +
+                                     ")");
+  }
+  return Status::OK();
+}
+
+std::vector<float> RopeInverseFrequencies(const Model& model) {
+  // theta_i = pos * freq_scale * base^(-2i/rope_dim) / factor_i (factors: Llama 3.1).
+  const HParams& hp = model.hparams();
+  const int32_t half = hp.rope_dim / 2;
+  std::vector<float> inv_freq(size_t(std::max(half, 0)));
+  const float* factors =
+      model.weights().rope_freqs.present() ? model.weights().rope_freqs.f32() : nullptr;
+  for (int32_t i = 0; i < half; ++i) {
+    double f = std::pow(double(hp.rope_base), -2.0 * i / hp.rope_dim) * hp.rope_freq_scale;
+    if (factors) f /= factors[i];
+    inv_freq[size_t(i)] = float(f);
+  }
+  return inv_freq;
+}
+
 int64_t ForwardBatch::n_outputs() const {
   return std::count(want_logits.begin(), want_logits.end(), uint8_t(1));
 }
@@ -61,16 +95,7 @@ Forward::Forward(const Model& model, KvPolicy* kv, ThreadPool* pool, int32_t max
   for (auto& s : attn_scratch_)
     s.resize(kernels::AttentionScratchFloats(kAttentionQueryChunk, hp_.n_rep(), hp_.head_dim));
 
-  // theta_i = pos * freq_scale * base^(-2i/rope_dim) / factor_i (factors: Llama 3.1).
-  const int32_t half = hp_.rope_dim / 2;
-  inv_freq_.resize(half);
-  const float* factors =
-      model_.weights().rope_freqs.present() ? model_.weights().rope_freqs.f32() : nullptr;
-  for (int32_t i = 0; i < half; ++i) {
-    double f = std::pow(double(hp_.rope_base), -2.0 * i / hp_.rope_dim) * hp_.rope_freq_scale;
-    if (factors) f /= factors[i];
-    inv_freq_[i] = float(f);
-  }
+  inv_freq_ = RopeInverseFrequencies(model_);
 }
 
 void Forward::ComputeRopeTable(const ForwardBatch& batch) {
@@ -278,21 +303,7 @@ Status Forward::RunLayers(const ForwardBatch& batch, int64_t n_tok) {
 
 Status Forward::Run(const ForwardBatch& batch, std::vector<float>* logits) {
   const int64_t n_tok = int64_t(batch.tokens.size());
-  if (n_tok == 0) return Status::InvalidArgument("forward: empty batch");
-  if (n_tok > max_tokens_)
-    return Status::InvalidArgument("forward: batch of " + std::to_string(n_tok) +
-                                   " tokens exceeds the batch limit " +
-                                   std::to_string(max_tokens_));
-  int64_t sum = 0;
-  for (const BatchSeq& s : batch.seqs) sum += s.n_new;
-  if (sum != n_tok || batch.want_logits.size() != batch.tokens.size())
-    return Status::Internal("forward: batch sequence counts do not match its tokens");
-  for (int64_t t = 0; t < n_tok; ++t) {
-    if (batch.tokens[t] < 0 || batch.tokens[t] >= hp_.n_vocab)
-      return Status::InvalidArgument("forward: token id " + std::to_string(batch.tokens[t]) +
-                                     " is outside the vocabulary [0, " +
-                                     std::to_string(hp_.n_vocab) + ")");
-  }
+  STRATA_RETURN_IF_ERROR(CheckForwardBatch(batch, max_tokens_, hp_.n_vocab));
   STRATA_RETURN_IF_ERROR(kv_->BeginBatch(batch.seqs));
 
   const ModelWeights& W = model_.weights();

@@ -43,15 +43,32 @@ struct ForwardTimes {
   double matmul = 0, attention = 0, kv = 0, other = 0;
 };
 
-class Forward {
+// A forward pass on some backend: the CPU (Forward, below) or a CUDA GPU
+// (forward_cuda.h). Not thread-safe: one Run at a time.
+class ForwardPass {
+ public:
+  virtual ~ForwardPass() = default;
+  virtual int32_t max_tokens() const = 0;
+  // Runs the batch through the model, storing its K/V in the policy. `logits` receives
+  // n_outputs() rows of n_vocab floats. On error the policy's batch is aborted.
+  virtual Status Run(const ForwardBatch& batch, std::vector<float>* logits) = 0;
+  virtual const ForwardTimes& times() const = 0;
+};
+
+// What every backend checks before a pass: not empty, within max_tokens, token ids inside
+// the vocabulary, sequence counts consistent.
+Status CheckForwardBatch(const ForwardBatch& batch, int64_t max_tokens, int32_t n_vocab);
+// RoPE's inverse frequencies, one per rotated pair, with the model's scaling and frequency
+// factors: theta_i(pos) = pos * inv_freq[i].
+std::vector<float> RopeInverseFrequencies(const Model& model);
+
+class Forward final : public ForwardPass {
  public:
   Forward(const Model& model, KvPolicy* kv, ThreadPool* pool, int32_t max_tokens);
 
-  int32_t max_tokens() const { return max_tokens_; }
-  // Runs the batch through the model, storing its K/V in the policy. `logits` receives
-  // n_outputs() rows of n_vocab floats. On error the policy's batch is aborted.
-  Status Run(const ForwardBatch& batch, std::vector<float>* logits);
-  const ForwardTimes& times() const { return times_; }
+  int32_t max_tokens() const override { return max_tokens_; }
+  Status Run(const ForwardBatch& batch, std::vector<float>* logits) override;
+  const ForwardTimes& times() const override { return times_; }
 
  private:
   struct MatmulJob {

@@ -5,7 +5,7 @@
 namespace strata {
 
 Status FastTier::Create(uint64_t budget_bytes, uint64_t buffer_bytes, uint32_t alignment,
-                        int64_t max_buffers, std::unique_ptr<FastTier>* out) {
+                        int64_t max_buffers, std::unique_ptr<FastTier>* out, TierMemory* memory) {
   if (buffer_bytes == 0 || buffer_bytes % alignment != 0)
     return Status::InvalidArgument("fast tier: buffer size " + std::to_string(buffer_bytes) +
                                    " is not a positive multiple of the alignment " +
@@ -18,8 +18,10 @@ Status FastTier::Create(uint64_t budget_bytes, uint64_t buffer_bytes, uint32_t a
   if (n > INT32_MAX / 2)
     return Status::InvalidArgument("fast tier: " + std::to_string(n) + " buffers is too many");
   std::unique_ptr<FastTier> t(new FastTier());
-  STRATA_RETURN_IF_ERROR(
-      storage::AlignedBuffer::Allocate(size_t(n) * buffer_bytes, alignment, &t->arena_));
+  t->arena_bytes_ = size_t(n) * buffer_bytes;
+  Status s = memory->Allocate(t->arena_bytes_, alignment, &t->arena_);
+  if (!s.ok()) return s.WithContext("fast tier");
+  t->memory_ = memory;
   t->budget_ = budget_bytes;
   t->buffer_bytes_ = buffer_bytes;
   t->capacity_ = int32_t(n);

@@ -93,9 +93,11 @@ class KvPolicy {
   // fails without side effects when the batch does not fit.
   virtual Status BeginBatch(std::span<const BatchSeq> batch) = 0;
   // x: the hidden states entering layer `layer - 1` (or the embeddings for layer 0), one
-  // row of n_embd floats per batch token, sequences in BeginBatch order. Default: nothing.
+  // row of n_embd floats per batch token, sequences in BeginBatch order (device memory when
+  // device_memory()). Default: nothing.
   virtual Status Prepare(int32_t layer, const float* x, int64_t n_embd);
-  // k, v: [n_new][n_head_kv * head_dim] floats (post-RoPE keys) for `seq` at `layer`.
+  // k, v: [n_new][n_head_kv * head_dim] floats (post-RoPE keys) for `seq` at `layer`; device
+  // pointers when device_memory().
   virtual Status Append(int32_t layer, SeqId seq, const float* k, const float* v) = 0;
   // The spans for attention of `seq` at `layer`, including this batch's new tokens.
   virtual Status View(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) = 0;
@@ -104,6 +106,9 @@ class KvPolicy {
   virtual void AbortBatch() = 0;
 
   virtual KvCounters counters() const = 0;
+  // True when the policy keeps KV in GPU memory: its views then hold device pointers and the
+  // forward pass must run on that GPU (the CUDA backend).
+  virtual bool device_memory() const { return false; }
 };
 
 }  // namespace strata

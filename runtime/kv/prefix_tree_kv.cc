@@ -63,11 +63,16 @@ Status PrefixTreeKv::Create(const KvShape& shape, const PrefixTreeKvOptions& o,
                                    " blocks need " + Bytes(need));
   // Layer streaming also carves two staging areas (one layer of every block) from the budget.
   const int64_t max_buffers = o.max_blocks + 2 * (o.max_blocks / shape.n_layer + 1);
-  Status s =
-      FastTier::Create(o.fast_budget_bytes, kv->block_bytes_, align, max_buffers, &kv->fast_);
+  TierMemory* memory = o.memory ? o.memory : HostMemory();
+  if (memory->device() && !slow->moves_device_memory())
+    return Status::InvalidArgument(std::string("prefix-tree KV: the slow tier (") +
+                                   slow->Describe() + ") cannot move blocks to and from " +
+                                   memory->name() + "; use pinned host RAM as the slow tier");
+  Status s = FastTier::Create(o.fast_budget_bytes, kv->block_bytes_, align, max_buffers, &kv->fast_,
+                              memory);
   if (!s.ok()) return s.WithContext("prefix-tree KV");
   // Fixed buffers only speed io_uring up; a refusal (e.g. RLIMIT_MEMLOCK) is not an error.
-  (void)slow->RegisterMemory(kv->fast_->arena(), kv->fast_->arena_bytes());
+  if (!memory->device()) (void)slow->RegisterMemory(kv->fast_->arena(), kv->fast_->arena_bytes());
   kv->slow_ = std::move(slow);
   kv->stream_index_.reserve(size_t(std::min<int64_t>(o.max_blocks, 1 << 20)));
   *out = std::move(kv);
@@ -297,8 +302,8 @@ Status PrefixTreeKv::BeginBatch(std::span<const BatchSeq> batch) {
       BlockId copy;
       st = NewBlock(blocks_[src].pos0, &copy);
       if (!st.ok()) break;
-      std::memcpy(fast_->data(blocks_[copy].buffer), fast_->data(blocks_[src].buffer),
-                  block_bytes_);
+      fast_->memory()->Copy(fast_->data(blocks_[copy].buffer), fast_->data(blocks_[src].buffer),
+                            block_bytes_);
       blocks_[copy].n_tokens = blocks_[src].n_tokens;
       s.path.back() = copy;
       st = Unref(src);
@@ -359,8 +364,8 @@ Status PrefixTreeKv::Append(int32_t layer, SeqId seq, const float* k, const floa
     Block& b = blocks_[s.path[size_t(pos / B)]];
     if (b.buffer < 0) return Status::Internal("prefix-tree KV: appending to an evicted block");
     uint16_t* kd = LayerK(fast_->data(b.buffer), layer);
-    kernels::F32ToF16Row(k + t * row, kd + off * row, n * row);
-    kernels::F32ToF16Row(v + t * row, kd + (B + off) * row, n * row);
+    fast_->memory()->StoreF16(kd + off * row, k + t * row, n * row);
+    fast_->memory()->StoreF16(kd + (B + off) * row, v + t * row, n * row);
     b.slow_valid = false;
     t += n;
   }

@@ -46,6 +46,10 @@ struct PrefixTreeKvOptions {
   int32_t max_sequences = 4096;
   bool write_behind = false;
   KvResidency residency = KvResidency::kWholeBlocks;
+  // Where the fast tier lives: host RAM (null) or, with the CUDA backend, GPU memory; then the
+  // slow tier must move device memory (pinned host RAM through the GPU) and Append takes
+  // device pointers.
+  TierMemory* memory = nullptr;
 };
 
 struct PrefixTreeCounters {
@@ -89,6 +93,7 @@ class PrefixTreeKv final : public KvPolicy {
   Status EndBatch() override;
   void AbortBatch() override;
   KvCounters counters() const override;
+  bool device_memory() const override { return fast_->memory()->device(); }
 
   // Scheduling (between batches). Not allowed while a batch is open.
   void set_residency(KvResidency r) { residency_ = r; }

@@ -51,6 +51,9 @@ class SlowTier {
   virtual Status Write(std::span<const TierExtent> extents, std::unique_ptr<TierTransfer>* out) = 0;
   // Lets the tier prepare `base` for repeated transfers (io_uring fixed buffers). Optional.
   virtual Status RegisterMemory(void* base, size_t length);
+  // True when the extents' buffers may be GPU memory (a tier of pinned host RAM moved by the
+  // GPU); the block store and RAM tiers copy with the CPU and need host buffers.
+  virtual bool moves_device_memory() const { return false; }
 };
 
 // Host RAM as the slow tier: transfers are copies, finished when Read/Write return. Used by

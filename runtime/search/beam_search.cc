@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <memory>
 
+#include "platforms/cuda_device.h"
 #include "runtime/engine/engine.h"
+#include "runtime/kv/cuda_host_tier.h"
 #include "runtime/model/chat_template.h"
 
 namespace strata {
@@ -132,7 +134,13 @@ Status Search::Setup(int32_t prompt_tokens) {
           ? p_.fast_budget_bytes
           : uint64_t(ko.max_blocks + 2 * (ko.max_blocks / hp.n_layer + 1)) * block_bytes;
   std::unique_ptr<SlowTier> slow;
-  if (p_.slow_in_ram || p_.fast_budget_bytes == 0) {
+  std::shared_ptr<CudaDevice> gpu;
+  if (p_.cuda_device >= 0) {
+    STRATA_RETURN_IF_ERROR(CudaDevice::Open(p_.cuda_device, &gpu));
+    ko.memory = gpu->memory();
+    Status s = OpenCudaHostTier(gpu, slow_bytes, kSlowAlignment, &slow);
+    if (!s.ok()) return s.WithContext("beam search slow tier");
+  } else if (p_.slow_in_ram || p_.fast_budget_bytes == 0) {
     std::unique_ptr<RamSlowTier> ram;
     STRATA_RETURN_IF_ERROR(RamSlowTier::Create(slow_bytes, &ram, kSlowAlignment));
     slow = std::move(ram);
@@ -163,6 +171,7 @@ Status Search::Setup(int32_t prompt_tokens) {
   eo.n_threads = p_.n_threads;
   eo.n_batch = std::max(512, 2 * p_.n_beams);
   eo.max_sequences = ko.max_sequences;
+  eo.cuda = gpu;
   return Engine::Create(model_, eo, std::move(kv), &engine_);
 }
 

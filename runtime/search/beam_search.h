@@ -51,6 +51,10 @@ struct BeamSearchParams {
   std::string slow_dir;
   bool slow_in_ram = false;
   storage::SlowDiskOptions slow_disk;  // bandwidth/latency emulation of the block store
+  // >= 0: run on this CUDA GPU. The fast tier is then the GPU's memory and the slow tier
+  // pinned host RAM moved by the GPU (a desktop GPU's PCIe host tier; slow_dir, slow_in_ram
+  // and slow_disk do not apply). -1: on the CPU.
+  int32_t cuda_device = -1;
 };
 
 enum class BeamStop { kEndOfGeneration, kMaxTokens, kStepLimit };

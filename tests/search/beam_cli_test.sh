@@ -53,5 +53,8 @@ expect budget-small "the minimum is" --beams 4 --beam-budget 100K
 expect budget-text "--beam-budget: '3 apples'" --beams 4 --beam-budget "3 apples"
 expect schedule "beam schedule 'quick'" --beams 4 --beam-schedule quick
 expect scorer "/nonexistent/scorer.gguf" --beams 4 --scorer-model /nonexistent/scorer.gguf
+expect device "--beam-device: 'gpu' is not a device" --beams 4 --beam-device gpu
+# A device that is not there (CI has no GPU; a GPU machine has no 99th).
+expect no-gpu "cuda" --beams 4 --beam-device cuda:99
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 exit $((fails > 0))

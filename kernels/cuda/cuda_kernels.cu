@@ -1,0 +1,382 @@
+// CUDA kernels (see cuda_kernels.h). Written for clarity first: the models Strata targets on
+// a GPU are small, so a pass is bound by launches and memory traffic, not by arithmetic.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace strata::kernels::cuda {
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+
+cudaStream_t S(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+__device__ float WarpSum(float v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFull, v, off);
+  return v;
+}
+__device__ float WarpMax(float v) {
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, off));
+  return v;
+}
+
+__device__ void Unpack8(const uint4& u, float* f) {
+  const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __half22float2(h[i]);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+
+// One warp per output row; tokens in chunks of kTokChunk so a row of W is read once per
+// chunk. Each lane sums its own columns in a fixed order, then the warp reduces: the
+// result for (t, r) depends on neither n_tok nor the chunking.
+constexpr int kRowsPerBlock = 8;
+constexpr int kTokChunk = 8;
+__global__ void MatmulF16Kernel(const __half* __restrict__ w, int64_t rows, int64_t k,
+                                const float* __restrict__ x, int64_t n_tok, float* __restrict__ y) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + warp;
+  if (r >= rows) return;
+  const uint4* wr = reinterpret_cast<const uint4*>(w + r * k);
+  const int64_t groups = k / 8;
+  for (int64_t t0 = 0; t0 < n_tok; t0 += kTokChunk) {
+    const int nt = n_tok - t0 < kTokChunk ? int(n_tok - t0) : kTokChunk;
+    float acc[kTokChunk];
+#pragma unroll
+    for (int j = 0; j < kTokChunk; ++j) acc[j] = 0.f;
+    for (int64_t g = lane; g < groups; g += 32) {
+      float wf[8];
+      Unpack8(wr[g], wf);
+#pragma unroll
+      for (int j = 0; j < kTokChunk; ++j) {
+        if (j < nt) {
+          const float4* xp = reinterpret_cast<const float4*>(x + (t0 + j) * k + g * 8);
+          const float4 a = xp[0], b = xp[1];
+          float s = acc[j];
+          s = fmaf(wf[0], a.x, s);
+          s = fmaf(wf[1], a.y, s);
+          s = fmaf(wf[2], a.z, s);
+          s = fmaf(wf[3], a.w, s);
+          s = fmaf(wf[4], b.x, s);
+          s = fmaf(wf[5], b.y, s);
+          s = fmaf(wf[6], b.z, s);
+          s = fmaf(wf[7], b.w, s);
+          acc[j] = s;
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kTokChunk; ++j) {
+      if (j < nt) {
+        const float s = WarpSum(acc[j]);
+        if (lane == 0) y[(t0 + j) * rows + r] = s;
+      }
+    }
+  }
+}
+
+// One block per row: strided squares, warp sums, then warp 0 sums the warps in order.
+__global__ void RmsNormKernel(const float* x, const float* weight, float* y, int64_t n, float eps) {
+  __shared__ float part[32];
+  const float* xr = x + int64_t(blockIdx.x) * n;
+  float* yr = y + int64_t(blockIdx.x) * n;
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+  ss = WarpSum(ss);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) part[warp] = ss;
+  __syncthreads();
+  if (warp == 0) {
+    const int nw = int(blockDim.x + 31) >> 5;
+    float v = lane < nw ? part[lane] : 0.f;
+    v = WarpSum(v);
+    if (lane == 0) part[0] = v;
+  }
+  __syncthreads();
+  const float scale = float(1.0 / sqrt(double(part[0]) / double(n) + double(eps)));
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    yr[i] = xr[i] * scale * (weight ? weight[i] : 1.f);
+}
+
+__global__ void RopeKernel(float* x, int64_t n_tok, int64_t stride, int n_heads, int head_dim,
+                           int rot_dim, const int32_t* pos, const float* inv_freq, bool neox) {
+  const int half = rot_dim / 2;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t total = n_tok * n_heads * half;
+  if (i >= total) return;
+  const int j = int(i % half);
+  const int h = int((i / half) % n_heads);
+  const int64_t t = i / (int64_t(half) * n_heads);
+  const double a = double(pos[t]) * double(inv_freq[j]);
+  const float c = float(cos(a)), s = float(sin(a));
+  float* v = x + t * stride + int64_t(h) * head_dim;
+  const int i0 = neox ? j : 2 * j, i1 = neox ? j + half : 2 * j + 1;
+  const float p = v[i0], q = v[i1];
+  v[i0] = p * c - q * s;
+  v[i1] = p * s + q * c;
+}
+
+__global__ void SwiGluKernel(float* g, const float* u, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) {
+    const float a = g[i];
+    g[i] = a / (1.f + expf(-a)) * u[i];
+  }
+}
+
+__global__ void AddKernel(float* y, const float* x, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += x[i];
+}
+
+__global__ void AddRowBiasKernel(float* y, const float* b, int64_t total, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < total) y[i] += b[i % n];
+}
+
+__global__ void GatherRowsKernel(const float* src, const int32_t* rows, float* dst, int64_t n) {
+  const float* s = src + int64_t(rows[blockIdx.x]) * n;
+  float* d = dst + int64_t(blockIdx.x) * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
+}
+
+constexpr int64_t kStoreChunk = 4096;
+__global__ void StoreF16Kernel(const StoreF16Op* ops) {
+  const StoreF16Op op = ops[blockIdx.x];
+  const int64_t begin = int64_t(blockIdx.y) * kStoreChunk;
+  const int64_t end = min(op.n, begin + kStoreChunk);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    op.dst[i] = __half_as_ushort(__float2half_rn(op.src[i]));
+}
+
+constexpr uint64_t kCopyChunk = 16384;
+__global__ void CopyExtentsKernel(const CopyOp* ops) {
+  const CopyOp op = ops[blockIdx.x];
+  const uint64_t begin = uint64_t(blockIdx.y) * kCopyChunk;
+  if (begin >= op.bytes) return;
+  const uint64_t end = min(op.bytes, begin + kCopyChunk);
+  const uint4* s = static_cast<const uint4*>(op.src);
+  uint4* d = static_cast<uint4*>(op.dst);
+  for (uint64_t i = begin / 16 + threadIdx.x; i < end / 16; i += blockDim.x) d[i] = s[i];
+}
+
+// One block per (query token, KV head). The block's warps are n_rep query heads x `splits`
+// key splits: warp (r, j) scores query head r against key tiles j, j + splits, ... (tiles of
+// 32 keys in the order of the spans: lane i takes key tile*32 + i) with an online softmax,
+// accumulating V lane-per-dimension; then split 0 merges the splits' partial results in
+// split order. Tiles and splits follow the flattened key order and the model's shape only,
+// never the span boundaries or the rest of the batch, so equal key sequences give equal
+// bits whatever the grouping.
+template <int kDpl>
+__global__ void AttentionKernel(AttentionBatch a, int splits) {
+  extern __shared__ float smem[];
+  const int t = blockIdx.x, h = blockIdx.y;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int r = warp % a.n_rep, split = warp / a.n_rep;
+  const int hd = a.head_dim;
+  const int q_stride = a.n_head_kv * a.n_rep * hd;
+  const int qh = h * a.n_rep + r;
+  float* qs = smem + warp * hd;                // this warp's scaled query
+  float* part = smem + a.n_rep * splits * hd;  // per warp: m, l, acc[hd]
+  float* mine = part + warp * (hd + 2);
+  for (int d = lane; d < hd; d += 32) qs[d] = a.q[int64_t(t) * q_stride + qh * hd + d] * a.scale;
+  __syncwarp();
+  const int seq = a.tok_seq[t];
+  const int32_t qpos = a.tok_pos[t];
+  const int sb = a.span_begin[seq], se = a.span_begin[seq + 1];
+
+  float m = -INFINITY, l = 0.f, acc[kDpl];
+#pragma unroll
+  for (int i = 0; i < kDpl; ++i) acc[i] = 0.f;
+  // The cursor (span si, offset off) is the first key of this warp's next tile.
+  int si = sb, off = 32 * split;
+  while (si < se && off >= a.spans[si].n_tokens) {
+    off -= a.spans[si].n_tokens;
+    ++si;
+  }
+  while (si < se) {
+    int s = si, o = off + lane;
+    while (s < se && o >= a.spans[s].n_tokens) {
+      o -= a.spans[s].n_tokens;
+      ++s;
+    }
+    float score = -INFINITY;
+    const __half* vp = nullptr;
+    if (s < se && a.spans[s].pos0 + o <= qpos) {
+      const KvSpan& sp = a.spans[s];
+      const int64_t base = int64_t(o) * sp.stride + int64_t(h) * hd;
+      const uint4* kp = reinterpret_cast<const uint4*>(sp.k + base);
+      vp = reinterpret_cast<const __half*>(sp.v + base);
+      float dot = 0.f;
+#pragma unroll 4
+      for (int g = 0; g < hd / 8; ++g) {
+        float kf[8];
+        Unpack8(kp[g], kf);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dot = fmaf(qs[g * 8 + e], kf[e], dot);
+      }
+      score = dot;
+    }
+    const float tile_max = WarpMax(score);
+    if (tile_max > -INFINITY) {
+      const float m_new = fmaxf(m, tile_max);
+      const float corr = expf(m - m_new);
+      const float p = vp ? expf(score - m_new) : 0.f;
+      l = l * corr + WarpSum(p);
+#pragma unroll
+      for (int i = 0; i < kDpl; ++i) acc[i] *= corr;
+      // Eight keys at a time: their loads are independent and can be in flight together.
+      for (int j0 = 0; j0 < 32; j0 += 8) {
+        float pj[8], vv[8][kDpl];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          pj[u] = __shfl_sync(kFull, p, j0 + u);
+          const auto* v = reinterpret_cast<const __half*>(
+              __shfl_sync(kFull, reinterpret_cast<unsigned long long>(vp), j0 + u));
+#pragma unroll
+          for (int i = 0; i < kDpl; ++i)
+            vv[u][i] = v && lane + 32 * i < hd ? __half2float(v[lane + 32 * i]) : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+#pragma unroll
+          for (int i = 0; i < kDpl; ++i) acc[i] = fmaf(pj[u], vv[u][i], acc[i]);
+      }
+      m = m_new;
+    }
+    // Advance to this warp's next tile: 32 * splits keys on.
+    int o2 = off + 32 * splits;
+    while (si < se && o2 >= a.spans[si].n_tokens) {
+      o2 -= a.spans[si].n_tokens;
+      ++si;
+    }
+    off = o2;
+  }
+  if (lane == 0) {
+    mine[0] = m;
+    mine[1] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < kDpl; ++i)
+    if (lane + 32 * i < hd) mine[2 + lane + 32 * i] = acc[i];
+  __syncthreads();
+  if (split != 0) return;
+  // Merge the splits of query head r in split order.
+  float big = -INFINITY;
+  for (int j = 0; j < splits; ++j) big = fmaxf(big, part[(j * a.n_rep + r) * (hd + 2)]);
+  float lsum = 0.f, out_acc[kDpl];
+#pragma unroll
+  for (int i = 0; i < kDpl; ++i) out_acc[i] = 0.f;
+  if (big > -INFINITY) {
+    for (int j = 0; j < splits; ++j) {
+      const float* pj = part + (j * a.n_rep + r) * (hd + 2);
+      if (pj[0] == -INFINITY) continue;
+      const float w = expf(pj[0] - big);
+      lsum = fmaf(pj[1], w, lsum);
+#pragma unroll
+      for (int i = 0; i < kDpl; ++i)
+        if (lane + 32 * i < hd) out_acc[i] = fmaf(pj[2 + lane + 32 * i], w, out_acc[i]);
+    }
+  }
+  float* out = a.out + int64_t(t) * q_stride + qh * hd;
+  const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
+#pragma unroll
+  for (int i = 0; i < kDpl; ++i)
+    if (lane + 32 * i < hd) out[lane + 32 * i] = out_acc[i] * inv;
+}
+
+unsigned Blocks(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
+
+}  // namespace
+
+void MatmulF16(const uint16_t* w, int64_t rows, int64_t k, const float* x, int64_t n_tok, float* y,
+               void* stream) {
+  if (rows <= 0 || n_tok <= 0) return;
+  MatmulF16Kernel<<<Blocks(rows, kRowsPerBlock), 32 * kRowsPerBlock, 0, S(stream)>>>(
+      reinterpret_cast<const __half*>(w), rows, k, x, n_tok, y);
+}
+
+void RmsNormRows(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n,
+                 float eps, void* stream) {
+  if (n_rows <= 0) return;
+  const int threads = n >= 1024 ? 512 : n >= 256 ? 256 : 64;
+  RmsNormKernel<<<unsigned(n_rows), threads, 0, S(stream)>>>(x, weight, y, n, eps);
+}
+
+void RopeRows(float* x, int64_t n_tok, int64_t stride, int n_heads, int head_dim, int rot_dim,
+              const int32_t* pos, const float* inv_freq, RopeLayout layout, void* stream) {
+  const int64_t total = n_tok * n_heads * (rot_dim / 2);
+  if (total <= 0) return;
+  RopeKernel<<<Blocks(total, 256), 256, 0, S(stream)>>>(
+      x, n_tok, stride, n_heads, head_dim, rot_dim, pos, inv_freq, layout == RopeLayout::kNeox);
+}
+
+void SwiGlu(float* gate, const float* up, int64_t n, void* stream) {
+  if (n > 0) SwiGluKernel<<<Blocks(n, 256), 256, 0, S(stream)>>>(gate, up, n);
+}
+
+void Add(float* y, const float* x, int64_t n, void* stream) {
+  if (n > 0) AddKernel<<<Blocks(n, 256), 256, 0, S(stream)>>>(y, x, n);
+}
+
+void AddRowBias(float* y, const float* b, int64_t n_rows, int64_t n, void* stream) {
+  const int64_t total = n_rows * n;
+  if (total > 0) AddRowBiasKernel<<<Blocks(total, 256), 256, 0, S(stream)>>>(y, b, total, n);
+}
+
+void GatherRows(const float* src, const int32_t* rows, float* dst, int64_t n_rows, int64_t n,
+                void* stream) {
+  if (n_rows > 0) GatherRowsKernel<<<unsigned(n_rows), 256, 0, S(stream)>>>(src, rows, dst, n);
+}
+
+void StoreF16(const StoreF16Op* ops, int32_t n_ops, int64_t max_n, void* stream) {
+  if (n_ops <= 0 || max_n <= 0) return;
+  const dim3 grid(unsigned(n_ops), unsigned((max_n + kStoreChunk - 1) / kStoreChunk));
+  StoreF16Kernel<<<grid, 256, 0, S(stream)>>>(ops);
+}
+
+void CopyExtents(const CopyOp* ops, int32_t n_ops, uint64_t max_bytes, void* stream) {
+  if (n_ops <= 0 || max_bytes == 0) return;
+  const dim3 grid(unsigned(n_ops), unsigned((max_bytes + kCopyChunk - 1) / kCopyChunk));
+  CopyExtentsKernel<<<grid, 256, 0, S(stream)>>>(ops);
+}
+
+// As many key splits as fit 32 warps, at most 8: a decode token's keys are walked by
+// 8 warps per query head instead of one.
+int AttentionSplits(int n_rep) { return std::max(1, std::min(8, 32 / n_rep)); }
+
+size_t AttentionSharedBytes(int n_rep, int head_dim) {
+  return size_t(n_rep * AttentionSplits(n_rep)) * (2 * size_t(head_dim) + 2) * sizeof(float);
+}
+
+void Attention(const AttentionBatch& a, void* stream) {
+  if (a.n_tok <= 0) return;
+  const int splits = AttentionSplits(a.n_rep);
+  const dim3 grid(unsigned(a.n_tok), unsigned(a.n_head_kv));
+  const int warps = a.n_rep * splits;
+  const size_t shared = AttentionSharedBytes(a.n_rep, a.head_dim);
+  switch (a.head_dim / 32) {
+    case 1:
+      AttentionKernel<1><<<grid, 32 * warps, shared, S(stream)>>>(a, splits);
+      break;
+    case 2:
+      AttentionKernel<2><<<grid, 32 * warps, shared, S(stream)>>>(a, splits);
+      break;
+    case 3:
+    case 4:
+      AttentionKernel<4><<<grid, 32 * warps, shared, S(stream)>>>(a, splits);
+      break;
+    default:
+      AttentionKernel<8><<<grid, 32 * warps, shared, S(stream)>>>(a, splits);
+      break;
+  }
+}
+
+}  // namespace strata::kernels::cuda

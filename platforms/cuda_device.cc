@@ -1,0 +1,281 @@
+// The CUDA implementation of CudaDevice (built only with the CUDA toolkit).
+#include "platforms/cuda_device.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace strata {
+namespace {
+
+Status CudaError(cudaError_t e, const std::string& what) {
+  return Status::IOError("cuda: " + what + ": " + cudaGetErrorName(e) + " (" +
+                         cudaGetErrorString(e) + ")");
+}
+#define STRATA_CUDA_RETURN(call, what)                     \
+  do {                                                     \
+    cudaError_t err_ = (call);                             \
+    if (err_ != cudaSuccess) return CudaError(err_, what); \
+  } while (0)
+
+constexpr size_t kRingBytes = size_t(16) << 20;
+
+class CudaEventImpl final : public CudaDevice::Event {
+ public:
+  explicit CudaEventImpl(cudaEvent_t e) : e_(e) {}
+  ~CudaEventImpl() override { cudaEventDestroy(e_); }
+  bool Done() override { return cudaEventQuery(e_) != cudaErrorNotReady; }
+  Status Wait() override {
+    STRATA_CUDA_RETURN(cudaEventSynchronize(e_), "waiting for a transfer");
+    return Status::OK();
+  }
+
+ private:
+  cudaEvent_t e_;
+};
+
+class CudaDeviceImpl;
+
+// GPU memory as a fast tier. StoreF16 calls are queued and launched as one kernel by
+// FlushStores: a batch of 32 sequences appends 64 rows per layer, and a launch each would
+// cost more than the attention that reads them.
+class DeviceTierMemory final : public TierMemory {
+ public:
+  explicit DeviceTierMemory(CudaDeviceImpl* d) : d_(d) {}
+  const char* name() const override;
+  bool device() const override { return true; }
+  Status Allocate(size_t bytes, size_t alignment, TierArena* out) override;
+  void StoreF16(uint16_t* dst, const float* src, int64_t n) override {
+    if (n > 0) pending_.push_back({dst, src, n});
+  }
+  void Copy(void* dst, const void* src, size_t n) override;
+
+  std::vector<kernels::cuda::StoreF16Op> pending_;
+  Status deferred_;  // a failure of Copy, reported by the next FlushStores
+
+ private:
+  CudaDeviceImpl* d_;
+};
+
+class CudaDeviceImpl final : public CudaDevice {
+ public:
+  ~CudaDeviceImpl() override {
+    cudaSetDevice(ordinal_);
+    for (auto& s : streams_)
+      if (s) {
+        cudaStreamSynchronize(s);
+        cudaStreamDestroy(s);
+      }
+    for (auto& r : rings_) {
+      if (r.host) cudaFreeHost(r.host);
+      if (r.dev) cudaFree(r.dev);
+    }
+    if (after_compute_) cudaEventDestroy(after_compute_);
+  }
+
+  Status Init(int ordinal) {
+    ordinal_ = ordinal;
+    STRATA_CUDA_RETURN(cudaSetDevice(ordinal), "selecting device " + std::to_string(ordinal));
+    cudaDeviceProp prop;
+    STRATA_CUDA_RETURN(cudaGetDeviceProperties(&prop, ordinal), "reading device properties");
+    name_ = "cuda:" + std::to_string(ordinal) + " (" + prop.name + ")";
+    for (auto& s : streams_)
+      STRATA_CUDA_RETURN(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating a stream");
+    for (auto& r : rings_) {
+      STRATA_CUDA_RETURN(cudaHostAlloc(&r.host, kRingBytes, cudaHostAllocDefault),
+                         "allocating the pinned staging ring");
+      STRATA_CUDA_RETURN(cudaMalloc(&r.dev, kRingBytes), "allocating the device staging ring");
+    }
+    STRATA_CUDA_RETURN(cudaEventCreateWithFlags(&after_compute_, cudaEventDisableTiming),
+                       "creating an event");
+    return Status::OK();
+  }
+
+  const std::string& name() const override { return name_; }
+  void* stream(Stream s) const override { return streams_[int(s)]; }
+  TierMemory* memory() override { return &memory_; }
+
+  Status FlushStores() override {
+    if (!memory_.deferred_.ok()) {
+      Status s = memory_.deferred_;
+      memory_.deferred_ = Status::OK();
+      memory_.pending_.clear();
+      return s;
+    }
+    if (memory_.pending_.empty()) return Status::OK();
+    int64_t max_n = 0;
+    for (const auto& op : memory_.pending_) max_n = std::max(max_n, op.n);
+    void* ops = nullptr;
+    const size_t bytes = memory_.pending_.size() * sizeof(kernels::cuda::StoreF16Op);
+    STRATA_RETURN_IF_ERROR(Upload(memory_.pending_.data(), bytes, Stream::kCompute, &ops));
+    kernels::cuda::StoreF16(static_cast<const kernels::cuda::StoreF16Op*>(ops),
+                            int32_t(memory_.pending_.size()), max_n, stream(Stream::kCompute));
+    memory_.pending_.clear();
+    return CheckLaunch("storing K/V rows");
+  }
+
+  Status Malloc(size_t bytes, void** out) override {
+    STRATA_CUDA_RETURN(cudaMalloc(out, std::max<size_t>(bytes, 1)),
+                       "allocating " + std::to_string(bytes) + " bytes of device memory");
+    return Status::OK();
+  }
+  void Free(void* p) override {
+    if (p) cudaFree(p);
+  }
+  Status HostAlloc(size_t bytes, void** host, void** device) override {
+    STRATA_CUDA_RETURN(cudaHostAlloc(host, std::max<size_t>(bytes, 1), cudaHostAllocMapped),
+                       "allocating " + std::to_string(bytes) + " bytes of pinned host memory");
+    cudaError_t e = cudaHostGetDevicePointer(device, *host, 0);
+    if (e != cudaSuccess) {
+      cudaFreeHost(*host);
+      return CudaError(e, "mapping pinned host memory into the device's address space");
+    }
+    return Status::OK();
+  }
+  void HostFree(void* host) override {
+    if (host) cudaFreeHost(host);
+  }
+  Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    STRATA_CUDA_RETURN(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "uploading");
+    return Status::OK();
+  }
+  Status CopyToDeviceAsync(void* dst, const void* host, size_t bytes, Stream s) override {
+    STRATA_CUDA_RETURN(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, S(s)),
+                       "enqueueing an upload");
+    return Status::OK();
+  }
+  Status CopyToHostAsync(void* host, const void* src, size_t bytes, Stream s) override {
+    STRATA_CUDA_RETURN(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, S(s)),
+                       "enqueueing a download");
+    return Status::OK();
+  }
+  Status CopyOnDeviceAsync(void* dst, const void* src, size_t bytes, Stream s) override {
+    STRATA_CUDA_RETURN(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, S(s)),
+                       "enqueueing a device copy");
+    return Status::OK();
+  }
+  Status Upload(const void* data, size_t bytes, Stream s, void** device) override {
+    Ring& r = rings_[int(s)];
+    const size_t need = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+    if (need > kRingBytes)
+      return Status::InvalidArgument("cuda: an upload of " + std::to_string(bytes) +
+                                     " bytes exceeds the staging ring of " +
+                                     std::to_string(kRingBytes) + " bytes");
+    if (r.head + need > kRingBytes) {
+      // Everything enqueued from the ring so far must have been copied before it is reused.
+      STRATA_RETURN_IF_ERROR(Synchronize(s));
+      r.head = 0;
+    }
+    std::memcpy(static_cast<char*>(r.host) + r.head, data, bytes);
+    void* dst = static_cast<char*>(r.dev) + r.head;
+    STRATA_RETURN_IF_ERROR(CopyToDeviceAsync(dst, static_cast<char*>(r.host) + r.head, bytes, s));
+    r.head += need;
+    *device = dst;
+    return Status::OK();
+  }
+  Status Synchronize(Stream s) override {
+    STRATA_CUDA_RETURN(cudaStreamSynchronize(S(s)), "running the GPU work");
+    return Status::OK();
+  }
+  Status CheckLaunch(const char* what) override {
+    STRATA_CUDA_RETURN(cudaGetLastError(), std::string("launching ") + what);
+    return Status::OK();
+  }
+  void OrderCopyAfterCompute() override {
+    cudaEventRecord(after_compute_, S(Stream::kCompute));
+    cudaStreamWaitEvent(S(Stream::kCopy), after_compute_, 0);
+  }
+  Status CopyExtents(std::span<const kernels::cuda::CopyOp> ops, Stream s) override {
+    if (ops.empty()) return Status::OK();
+    uint64_t max_bytes = 0;
+    for (const auto& op : ops) max_bytes = std::max(max_bytes, op.bytes);
+    void* dev = nullptr;
+    STRATA_RETURN_IF_ERROR(Upload(ops.data(), ops.size_bytes(), s, &dev));
+    kernels::cuda::CopyExtents(static_cast<const kernels::cuda::CopyOp*>(dev), int32_t(ops.size()),
+                               max_bytes, S(s));
+    return CheckLaunch("copying extents");
+  }
+  Status Record(Stream s, std::unique_ptr<Event>* out) override {
+    cudaEvent_t e;
+    STRATA_CUDA_RETURN(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "creating an event");
+    cudaError_t r = cudaEventRecord(e, S(s));
+    if (r != cudaSuccess) {
+      cudaEventDestroy(e);
+      return CudaError(r, "recording an event");
+    }
+    *out = std::make_unique<CudaEventImpl>(e);
+    return Status::OK();
+  }
+
+  cudaStream_t S(Stream s) const { return streams_[int(s)]; }
+
+ private:
+  struct Ring {
+    void* host = nullptr;
+    void* dev = nullptr;
+    size_t head = 0;
+  };
+  int ordinal_ = 0;
+  std::string name_;
+  cudaStream_t streams_[2] = {nullptr, nullptr};
+  Ring rings_[2];
+  cudaEvent_t after_compute_ = nullptr;
+  DeviceTierMemory memory_{this};
+  friend class DeviceTierMemory;
+};
+
+const char* DeviceTierMemory::name() const { return d_->name().c_str(); }
+
+Status DeviceTierMemory::Allocate(size_t bytes, size_t alignment, TierArena* out) {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096)
+    return Status::InvalidArgument("device memory: alignment " + std::to_string(alignment) +
+                                   " is not a power of two up to 4096");
+  void* p = nullptr;
+  STRATA_RETURN_IF_ERROR(d_->Malloc(bytes, &p));  // cudaMalloc aligns to 256 at least
+  cudaError_t e = cudaMemset(p, 0, std::max<size_t>(bytes, 1));
+  if (e != cudaSuccess) {
+    cudaFree(p);
+    return CudaError(e, "clearing device memory");
+  }
+  *out = TierArena(static_cast<std::byte*>(p), [](std::byte* q) { cudaFree(q); });
+  if (alignment > 256 && reinterpret_cast<uintptr_t>(p) % alignment != 0)
+    return Status::Internal("device memory: cudaMalloc returned memory not aligned to " +
+                            std::to_string(alignment));
+  return Status::OK();
+}
+
+void DeviceTierMemory::Copy(void* dst, const void* src, size_t n) {
+  // Stores queued before the copy must land first: the copy may read them.
+  Status s = d_->FlushStores();
+  if (s.ok()) s = d_->CopyOnDeviceAsync(dst, src, n, CudaDevice::Stream::kCompute);
+  if (!s.ok() && deferred_.ok()) deferred_ = s;
+}
+
+}  // namespace
+
+int CudaDevice::Count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+Status CudaDevice::Open(int ordinal, std::shared_ptr<CudaDevice>* out) {
+  const int n = Count();
+  if (n == 0) return Status::NotSupported("cuda: no CUDA device is visible to this process");
+  if (ordinal < 0 || ordinal >= n)
+    return Status::InvalidArgument("cuda: device " + std::to_string(ordinal) +
+                                   " does not exist (devices 0.." + std::to_string(n - 1) + ")");
+  auto d = std::make_shared<CudaDeviceImpl>();
+  STRATA_RETURN_IF_ERROR(d->Init(ordinal));
+  *out = std::move(d);
+  return Status::OK();
+}
+
+}  // namespace strata

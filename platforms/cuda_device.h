@@ -1,0 +1,83 @@
+// CudaDevice: one CUDA GPU as Strata uses it — two streams, device and pinned host memory,
+// events, and small per-pass uploads — behind an interface that exists in every build.
+//
+// A build without the CUDA toolkit (or configured with -DSTRATA_CUDA=OFF) still has this
+// header: Open fails with a message that says so and Count() is 0, so the engine, the beam
+// search and the command line can offer a `cuda` backend and refuse it clearly.
+//
+// Streams: the compute stream runs the forward pass, in the order the engine enqueues it; the
+// copy stream runs slow-tier transfers (pinned host <-> device). OrderCopyAfterCompute makes
+// the copy stream wait for everything enqueued on the compute stream so far, so a transfer
+// never reads a buffer before the kernel writing it ran, nor overwrites one a queued kernel
+// still reads.
+//
+// Threads: one thread (the engine's) at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "common/status.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "platforms/tier_memory.h"
+
+namespace strata {
+
+class CudaDevice {
+ public:
+  enum class Stream { kCompute, kCopy };
+
+  // Devices visible to this process (0 in a build without CUDA or on a machine without a GPU).
+  static int Count();
+  // Opens device `ordinal`; NotSupported when the build has no CUDA support or no such
+  // device exists (the message says which).
+  static Status Open(int ordinal, std::shared_ptr<CudaDevice>* out);
+  virtual ~CudaDevice() = default;
+
+  virtual const std::string& name() const = 0;  // "cuda:0 (NVIDIA H100 80GB HBM3)"
+  virtual void* stream(Stream s) const = 0;     // a cudaStream_t
+  // GPU memory as a fast tier (StoreF16 is deferred until FlushStores).
+  virtual TierMemory* memory() = 0;
+  // Launches the StoreF16 calls made since the last flush, on the compute stream, in one
+  // kernel.
+  virtual Status FlushStores() = 0;
+
+  virtual Status Malloc(size_t bytes, void** out) = 0;
+  virtual void Free(void* p) = 0;
+  // Pinned host memory the GPU can read and write through *device (zero-copy).
+  virtual Status HostAlloc(size_t bytes, void** host, void** device) = 0;
+  virtual void HostFree(void* host) = 0;
+  // Blocking copy host -> device (weights at start-up).
+  virtual Status CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  // Enqueued copies on a stream; `host` must stay valid (and, for uploads, unchanged) until
+  // the stream reaches the copy.
+  virtual Status CopyToDeviceAsync(void* dst, const void* host, size_t bytes, Stream s) = 0;
+  virtual Status CopyToHostAsync(void* host, const void* src, size_t bytes, Stream s) = 0;
+  virtual Status CopyOnDeviceAsync(void* dst, const void* src, size_t bytes, Stream s) = 0;
+  // Copies `bytes` of host data into a staging ring and enqueues its upload on stream s;
+  // *device receives where the kernels of that stream will find it (16-byte aligned). The
+  // ring wraps by waiting for the stream.
+  virtual Status Upload(const void* data, size_t bytes, Stream s, void** device) = 0;
+  // Waits for everything enqueued on the stream; reports any kernel or copy failure.
+  virtual Status Synchronize(Stream s) = 0;
+  // Reports a launch failure of the last kernel enqueued (a cheap check, no wait).
+  virtual Status CheckLaunch(const char* what) = 0;
+  virtual void OrderCopyAfterCompute() = 0;
+  // Enqueues one kernel on stream s that performs every copy of `ops` (device pointers or
+  // the device aliases of pinned host memory); the list itself is uploaded first.
+  virtual Status CopyExtents(std::span<const kernels::cuda::CopyOp> ops, Stream s) = 0;
+
+  // Events mark a point of a stream: a transfer's end.
+  class Event {
+   public:
+    virtual ~Event() = default;
+    virtual bool Done() = 0;
+    virtual Status Wait() = 0;
+  };
+  virtual Status Record(Stream s, std::unique_ptr<Event>* out) = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,310 @@
+// The CUDA backend end to end: the forward pass on the GPU against the CPU's, step-wise beam
+// search with KV in GPU memory and pinned host RAM as the slow tier (identical ranked results
+// under every schedule and budget, the budget never exceeded), and the errors a build or a
+// machine without a GPU gives. The GPU tests skip, saying so, where this process sees no
+// CUDA device (CI has none); the error tests run everywhere.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "platforms/cuda_device.h"
+#include "runtime/engine/engine.h"
+#include "runtime/kv/cuda_host_tier.h"
+#include "runtime/kv/prefix_tree_kv.h"
+#include "runtime/model/synthetic_model.h"
+#include "runtime/search/beam_search.h"
+#include "tests/testing/test_model.h"
+
+namespace strata {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                        \
+  do {                                                            \
+    if (CudaDevice::Count() == 0) {                               \
+      GTEST_SKIP() << "no CUDA device visible: GPU test not run"; \
+    }                                                             \
+  } while (0)
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    SyntheticModelSpec spec;
+    spec.n_layer = 4;
+    spec.n_embd = 128;
+    spec.n_head = 4;
+    spec.n_head_kv = 2;  // GQA, head_dim 32
+    spec.n_ff = 256;
+    spec.n_ctx_train = 512;
+    path_ = new std::string((std::filesystem::temp_directory_path() /
+                             ("strata_cuda_" + std::to_string(getpid()) + ".gguf"))
+                                .string());
+    STRATA_ASSERT_OK(WriteSyntheticModel(spec, *path_));
+    model_ = new std::unique_ptr<Model>();
+    STRATA_ASSERT_OK(Model::Load(*path_, model_));
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    std::filesystem::remove(*path_);
+    delete path_;
+  }
+  static const Model& model() { return **model_; }
+  std::vector<int32_t> Prompt(size_t n) {
+    std::vector<int32_t> ids;
+    EXPECT_TRUE(model().tokenizer().Encode(SyntheticTrainingText(), true, false, &ids).ok());
+    ids.resize(std::min(ids.size(), n));
+    return ids;
+  }
+  static std::string* path_;
+  static std::unique_ptr<Model>* model_;
+};
+std::string* CudaBackendTest::path_ = nullptr;
+std::unique_ptr<Model>* CudaBackendTest::model_ = nullptr;
+
+// Host memory that claims to be a device's: what a policy may not pair with a CPU-side tier.
+class FakeDeviceMemory final : public TierMemory {
+ public:
+  const char* name() const override { return "fake device"; }
+  bool device() const override { return true; }
+  Status Allocate(size_t bytes, size_t alignment, TierArena* out) override {
+    return HostMemory()->Allocate(bytes, alignment, out);
+  }
+  void StoreF16(uint16_t* dst, const float* src, int64_t n) override {
+    HostMemory()->StoreF16(dst, src, n);
+  }
+  void Copy(void* dst, const void* src, size_t n) override { HostMemory()->Copy(dst, src, n); }
+};
+
+TEST_F(CudaBackendTest, AskingForAGpuThatIsNotThereIsAClearError) {
+  std::shared_ptr<CudaDevice> d;
+  const int n = CudaDevice::Count();
+  Status s = CudaDevice::Open(n, &d);  // one past the last device, or the only one of none
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(d, nullptr);
+  if (n == 0) {
+    EXPECT_TRUE(s.message().find("no CUDA") != std::string::npos) << s.ToString();
+  } else {
+    EXPECT_TRUE(s.message().find("does not exist") != std::string::npos) << s.ToString();
+  }
+  // Beam search on that device fails with the same reason and leaves nothing behind.
+  BeamSearchParams p;
+  p.n_beams = 4;
+  p.max_tokens = 8;
+  p.cuda_device = n;
+  std::vector<BeamResult> res;
+  BeamSearchStats st;
+  Status bs = RunBeamSearch(model(), Prompt(20), p, nullptr, &res, &st);
+  ASSERT_FALSE(bs.ok());
+  EXPECT_TRUE(bs.message().find("cuda") != std::string::npos) << bs.ToString();
+  EXPECT_TRUE(res.empty());
+}
+
+TEST_F(CudaBackendTest, GpuMemoryNeedsASlowTierThatMovesIt) {
+  const HParams& hp = model().hparams();
+  KvShape shape{hp.n_layer, hp.n_head_kv, hp.head_dim, 256};
+  FakeDeviceMemory mem;
+  PrefixTreeKvOptions o;
+  o.max_blocks = 64;
+  o.fast_budget_bytes = 64 * PrefixTreeKv::BlockBytes(shape, o.block_tokens, 4096);
+  o.memory = &mem;
+  std::unique_ptr<RamSlowTier> ram;
+  STRATA_ASSERT_OK(RamSlowTier::Create(o.fast_budget_bytes, &ram, 4096));
+  std::unique_ptr<PrefixTreeKv> kv;
+  Status s = PrefixTreeKv::Create(shape, o, std::move(ram), &kv);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(s.message().find("cannot move blocks to and from fake device") != std::string::npos)
+      << s.ToString();
+}
+
+// Teacher-forced logits of `ids` from an engine on the GPU (prefix-tree KV in GPU memory).
+Status GpuLogits(const Model& model, const std::vector<int32_t>& ids, std::vector<float>* logits) {
+  std::shared_ptr<CudaDevice> dev;
+  STRATA_RETURN_IF_ERROR(CudaDevice::Open(0, &dev));
+  const HParams& hp = model.hparams();
+  KvShape shape{hp.n_layer, hp.n_head_kv, hp.head_dim, int32_t(ids.size()) + 1};
+  PrefixTreeKvOptions o;
+  o.max_blocks = int64_t(ids.size()) / o.block_tokens + 2;
+  o.fast_budget_bytes = uint64_t(o.max_blocks + 2) * PrefixTreeKv::BlockBytes(shape, 16, 4096);
+  o.memory = dev->memory();
+  std::unique_ptr<SlowTier> slow;
+  STRATA_RETURN_IF_ERROR(OpenCudaHostTier(
+      dev, uint64_t(o.max_blocks) * PrefixTreeKv::BlockBytes(shape, 16, 4096), 4096, &slow));
+  std::unique_ptr<PrefixTreeKv> kv;
+  STRATA_RETURN_IF_ERROR(PrefixTreeKv::Create(shape, o, std::move(slow), &kv));
+  EngineOptions eo;
+  eo.n_threads = 1;
+  eo.cuda = dev;
+  std::unique_ptr<Engine> e;
+  STRATA_RETURN_IF_ERROR(Engine::Create(model, eo, std::move(kv), &e));
+  SeqId seq;
+  STRATA_RETURN_IF_ERROR(e->NewSequence(&seq));
+  return e->Prefill(seq, ids, logits, /*all_logits=*/true);
+}
+
+Status CpuLogits(const Model& model, const std::vector<int32_t>& ids, std::vector<float>* logits) {
+  EngineOptions eo;
+  eo.n_threads = 1;
+  eo.n_ctx = int32_t(ids.size()) + 1;
+  std::unique_ptr<Engine> e;
+  STRATA_RETURN_IF_ERROR(Engine::Create(model, eo, &e));
+  SeqId seq;
+  STRATA_RETURN_IF_ERROR(e->NewSequence(&seq));
+  return e->Prefill(seq, ids, logits, /*all_logits=*/true);
+}
+
+// Relative RMS difference and top-1 agreement of two [rows][n_vocab] logit sets; `clear`
+// counts only the rows where b's top two are at least `margin` apart (a near-tie may flip
+// under any change of rounding).
+struct Agreement {
+  double rel_rms = 0, all = 0, clear = 0;
+  int64_t clear_rows = 0;
+};
+Agreement Compare(const std::vector<float>& a, const std::vector<float>& b, int32_t n_vocab,
+                  float margin) {
+  Agreement r;
+  double num = 0, den = 0;
+  int64_t same = 0, clear_same = 0;
+  const int64_t rows = int64_t(a.size()) / n_vocab;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* x = a.data() + i * n_vocab;
+    const float* y = b.data() + i * n_vocab;
+    for (int32_t j = 0; j < n_vocab; ++j) {
+      num += double(x[j] - y[j]) * (x[j] - y[j]);
+      den += double(y[j]) * y[j];
+    }
+    const int64_t ax = std::max_element(x, x + n_vocab) - x;
+    const int64_t by = std::max_element(y, y + n_vocab) - y;
+    float second = -INFINITY;
+    for (int32_t j = 0; j < n_vocab; ++j)
+      if (j != by) second = std::max(second, y[j]);
+    same += ax == by;
+    if (y[by] - second >= margin) {
+      ++r.clear_rows;
+      clear_same += ax == by;
+    }
+  }
+  r.rel_rms = std::sqrt(num / std::max(den, 1e-30));
+  r.all = double(same) / double(rows);
+  r.clear = r.clear_rows ? double(clear_same) / double(r.clear_rows) : 1.0;
+  return r;
+}
+
+TEST_F(CudaBackendTest, GpuLogitsMatchTheCpuBackend) {
+  SKIP_WITHOUT_GPU();
+  const auto ids = Prompt(70);  // several blocks, the last one partial
+  std::vector<float> gpu, cpu;
+  STRATA_ASSERT_OK(GpuLogits(model(), ids, &gpu));
+  STRATA_ASSERT_OK(CpuLogits(model(), ids, &cpu));
+  ASSERT_EQ(gpu.size(), cpu.size());
+  const Agreement a = Compare(gpu, cpu, model().hparams().n_vocab, 0.5f);
+  // The CPU quantizes activations to 8 bits for quantized weights; the GPU keeps them F32.
+  EXPECT_LT(a.rel_rms, 0.02);
+  EXPECT_GE(a.all, 0.9);
+}
+
+TEST_F(CudaBackendTest, BeamSearchOnTheGpuIsIdenticalUnderEveryScheduleAndBudget) {
+  SKIP_WITHOUT_GPU();
+  const auto prompt = Prompt(37);
+  BeamSearchParams p;
+  p.n_beams = 8;
+  p.step_tokens = 8;
+  p.max_tokens = 64;
+  p.sampling.temperature = 0.9f;
+  p.sampling.seed = 1234;
+  p.n_threads = 1;
+  p.cuda_device = 0;
+  std::vector<BeamResult> ref;
+  BeamSearchStats st;
+  STRATA_ASSERT_OK(RunBeamSearch(model(), prompt, p, nullptr, &ref, &st));
+  ASSERT_FALSE(ref.empty());
+  EXPECT_TRUE(st.slow_tier.find("pinned host RAM via cuda:0") != std::string::npos) << st.slow_tier;
+  for (BeamSchedule s : {BeamSchedule::kTokenwise, BeamSchedule::kGrouped, BeamSchedule::kPrefix,
+                         BeamSchedule::kBalanced}) {
+    p.schedule = s;
+    p.fast_budget_bytes =
+        std::max<uint64_t>(st.peak_tree_bytes * 2 / 5,
+                           MinFastBudgetBytes(p, model().hparams(), int32_t(prompt.size())));
+    ASSERT_LT(p.fast_budget_bytes, st.peak_tree_bytes);
+    std::vector<BeamResult> got;
+    BeamSearchStats gs;
+    STRATA_ASSERT_OK(RunBeamSearch(model(), prompt, p, nullptr, &got, &gs));
+    const std::string what = BeamScheduleName(s);
+    ASSERT_EQ(got.size(), ref.size()) << what;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      EXPECT_EQ(got[i].beam_id, ref[i].beam_id) << what << " rank " << i;
+      EXPECT_EQ(got[i].tokens, ref[i].tokens) << what << " rank " << i;
+      EXPECT_EQ(got[i].score, ref[i].score) << what << " rank " << i;
+    }
+    EXPECT_LE(gs.kv.peak_fast_bytes, p.fast_budget_bytes) << what;
+    EXPECT_GT(gs.kv.bytes_read, 0u) << what;
+    EXPECT_GT(gs.kv.bytes_written, 0u) << what;
+    EXPECT_EQ(gs.kv.live_blocks, 0u) << what;
+  }
+}
+
+TEST(CudaRealModelTest, GpuAgreesWithTheCpuAndBeamsAreIdenticalUnderEverySchedule) {
+  SKIP_WITHOUT_GPU();
+  STRATA_REQUIRE_REAL_MODEL(path);
+  std::unique_ptr<Model> model;
+  STRATA_ASSERT_OK(Model::Load(path, &model));
+  std::ifstream in(testing::SourceDir() + "/../shared/data/tinyshakespeare.txt");
+  std::string text = "First Citizen:\nBefore we proceed any further, hear me speak.\n";
+  if (in) {
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str().substr(0, 2000);
+  }
+  std::vector<int32_t> ids;
+  STRATA_ASSERT_OK(model->tokenizer().Encode(text, true, false, &ids));
+  ids.resize(std::min<size_t>(ids.size(), 300));
+  std::vector<float> gpu, cpu;
+  STRATA_ASSERT_OK(GpuLogits(*model, ids, &gpu));
+  STRATA_ASSERT_OK(CpuLogits(*model, ids, &cpu));
+  const Agreement a = Compare(gpu, cpu, model->hparams().n_vocab, 1.0f);
+  std::printf(
+      "GPU vs CPU logits over %zu tokens: relative RMS difference %.4f, top-1 agreement %.1f%% "
+      "(%.1f%% of the %lld tokens whose CPU top-2 margin is >= 1)\n",
+      ids.size(), a.rel_rms, a.all * 100, a.clear * 100, (long long)a.clear_rows);
+  EXPECT_LT(a.rel_rms, 0.05);
+  EXPECT_GE(a.all, 0.9);
+  EXPECT_GE(a.clear, 0.99);
+  EXPECT_GE(a.clear_rows, int64_t(ids.size()) / 3);
+
+  std::vector<int32_t> prompt;
+  STRATA_ASSERT_OK(EncodeBeamPrompt(*model, "Write three short tips for a dry summer garden.",
+                                    /*chat=*/true, &prompt));
+  BeamSearchParams p;
+  p.n_beams = 8;
+  p.step_tokens = 16;
+  p.max_tokens = 48;
+  p.sampling.temperature = 0.8f;
+  p.sampling.seed = 99;
+  p.n_threads = 1;
+  p.cuda_device = 0;
+  std::vector<BeamResult> ref;
+  BeamSearchStats st;
+  STRATA_ASSERT_OK(RunBeamSearch(*model, prompt, p, nullptr, &ref, &st));
+  for (BeamSchedule s : {BeamSchedule::kBalanced, BeamSchedule::kTokenwise}) {
+    p.schedule = s;
+    p.fast_budget_bytes =
+        std::max<uint64_t>(st.peak_tree_bytes * 2 / 5,
+                           MinFastBudgetBytes(p, model->hparams(), int32_t(prompt.size())));
+    std::vector<BeamResult> got;
+    BeamSearchStats gs;
+    STRATA_ASSERT_OK(RunBeamSearch(*model, prompt, p, nullptr, &got, &gs));
+    ASSERT_EQ(got.size(), ref.size()) << BeamScheduleName(s);
+    for (size_t i = 0; i < ref.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, ref[i].tokens) << BeamScheduleName(s) << " rank " << i;
+      EXPECT_EQ(got[i].score, ref[i].score) << BeamScheduleName(s) << " rank " << i;
+    }
+    EXPECT_LE(gs.kv.peak_fast_bytes, p.fast_budget_bytes) << BeamScheduleName(s);
+  }
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,254 @@
+// The CUDA kernels against the CPU kernels (the scalar reference and what dispatch picked):
+// matmul, RMSNorm, RoPE, SwiGLU, the batched F16 stores and extent copies, and attention
+// over spans, including masking, GQA, several sequences in one launch, and results that do
+// not depend on which other tokens share the launch. Skipped, saying so, where this process
+// sees no CUDA device (CI has none); built only with the CUDA toolkit.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernels.h"
+#include "platforms/cuda_device.h"
+
+namespace strata {
+namespace {
+
+namespace kc = kernels::cuda;
+using Stream = CudaDevice::Stream;
+
+class CudaKernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDevice::Count() == 0) {
+      GTEST_SKIP() << "no CUDA device visible: GPU kernels not run";
+    }
+    Status s = CudaDevice::Open(0, &d_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    stream_ = d_->stream(Stream::kCompute);
+  }
+  void TearDown() override {
+    for (void* p : allocs_) d_->Free(p);
+  }
+  template <typename T>
+  T* Up(const std::vector<T>& h) {
+    void* p = nullptr;
+    EXPECT_TRUE(d_->Malloc(std::max<size_t>(h.size(), 1) * sizeof(T), &p).ok());
+    allocs_.push_back(p);
+    if (!h.empty()) {
+      EXPECT_TRUE(d_->CopyToDevice(p, h.data(), h.size() * sizeof(T)).ok());
+    }
+    return static_cast<T*>(p);
+  }
+  template <typename T>
+  std::vector<T> Down(const T* dev, size_t n) {
+    std::vector<T> h(n);
+    EXPECT_TRUE(d_->Synchronize(Stream::kCompute).ok());
+    EXPECT_TRUE(d_->CopyToHostAsync(h.data(), dev, n * sizeof(T), Stream::kCompute).ok());
+    EXPECT_TRUE(d_->Synchronize(Stream::kCompute).ok());
+    return h;
+  }
+  std::vector<float> Random(size_t n, float scale = 1.f) {
+    std::normal_distribution<float> nd(0.f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = nd(rng_);
+    return v;
+  }
+  std::vector<uint16_t> ToF16(const std::vector<float>& f) {
+    std::vector<uint16_t> h(f.size());
+    kernels::F32ToF16Row(f.data(), h.data(), int64_t(f.size()));
+    return h;
+  }
+  std::vector<float> ToF32(const std::vector<uint16_t>& h) {
+    std::vector<float> f(h.size());
+    kernels::F16ToF32Row(h.data(), f.data(), int64_t(h.size()));
+    return f;
+  }
+
+  std::shared_ptr<CudaDevice> d_;
+  void* stream_ = nullptr;
+  std::vector<void*> allocs_;
+  std::mt19937 rng_{7};
+};
+
+TEST_F(CudaKernelsTest, MatmulMatchesDoubleReferenceAndIgnoresBatchSize) {
+  const int64_t rows = 77, k = 200;  // ragged rows per block, k a multiple of 8 only
+  const auto w16 = ToF16(Random(size_t(rows * k)));
+  const auto w = ToF32(w16);
+  for (int64_t n : {1, 5, 8, 19}) {
+    const auto x = Random(size_t(n * k));
+    const uint16_t* dw = Up(w16);
+    const float* dx = Up(x);
+    float* dy = Up(std::vector<float>(size_t(n * rows)));
+    kc::MatmulF16(dw, rows, k, dx, n, dy, stream_);
+    const auto y = Down(dy, size_t(n * rows));
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = 0; r < rows; ++r) {
+        double ref = 0;
+        for (int64_t j = 0; j < k; ++j) ref += double(w[size_t(r * k + j)]) * x[size_t(t * k + j)];
+        ASSERT_NEAR(y[size_t(t * rows + r)], ref, 1e-4 * (1 + std::abs(ref))) << n << " " << t;
+      }
+    // Token 0 alone gives the same bits as token 0 among n.
+    float* d1 = Up(std::vector<float>(size_t(rows)));
+    kc::MatmulF16(dw, rows, k, dx, 1, d1, stream_);
+    const auto y1 = Down(d1, size_t(rows));
+    EXPECT_EQ(0, std::memcmp(y1.data(), y.data(), size_t(rows) * sizeof(float))) << n;
+  }
+}
+
+TEST_F(CudaKernelsTest, NormRopeSwiGluAddMatchTheCpuKernels) {
+  const int64_t n_tok = 3, heads = 4, hd = 64, n = heads * hd;
+  auto x = Random(size_t(n_tok * n), 2.f);
+  const auto w = Random(size_t(n));
+  float* dx = Up(x);
+  float* dy = Up(std::vector<float>(x.size()));
+  kc::RmsNormRows(dx, Up(w), dy, n_tok, n, 1e-5f, stream_);
+  auto y = Down(dy, x.size());
+  for (int64_t t = 0; t < n_tok; ++t) {
+    std::vector<float> ref(static_cast<size_t>(n));
+    kernels::RmsNorm(x.data() + t * n, w.data(), ref.data(), n, 1e-5f);
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[size_t(t * n + i)], ref[size_t(i)], 1e-4);
+  }
+
+  for (auto layout : {kernels::RopeLayout::kNormal, kernels::RopeLayout::kNeox}) {
+    const std::vector<int32_t> pos = {0, 17, 4095};
+    std::vector<float> inv(size_t(hd / 2));
+    for (int64_t i = 0; i < hd / 2; ++i) inv[size_t(i)] = float(std::pow(10000.0, -2.0 * i / hd));
+    float* dr = Up(x);
+    kc::RopeRows(dr, n_tok, n, int(heads), int(hd), int(hd), Up(pos), Up(inv), layout, stream_);
+    const auto r = Down(dr, x.size());
+    for (int64_t t = 0; t < n_tok; ++t) {
+      std::vector<float> cs(static_cast<size_t>(hd));
+      std::vector<float> ref(x.begin() + t * n, x.begin() + (t + 1) * n);
+      for (int64_t i = 0; i < hd / 2; ++i) {
+        const double a = double(pos[size_t(t)]) * inv[size_t(i)];
+        cs[size_t(2 * i)] = float(std::cos(a));
+        cs[size_t(2 * i + 1)] = float(std::sin(a));
+      }
+      kernels::RopeApply(ref.data(), int(heads), int(hd), int(hd), cs.data(), layout);
+      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(r[size_t(t * n + i)], ref[size_t(i)], 1e-4);
+    }
+  }
+
+  const auto up = Random(x.size());
+  float* dg = Up(x);
+  kc::SwiGlu(dg, Up(up), int64_t(x.size()), stream_);
+  const auto g = Down(dg, x.size());
+  std::vector<float> ref(x.size());
+  kernels::SwiGlu(x.data(), up.data(), ref.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(g[i], ref[i], 1e-5 * (1 + std::abs(ref[i])));
+
+  float* da = Up(x);
+  kc::Add(da, Up(up), int64_t(x.size()), stream_);
+  const auto a = Down(da, x.size());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_FLOAT_EQ(a[i], x[i] + up[i]);
+}
+
+TEST_F(CudaKernelsTest, BatchedStoresAndExtentCopiesLandWhereTheySay) {
+  const auto src = Random(10000);
+  const float* ds = Up(src);
+  uint16_t* dst = Up(std::vector<uint16_t>(20000, 0));
+  std::vector<kc::StoreF16Op> ops = {
+      {dst + 5, ds, 3}, {dst + 100, ds + 10, 9000}, {dst + 19990, ds + 9990, 10}};
+  void* dops = nullptr;
+  ASSERT_TRUE(d_->Upload(ops.data(), ops.size() * sizeof(ops[0]), Stream::kCompute, &dops).ok());
+  kc::StoreF16(static_cast<const kc::StoreF16Op*>(dops), 3, 9000, stream_);
+  const auto got = Down(dst, 20000);
+  std::vector<uint16_t> want(20000, 0);
+  for (const auto& op : ops)
+    kernels::F32ToF16Row(src.data() + (op.src - ds), want.data() + (op.dst - dst), op.n);
+  EXPECT_EQ(got, want);
+
+  // Extents between pinned host memory (through its device alias) and device memory.
+  void *host = nullptr, *alias = nullptr;
+  ASSERT_TRUE(d_->HostAlloc(1 << 20, &host, &alias).ok());
+  auto* hb = static_cast<uint8_t*>(host);
+  for (int i = 0; i < (1 << 20); ++i) hb[i] = uint8_t(i * 7 + 3);
+  uint8_t* dev = Up(std::vector<uint8_t>(1 << 20, 0));
+  std::vector<kc::CopyOp> cops = {{dev, static_cast<uint8_t*>(alias) + 4096, 40960},
+                                  {dev + 65536, static_cast<uint8_t*>(alias) + 512 * 1024, 16},
+                                  {dev + 131072, alias, 300000 / 16 * 16}};
+  ASSERT_TRUE(d_->CopyExtents(cops, Stream::kCompute).ok());
+  const auto back = Down(dev, 1 << 20);
+  EXPECT_EQ(0, std::memcmp(back.data(), hb + 4096, 40960));
+  EXPECT_EQ(0, std::memcmp(back.data() + 65536, hb + 512 * 1024, 16));
+  EXPECT_EQ(0, std::memcmp(back.data() + 131072, hb, 300000 / 16 * 16));
+  EXPECT_EQ(back[40960], 0);  // nothing past an extent
+  d_->HostFree(host);
+}
+
+TEST_F(CudaKernelsTest, AttentionOverSpansMatchesTheCpuKernel) {
+  // Two sequences with 3 KV heads x 3 query heads each (GQA), head_dim 64; sequence 0 has
+  // 3 query tokens (a causal prefill tail), sequence 1 one; spans of ragged sizes, out of
+  // position order, one of them holding keys after the query (masked).
+  const int32_t n_kv = 3, n_rep = 3, hd = 64, row = n_kv * hd, q_dim = n_kv * n_rep * hd;
+  const std::vector<std::vector<int32_t>> span_sizes = {{16, 16, 5, 40}, {7, 33}};
+  std::vector<std::vector<kernels::KvSpan>> host_spans(2), dev_spans(2);
+  std::vector<std::vector<uint16_t>> kv_store;
+  for (int s = 0; s < 2; ++s) {
+    int32_t pos = 0;
+    for (int32_t n : span_sizes[size_t(s)]) {
+      kv_store.push_back(ToF16(Random(size_t(2 * n * row))));
+      const auto& h = kv_store.back();
+      const uint16_t* dk = Up(h);
+      host_spans[size_t(s)].push_back({h.data(), h.data() + size_t(n) * row, n, pos, row});
+      dev_spans[size_t(s)].push_back({dk, dk + size_t(n) * row, n, pos, row});
+      pos += n;
+    }
+  }
+  std::reverse(host_spans[0].begin(), host_spans[0].end());
+  std::reverse(dev_spans[0].begin(), dev_spans[0].end());
+  const std::vector<int32_t> tok_seq = {0, 0, 0, 1}, tok_pos = {50, 51, 52, 39};
+  const auto q = Random(size_t(4 * q_dim));
+  std::vector<kernels::KvSpan> all(dev_spans[0]);
+  all.insert(all.end(), dev_spans[1].begin(), dev_spans[1].end());
+  const std::vector<int32_t> begin = {0, int32_t(dev_spans[0].size()), int32_t(all.size())};
+  float* dout = Up(std::vector<float>(q.size()));
+  kc::AttentionBatch ab{Up(q),  dout,        4,           n_kv,      n_rep,  hd,
+                        0.125f, Up(tok_seq), Up(tok_pos), Up(begin), Up(all)};
+  kc::Attention(ab, stream_);
+  const auto out = Down(dout, q.size());
+
+  std::vector<float> ref(q.size());
+  for (int t = 0; t < 4; ++t) {
+    const auto& spans = host_spans[size_t(tok_seq[size_t(t)])];
+    for (int32_t h = 0; h < n_kv; ++h) {
+      kernels::AttentionArgs a{};
+      std::vector<float> scratch(kernels::AttentionScratchFloats(1, n_rep, hd));
+      a.q = q.data() + size_t(t) * q_dim + size_t(h) * n_rep * hd;
+      a.n_q = 1;
+      a.q_stride = q_dim;
+      a.q_pos0 = tok_pos[size_t(t)];
+      a.n_rep = n_rep;
+      a.head_dim = hd;
+      a.kv_head = h;
+      a.spans = spans.data();
+      a.n_spans = int32_t(spans.size());
+      a.scale = 0.125f;
+      a.out = ref.data() + size_t(t) * q_dim + size_t(h) * n_rep * hd;
+      a.out_stride = q_dim;
+      a.scratch = scratch.data();
+      kernels::AttentionOverSpans(a);
+    }
+  }
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-4) << i;
+
+  // Token 3 (sequence 1) alone in a launch: the same bits.
+  const std::vector<int32_t> seq1 = {1}, pos1 = {39};
+  float* dout1 = Up(std::vector<float>(size_t(q_dim)));
+  kc::AttentionBatch one = ab;
+  one.q = ab.q + 3 * q_dim;
+  one.out = dout1;
+  one.n_tok = 1;
+  one.tok_seq = Up(seq1);
+  one.tok_pos = Up(pos1);
+  kc::Attention(one, stream_);
+  const auto out1 = Down(dout1, size_t(q_dim));
+  EXPECT_EQ(0, std::memcmp(out1.data(), out.data() + 3 * q_dim, size_t(q_dim) * sizeof(float)));
+}
+
+}  // namespace
+}  // namespace strata
