@@ -26,6 +26,10 @@
 
 namespace strata {
 
+// "cpu" -> -1, "cuda" -> 0, "cuda:N" -> N (the form config files and flags use).
+Status ParseComputeDevice(const std::string& text, int32_t* cuda_device);
+std::string ComputeDeviceName(int32_t cuda_device);
+
 class CudaDevice {
  public:
   enum class Stream { kCompute, kCopy };

@@ -23,12 +23,14 @@ struct CommonFlags {
   int32_t ctx = 0;
   int32_t batch = 0;
   std::string kv;
+  std::string device;
   std::string kv_dir;
   int64_t kv_budget = 0;
   CLI::Option* threads_opt = nullptr;
   CLI::Option* ctx_opt = nullptr;
   CLI::Option* batch_opt = nullptr;
   CLI::Option* kv_opt = nullptr;
+  CLI::Option* device_opt = nullptr;
   CLI::Option* kv_dir_opt = nullptr;
   CLI::Option* kv_budget_opt = nullptr;
 };

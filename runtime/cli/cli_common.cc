@@ -4,6 +4,8 @@
 
 #include "runtime/cli/cli.h"
 
+#include "platforms/cuda_device.h"
+
 namespace strata::cli {
 
 int& ExitCode() {
@@ -20,6 +22,8 @@ void AddCommonFlags(CLI::App* app, CommonFlags* f) {
   f->ctx_opt = app->add_option("--ctx", f->ctx, "context length in tokens (0 = the model's)");
   f->batch_opt = app->add_option("--batch", f->batch, "most tokens per forward pass");
   f->kv_opt = app->add_option("--kv", f->kv, "KV policy: memory, disk");
+  f->device_opt = app->add_option("--device", f->device,
+                                  "cpu (default) or cuda[:N]: run the forward pass on a GPU");
   f->kv_dir_opt = app->add_option("--kv-dir", f->kv_dir, "directory of the disk KV store");
   f->kv_budget_opt =
       app->add_option("--kv-budget", f->kv_budget, "disk KV memory per sequence in bytes");
@@ -33,6 +37,9 @@ Status ResolveConfig(const CommonFlags& f, Config* cfg) {
   if (f.kv_opt->count())
     STRATA_RETURN_IF_ERROR(ParseKvPolicyKind(f.kv, &cfg->engine.kv.policy).WithContext("--kv"));
   if (f.kv_dir_opt->count()) cfg->engine.kv.disk.dir = f.kv_dir;
+  if (f.device_opt->count())
+    STRATA_RETURN_IF_ERROR(
+        ParseComputeDevice(f.device, &cfg->engine.cuda_device).WithContext("--device"));
   if (f.kv_budget_opt->count()) {
     if (f.kv_budget < 0)
       return Status::InvalidArgument("--kv-budget: " + std::to_string(f.kv_budget) +

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "platforms/cuda_device.h"
 #include "runtime/cli/cli.h"
 #include "runtime/search/beam_search.h"
 
@@ -23,26 +24,9 @@ void AddBeamFlags(CLI::App* cmd, BeamFlags* f) {
                   "GGUF model scoring each step (default: the generator's mean log-probability)");
   cmd->add_option("--beam-slow-dir", f->slow_dir, "directory of the slow tier's file");
   cmd->add_flag("--beam-slow-ram", f->slow_ram, "keep the slow tier in host RAM instead");
-  cmd->add_option("--beam-device", f->device,
-                  "cpu (default), or cuda[:N]: KV in GPU memory, slow tier in pinned host RAM");
-}
-
-Status ParseBeamDevice(const std::string& text, int32_t* cuda_device) {
-  if (text == "cpu") {
-    *cuda_device = -1;
-    return Status::OK();
-  }
-  if (text == "cuda") {
-    *cuda_device = 0;
-    return Status::OK();
-  }
-  if (text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.size() <= 8 &&
-      text.find_first_not_of("0123456789", 5) == std::string::npos) {
-    *cuda_device = std::stoi(text.substr(5));
-    return Status::OK();
-  }
-  return Status::InvalidArgument("--beam-device: '" + text +
-                                 "' is not a device (cpu, cuda or cuda:N)");
+  f->device_opt = cmd->add_option(
+      "--beam-device", f->device,
+      "cpu or cuda[:N] (default: --device): KV in GPU memory, slow tier in pinned host RAM");
 }
 
 bool BeamSearchRequested(const BeamFlags& f) { return f.beams_opt && f.beams_opt->count() > 0; }
@@ -82,7 +66,11 @@ Status RunBeamSearchCommand(const BeamFlags& f, const Config& cfg, const Model& 
   p.n_threads = cfg.engine.n_threads;
   p.slow_dir = f.slow_dir;
   p.slow_in_ram = f.slow_ram;
-  STRATA_RETURN_IF_ERROR(ParseBeamDevice(f.device, &p.cuda_device));
+  // --beam-device, else the engine's device (--device or the config's `device`).
+  p.cuda_device = cfg.engine.cuda_device;
+  if (f.device_opt && f.device_opt->count())
+    STRATA_RETURN_IF_ERROR(
+        ParseComputeDevice(f.device, &p.cuda_device).WithContext("--beam-device"));
   if (!f.budget.empty())
     STRATA_RETURN_IF_ERROR(ParseByteSize("--beam-budget", f.budget, &p.fast_budget_bytes));
   STRATA_RETURN_IF_ERROR(ParseBeamSchedule(f.schedule, &p.schedule).WithContext("--beam-schedule"));

@@ -23,8 +23,9 @@ struct BeamFlags {
   std::string scorer_model;
   std::string slow_dir;
   bool slow_ram = false;
-  std::string device = "cpu";  // cpu, cuda or cuda:N
+  std::string device;  // cpu, cuda or cuda:N; default: the engine's device
   CLI::Option* beams_opt = nullptr;
+  CLI::Option* device_opt = nullptr;
 };
 
 void AddBeamFlags(CLI::App* cmd, BeamFlags* f);
@@ -32,8 +33,6 @@ bool BeamSearchRequested(const BeamFlags& f);
 // cfg supplies threads and the generation flags (-n, sampling, --ignore-eos).
 Status RunBeamSearchCommand(const BeamFlags& f, const Config& cfg, const Model& model,
                             const std::string& prompt, bool chat, bool stats);
-// "cpu" -> -1, "cuda" -> 0, "cuda:N" -> N. The error names the flag and the value.
-Status ParseBeamDevice(const std::string& text, int32_t* cuda_device);
 // "64M" -> 67108864; plain digits are bytes. The error names the flag and the value.
 Status ParseByteSize(const std::string& flag, const std::string& text, uint64_t* out);
 

@@ -8,6 +8,8 @@
 #include <functional>
 #include <sstream>
 
+#include "platforms/cuda_device.h"
+
 namespace strata {
 namespace {
 
@@ -184,6 +186,14 @@ const std::vector<Setting>& Schema() {
     v.push_back(Int<uint64_t>(
         "sampling.seed", "random seed", [sp](Config& c) -> uint64_t& { return sp(c).seed; }, 0,
         INT64_MAX));
+    Setting device{"device", "where the forward pass runs: cpu, cuda or cuda:N", nullptr, nullptr};
+    device.set = [](const YAML::Node& n, const Where& w, Config* c) -> Status {
+      STRATA_RETURN_IF_ERROR(Expect(n, w, "a device name"));
+      Status s = ParseComputeDevice(n.Scalar(), &c->engine.cuda_device);
+      return s.ok() ? s : Status::InvalidArgument(w.str() + ": " + s.message());
+    };
+    device.get = [](const Config& c) { return ComputeDeviceName(c.engine.cuda_device); };
+    v.push_back(std::move(device));
     Setting kv_policy{"kv.policy", "where KV lives: memory, disk", nullptr, nullptr};
     kv_policy.set = [](const YAML::Node& n, const Where& w, Config* c) -> Status {
       STRATA_RETURN_IF_ERROR(Expect(n, w, "a policy name"));

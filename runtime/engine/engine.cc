@@ -9,6 +9,7 @@
 
 #include "runtime/engine/forward_cuda.h"
 #include "runtime/engine/text_stream.h"
+#include "runtime/kv/memory_kv.h"
 
 namespace strata {
 namespace {
@@ -82,6 +83,8 @@ Status Engine::Create(const Model& model, const EngineOptions& options,
   if (o.n_threads == 0) o.n_threads = int32_t(std::max(1u, std::thread::hardware_concurrency()));
   if (o.n_ctx == 0) o.n_ctx = model.hparams().n_ctx_train > 0 ? model.hparams().n_ctx_train : 4096;
   e->pool_ = std::make_unique<ThreadPool>(o.n_threads);
+  if (!o.cuda && o.cuda_device >= 0)
+    STRATA_RETURN_IF_ERROR(CudaDevice::Open(o.cuda_device, &o.cuda));
   if (kv) {
     const HParams& hp = model.hparams();
     const KvShape& sh = kv->shape();
@@ -94,6 +97,17 @@ Status Engine::Create(const Model& model, const EngineOptions& options,
           std::to_string(hp.head_dim));
     o.n_ctx = sh.n_ctx;
     e->kv_ = std::move(kv);
+  } else if (o.cuda) {
+    // On a GPU the memory policy keeps every sequence's KV in the device's memory.
+    if (o.kv.policy != KvPolicyKind::kMemory)
+      return Status::InvalidArgument(std::string("kv.policy ") + KvPolicyKindName(o.kv.policy) +
+                                     " runs on the CPU only; on " + o.cuda->name() +
+                                     " use kv.policy memory (or beam search)");
+    const HParams& hp = model.hparams();
+    std::unique_ptr<MemoryKv> mkv;
+    STRATA_RETURN_IF_ERROR(MemoryKv::Create({hp.n_layer, hp.n_head_kv, hp.head_dim, o.n_ctx},
+                                            o.max_sequences, &mkv, o.cuda->memory()));
+    e->kv_ = std::move(mkv);
   } else {
     STRATA_RETURN_IF_ERROR(
         CreateKvPolicy(model, o.kv, o.n_ctx, o.max_sequences, e->pool_.get(), &e->kv_));

@@ -31,8 +31,10 @@ struct EngineOptions {
   int32_t n_batch = 512;      // most tokens per forward pass (prefill is chunked by it)
   int32_t max_sequences = 1;  // sequences that may exist at once (batch decode, beams)
   KvOptions kv;
-  // Run the forward pass on this GPU (the policy passed to Create must keep its KV in the
-  // device's memory); null: on the CPU.
+  // >= 0: run the forward pass on this CUDA GPU (config key `device`, `--device`); the
+  // engine opens it unless `cuda` is set. KV then lives in the GPU's memory (memory policy).
+  int32_t cuda_device = -1;
+  // An already open GPU (a policy passed to Create must keep its KV in its memory).
   std::shared_ptr<CudaDevice> cuda;
 };
 

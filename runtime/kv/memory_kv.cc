@@ -12,12 +12,13 @@ namespace strata {
 struct MemoryKv::Sequence {
   uint16_t* base = nullptr;
   size_t map_bytes = 0;
+  TierArena arena{nullptr, nullptr};   // device memory (base points into it), else empty
   int32_t length = 0;                  // committed tokens
   int32_t pending = 0;                 // tokens of the batch in flight
   std::vector<kernels::KvSpan> views;  // one per layer
 
   ~Sequence() {
-    if (base) munmap(base, map_bytes);
+    if (base && !arena) munmap(base, map_bytes);
   }
 };
 
@@ -25,14 +26,15 @@ MemoryKv::MemoryKv(const KvShape& shape, int32_t max_sequences)
     : shape_(shape), max_sequences_(max_sequences) {}
 MemoryKv::~MemoryKv() = default;
 
-Status MemoryKv::Create(const KvShape& shape, int32_t max_sequences,
-                        std::unique_ptr<MemoryKv>* out) {
+Status MemoryKv::Create(const KvShape& shape, int32_t max_sequences, std::unique_ptr<MemoryKv>* out,
+                        TierMemory* memory) {
   if (shape.n_layer <= 0 || shape.n_head_kv <= 0 || shape.head_dim <= 0 || shape.n_ctx <= 0)
     return Status::InvalidArgument("memory KV: layers, KV heads, head dim and context must be > 0");
   if (max_sequences <= 0)
     return Status::InvalidArgument("memory KV: max_sequences must be > 0, got " +
                                    std::to_string(max_sequences));
   out->reset(new MemoryKv(shape, max_sequences));
+  if (memory && memory->device()) (*out)->memory_ = memory;
   return Status::OK();
 }
 
@@ -51,6 +53,17 @@ Status MemoryKv::AddSequence(SeqId* out) {
                                      " sequences, the limit is " + std::to_string(max_sequences_));
   auto s = std::make_unique<Sequence>();
   s->map_bytes = size_t(shape_.n_layer) * 2 * shape_.n_ctx * shape_.row() * sizeof(uint16_t);
+  if (memory_) {
+    Status st = memory_->Allocate(s->map_bytes, 256, &s->arena);
+    if (!st.ok())
+      return st.WithContext("memory KV: a sequence of " + std::to_string(shape_.n_ctx) + " tokens");
+    s->base = reinterpret_cast<uint16_t*>(s->arena.get());
+    s->views.resize(shape_.n_layer);
+    SeqId id = next_id_++;
+    seqs_[id] = std::move(s);
+    *out = id;
+    return Status::OK();
+  }
   void* p = mmap(nullptr, s->map_bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
@@ -78,8 +91,12 @@ Status MemoryKv::ForkSequence(SeqId src, SeqId* out) {
   Sequence* d = Find(id);
   const size_t plane = size_t(shape_.n_ctx) * shape_.row();
   const size_t used = size_t(s->length) * shape_.row() * sizeof(uint16_t);
-  for (int32_t p = 0; p < 2 * shape_.n_layer; ++p)
-    std::memcpy(d->base + p * plane, s->base + p * plane, used);
+  for (int32_t p = 0; p < 2 * shape_.n_layer; ++p) {
+    if (memory_)
+      memory_->Copy(d->base + p * plane, s->base + p * plane, used);
+    else
+      std::memcpy(d->base + p * plane, s->base + p * plane, used);
+  }
   d->length = s->length;
   *out = id;
   return Status::OK();
@@ -115,8 +132,13 @@ Status MemoryKv::Append(int32_t layer, SeqId seq, const float* k, const float* v
   const size_t row = shape_.row(), plane = size_t(shape_.n_ctx) * row;
   uint16_t* kd = s->base + (2 * size_t(layer)) * plane + size_t(s->length) * row;
   uint16_t* vd = kd + plane;
-  kernels::F32ToF16Row(k, kd, int64_t(s->pending) * row);
-  kernels::F32ToF16Row(v, vd, int64_t(s->pending) * row);
+  if (memory_) {
+    memory_->StoreF16(kd, k, int64_t(s->pending) * row);
+    memory_->StoreF16(vd, v, int64_t(s->pending) * row);
+  } else {
+    kernels::F32ToF16Row(k, kd, int64_t(s->pending) * row);
+    kernels::F32ToF16Row(v, vd, int64_t(s->pending) * row);
+  }
   return Status::OK();
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "platforms/tier_memory.h"
 #include "runtime/kv/kv_policy.h"
 
 namespace strata {
@@ -18,7 +19,10 @@ class MemoryKv final : public KvPolicy {
  public:
   // max_sequences bounds how many sequences may exist at once (each reserves address
   // space for n_ctx tokens; nothing is committed until written).
-  static Status Create(const KvShape& shape, int32_t max_sequences, std::unique_ptr<MemoryKv>* out);
+  // memory: where the KV lives (null: host RAM, reserved per sequence and committed on
+  // touch; a GPU's memory: allocated per sequence there, and Append takes device pointers).
+  static Status Create(const KvShape& shape, int32_t max_sequences, std::unique_ptr<MemoryKv>* out,
+                       TierMemory* memory = nullptr);
   ~MemoryKv() override;
 
   const char* name() const override { return "memory"; }
@@ -33,6 +37,7 @@ class MemoryKv final : public KvPolicy {
   Status EndBatch() override;
   void AbortBatch() override;
   KvCounters counters() const override;
+  bool device_memory() const override { return memory_ != nullptr && memory_->device(); }
 
  private:
   struct Sequence;
@@ -42,6 +47,7 @@ class MemoryKv final : public KvPolicy {
 
   const KvShape shape_;
   const int32_t max_sequences_;
+  TierMemory* memory_ = nullptr;
   SeqId next_id_ = 0;
   std::map<SeqId, std::unique_ptr<Sequence>> seqs_;
   std::vector<BatchSeq> batch_;

@@ -40,6 +40,22 @@ TEST(ConfigTest, ReadsEverySection) {
   EXPECT_EQ(c.generate.sampling.seed, 77u);
 }
 
+TEST(ConfigTest, DeviceNamesCpuOrACudaGpu) {
+  Config c;
+  EXPECT_EQ(c.engine.cuda_device, -1);  // the CPU by default
+  ASSERT_TRUE(Parse("device: cuda:1\n", &c).ok());
+  EXPECT_EQ(c.engine.cuda_device, 1);
+  ASSERT_TRUE(Parse("device: cuda\n", &c).ok());
+  EXPECT_EQ(c.engine.cuda_device, 0);
+  ASSERT_TRUE(Parse("device: cpu\n", &c).ok());
+  EXPECT_EQ(c.engine.cuda_device, -1);
+  Status s = Parse("threads: 1\ndevice: gpu0\n", &c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("device"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("'gpu0' is not a device"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find(":2"), std::string::npos) << s.ToString();  // the line
+}
+
 TEST(ConfigTest, UnknownKeyNamesKeyLineAndSuggestion) {
   Config c;
   Status s = Parse("threads: 2\nsampling:\n  temprature: 0.5\n", &c);

@@ -104,6 +104,17 @@ TEST_F(CudaBackendTest, AskingForAGpuThatIsNotThereIsAClearError) {
   EXPECT_TRUE(res.empty());
 }
 
+TEST_F(CudaBackendTest, AnEngineOnAMissingGpuIsAClearError) {
+  EngineOptions eo;
+  eo.n_threads = 1;
+  eo.cuda_device = CudaDevice::Count();  // none on a machine without a GPU, one past the last
+  std::unique_ptr<Engine> e;
+  Status s = Engine::Create(model(), eo, &e);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(e, nullptr);
+  EXPECT_NE(s.message().find("cuda"), std::string::npos) << s.ToString();
+}
+
 TEST_F(CudaBackendTest, GpuMemoryNeedsASlowTierThatMovesIt) {
   const HParams& hp = model().hparams();
   KvShape shape{hp.n_layer, hp.n_head_kv, hp.head_dim, 256};
@@ -141,6 +152,21 @@ Status GpuLogits(const Model& model, const std::vector<int32_t>& ids, std::vecto
   eo.cuda = dev;
   std::unique_ptr<Engine> e;
   STRATA_RETURN_IF_ERROR(Engine::Create(model, eo, std::move(kv), &e));
+  SeqId seq;
+  STRATA_RETURN_IF_ERROR(e->NewSequence(&seq));
+  return e->Prefill(seq, ids, logits, /*all_logits=*/true);
+}
+
+// The same from an engine with the default (memory) policy on the GPU.
+Status GpuMemoryKvLogits(const Model& model, const std::vector<int32_t>& ids,
+                         std::vector<float>* logits) {
+  EngineOptions eo;
+  eo.n_threads = 1;
+  eo.n_ctx = int32_t(ids.size()) + 1;
+  eo.cuda_device = 0;
+  std::unique_ptr<Engine> e;
+  STRATA_RETURN_IF_ERROR(Engine::Create(model, eo, &e));
+  if (!e->kv().device_memory()) return Status::Internal("the engine's KV is not on the GPU");
   SeqId seq;
   STRATA_RETURN_IF_ERROR(e->NewSequence(&seq));
   return e->Prefill(seq, ids, logits, /*all_logits=*/true);
@@ -205,6 +231,20 @@ TEST_F(CudaBackendTest, GpuLogitsMatchTheCpuBackend) {
   // The CPU quantizes activations to 8 bits for quantized weights; the GPU keeps them F32.
   EXPECT_LT(a.rel_rms, 0.02);
   EXPECT_GE(a.all, 0.9);
+  // The memory policy in GPU memory gives the same bits as the prefix tree there: the same
+  // keys in the same order.
+  std::vector<float> mem;
+  STRATA_ASSERT_OK(GpuMemoryKvLogits(model(), ids, &mem));
+  EXPECT_EQ(mem, gpu);
+  // The disk policy stays on the CPU, and says so.
+  EngineOptions eo;
+  eo.cuda_device = 0;
+  eo.kv.policy = KvPolicyKind::kDisk;
+  std::unique_ptr<Engine> e;
+  Status s = Engine::Create(model(), eo, &e);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("kv.policy disk runs on the CPU only"), std::string::npos)
+      << s.ToString();
 }
 
 TEST_F(CudaBackendTest, BeamSearchOnTheGpuIsIdenticalUnderEveryScheduleAndBudget) {
