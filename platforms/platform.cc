@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kernels/kernels.h"
+#include "platforms/cuda_device.h"
 
 namespace strata {
 namespace {
@@ -61,10 +62,33 @@ Status DetectPlatform(PlatformInfo* out) {
     p.unified_memory = true;
     std::string model = ReadFile("/proc/device-tree/model");
     if (!model.empty()) p.cpu_model = model.c_str();
+  } else if (CudaDevice::Count() > 0) {
+    p.kind = PlatformKind::kDesktopCuda;  // a discrete GPU this build can use
   }
   p.isa = kernels::IsaName(kernels::ActiveIsa());
   *out = p;
   return Status::OK();
+}
+
+Status ParseComputeDevice(const std::string& text, int32_t* cuda_device) {
+  if (text == "cpu") {
+    *cuda_device = -1;
+    return Status::OK();
+  }
+  if (text == "cuda") {
+    *cuda_device = 0;
+    return Status::OK();
+  }
+  if (text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.size() <= 8 &&
+      text.find_first_not_of("0123456789", 5) == std::string::npos) {
+    *cuda_device = std::stoi(text.substr(5));
+    return Status::OK();
+  }
+  return Status::InvalidArgument("'" + text + "' is not a device (cpu, cuda or cuda:N)");
+}
+
+std::string ComputeDeviceName(int32_t cuda_device) {
+  return cuda_device < 0 ? "cpu" : "cuda:" + std::to_string(cuda_device);
 }
 
 }  // namespace strata

@@ -58,18 +58,14 @@ Status MemoryKv::AddSequence(SeqId* out) {
     if (!st.ok())
       return st.WithContext("memory KV: a sequence of " + std::to_string(shape_.n_ctx) + " tokens");
     s->base = reinterpret_cast<uint16_t*>(s->arena.get());
-    s->views.resize(shape_.n_layer);
-    SeqId id = next_id_++;
-    seqs_[id] = std::move(s);
-    *out = id;
-    return Status::OK();
+  } else {
+    void* p = mmap(nullptr, s->map_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+      return Status::FromErrno("memory KV: reserving " + std::to_string(s->map_bytes) + " bytes",
+                               errno);
+    s->base = static_cast<uint16_t*>(p);
   }
-  void* p = mmap(nullptr, s->map_bytes, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED)
-    return Status::FromErrno("memory KV: reserving " + std::to_string(s->map_bytes) + " bytes",
-                             errno);
-  s->base = static_cast<uint16_t*>(p);
   s->views.resize(shape_.n_layer);
   SeqId id = next_id_++;
   seqs_[id] = std::move(s);
