@@ -306,6 +306,9 @@ Status CudaForward::Run(const ForwardBatch& batch, std::vector<float>* logits) {
   if (st.ok()) st = RunLayers(batch, n_tok);
   if (!st.ok()) {
     kv_->AbortBatch();
+    // Stores queued for the aborted pass go out now, into memory the policy no longer
+    // counts, rather than into whatever a later pass puts there.
+    (void)d_->FlushStores();
     (void)d_->Synchronize(Stream::kCompute);
     return st;
   }
