@@ -174,8 +174,10 @@ __global__ void CopyExtentsKernel(const CopyOp* ops) {
 // split order. Tiles and splits follow the flattened key order and the model's shape only,
 // never the span boundaries or the rest of the batch, so equal key sequences give equal
 // bits whatever the grouping.
+constexpr int kAttentionMaxWarps = 16;
 template <int kDpl>
-__global__ void AttentionKernel(AttentionBatch a, int splits) {
+__global__ void __launch_bounds__(32 * kAttentionMaxWarps)
+    AttentionKernel(AttentionBatch a, int splits) {
   extern __shared__ float smem[];
   const int t = blockIdx.x, h = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -348,9 +350,9 @@ void CopyExtents(const CopyOp* ops, int32_t n_ops, uint64_t max_bytes, void* str
   CopyExtentsKernel<<<grid, 256, 0, S(stream)>>>(ops);
 }
 
-// As many key splits as fit 32 warps, at most 8: a decode token's keys are walked by
-// 8 warps per query head instead of one.
-int AttentionSplits(int n_rep) { return std::max(1, std::min(8, 32 / n_rep)); }
+// As many key splits as fit 16 warps (a block of 1024 threads would leave each at most 64
+// registers), at most 8: a decode token's keys are walked by several warps per query head.
+int AttentionSplits(int n_rep) { return std::max(1, std::min(8, kAttentionMaxWarps / n_rep)); }
 
 size_t AttentionSharedBytes(int n_rep, int head_dim) {
   return size_t(n_rep * AttentionSplits(n_rep)) * (2 * size_t(head_dim) + 2) * sizeof(float);

@@ -61,7 +61,7 @@ void CopyExtents(const CopyOp* ops, int32_t n_ops, uint64_t max_bytes, void* str
 // Token t belongs to sequence tok_seq[t] at position tok_pos[t]; that sequence's spans are
 // spans[span_begin[s] .. span_begin[s + 1]). q: [n_tok][n_head * head_dim] (post-RoPE),
 // out: same shape. Keys after the query's position are masked; a query that sees no key
-// gets zeros. head_dim % 32 == 0 and <= 256; n_rep <= 32.
+// gets zeros. head_dim % 32 == 0 and <= 256; n_rep <= 16.
 struct AttentionBatch {
   const float* q;
   float* out;

@@ -131,9 +131,9 @@ Status CudaForward::Init() {
   if (hd % 32 != 0 || hd > 256)
     return Status::InvalidArgument("cuda: head dimension " + std::to_string(hd) +
                                    " is not a multiple of 32 up to 256");
-  if (hp_.n_rep() > 32)
+  if (hp_.n_rep() > 16)
     return Status::InvalidArgument("cuda: " + std::to_string(hp_.n_rep()) +
-                                   " query heads per KV head; the attention kernel takes 32");
+                                   " query heads per KV head; the attention kernel takes 16");
   if (kc::AttentionSharedBytes(hp_.n_rep(), int(hd)) > 48 * 1024)
     return Status::InvalidArgument(
         "cuda: " + std::to_string(hp_.n_rep()) + " query heads per KV head of dimension " +

@@ -68,6 +68,8 @@ class CudaKernelsTest : public ::testing::Test {
     return f;
   }
 
+  void CheckAttention(int32_t n_kv, int32_t n_rep, int32_t hd);
+
   std::shared_ptr<CudaDevice> d_;
   void* stream_ = nullptr;
   std::vector<void*> allocs_;
@@ -180,12 +182,14 @@ TEST_F(CudaKernelsTest, BatchedStoresAndExtentCopiesLandWhereTheySay) {
   d_->HostFree(host);
 }
 
-TEST_F(CudaKernelsTest, AttentionOverSpansMatchesTheCpuKernel) {
-  // Two sequences with 3 KV heads x 3 query heads each (GQA), head_dim 64; sequence 0 has
-  // 3 query tokens (a causal prefill tail), sequence 1 one; spans of ragged sizes, out of
-  // position order, one of them holding keys after the query (masked).
-  const int32_t n_kv = 3, n_rep = 3, hd = 64, row = n_kv * hd, q_dim = n_kv * n_rep * hd;
-  const std::vector<std::vector<int32_t>> span_sizes = {{16, 16, 5, 40}, {7, 33}};
+// Two sequences; sequence 0 has 3 query tokens (a causal prefill tail) over 427 keys (more
+// than the 8 key splits x 32 take in one round), sequence 1 one query over 40; spans of
+// ragged sizes, out of position order, the last holding keys after the queries (masked).
+void CudaKernelsTest::CheckAttention(int32_t n_kv, int32_t n_rep, int32_t hd) {
+  SCOPED_TRACE("KV heads " + std::to_string(n_kv) + ", GQA " + std::to_string(n_rep) +
+               ", head dim " + std::to_string(hd));
+  const int32_t row = n_kv * hd, q_dim = n_kv * n_rep * hd;
+  const std::vector<std::vector<int32_t>> span_sizes = {{16, 16, 5, 40, 200, 150}, {7, 33}};
   std::vector<std::vector<kernels::KvSpan>> host_spans(2), dev_spans(2);
   std::vector<std::vector<uint16_t>> kv_store;
   for (int s = 0; s < 2; ++s) {
@@ -201,15 +205,17 @@ TEST_F(CudaKernelsTest, AttentionOverSpansMatchesTheCpuKernel) {
   }
   std::reverse(host_spans[0].begin(), host_spans[0].end());
   std::reverse(dev_spans[0].begin(), dev_spans[0].end());
-  const std::vector<int32_t> tok_seq = {0, 0, 0, 1}, tok_pos = {50, 51, 52, 39};
+  const std::vector<int32_t> tok_seq = {0, 0, 0, 1}, tok_pos = {420, 421, 422, 39};
   const auto q = Random(size_t(4 * q_dim));
   std::vector<kernels::KvSpan> all(dev_spans[0]);
   all.insert(all.end(), dev_spans[1].begin(), dev_spans[1].end());
   const std::vector<int32_t> begin = {0, int32_t(dev_spans[0].size()), int32_t(all.size())};
   float* dout = Up(std::vector<float>(q.size()));
-  kc::AttentionBatch ab{Up(q),  dout,        4,           n_kv,      n_rep,  hd,
-                        0.125f, Up(tok_seq), Up(tok_pos), Up(begin), Up(all)};
+  const float scale = 1.0f / std::sqrt(float(hd));
+  kc::AttentionBatch ab{Up(q), dout,        4,           n_kv,      n_rep,  hd,
+                        scale, Up(tok_seq), Up(tok_pos), Up(begin), Up(all)};
   kc::Attention(ab, stream_);
+  ASSERT_TRUE(d_->CheckLaunch("attention").ok());
   const auto out = Down(dout, q.size());
 
   std::vector<float> ref(q.size());
@@ -227,7 +233,7 @@ TEST_F(CudaKernelsTest, AttentionOverSpansMatchesTheCpuKernel) {
       a.kv_head = h;
       a.spans = spans.data();
       a.n_spans = int32_t(spans.size());
-      a.scale = 0.125f;
+      a.scale = scale;
       a.out = ref.data() + size_t(t) * q_dim + size_t(h) * n_rep * hd;
       a.out_stride = q_dim;
       a.scratch = scratch.data();
@@ -238,6 +244,7 @@ TEST_F(CudaKernelsTest, AttentionOverSpansMatchesTheCpuKernel) {
 
   // Token 3 (sequence 1) alone in a launch: the same bits.
   const std::vector<int32_t> seq1 = {1}, pos1 = {39};
+  SCOPED_TRACE("alone in a launch");
   float* dout1 = Up(std::vector<float>(size_t(q_dim)));
   kc::AttentionBatch one = ab;
   one.q = ab.q + 3 * q_dim;
@@ -248,6 +255,14 @@ TEST_F(CudaKernelsTest, AttentionOverSpansMatchesTheCpuKernel) {
   kc::Attention(one, stream_);
   const auto out1 = Down(dout1, size_t(q_dim));
   EXPECT_EQ(0, std::memcmp(out1.data(), out.data() + 3 * q_dim, size_t(q_dim) * sizeof(float)));
+}
+
+TEST_F(CudaKernelsTest, AttentionOverSpansMatchesTheCpuKernel) {
+  CheckAttention(3, 3, 64);   // SmolLM2's shape
+  CheckAttention(2, 1, 32);   // no GQA, one dimension per lane
+  CheckAttention(2, 4, 96);   // a head dimension the lanes do not divide evenly
+  CheckAttention(1, 8, 128);  // two splits per query head
+  CheckAttention(1, 16, 64);  // the most query heads per KV head, one split
 }
 
 }  // namespace
