@@ -112,7 +112,12 @@ class Search {
   int32_t step_ = 0;
   ForwardBatch batch_;
   std::vector<float> logits_;
-  std::vector<float> scratch_;
+  struct Pick {
+    int32_t token;
+    float logprob;
+  };
+  std::vector<Pick> picks_;                  // per active beam, one sampling round
+  std::vector<std::vector<float>> scratch_;  // per pool worker
 };
 
 Status Search::Setup(int32_t prompt_tokens) {
@@ -292,15 +297,30 @@ Status Search::RunGroup(const std::vector<Beam*>& group) {
   while (!active.empty()) {
     eval.clear();
     next.clear();
-    for (Beam* b : active) {
+    // Each beam's choice and its log-probability depend on that beam alone (its own logits,
+    // history and sampler), so they are computed on the pool's threads: over a 49K-token
+    // vocabulary they cost more than a GPU pass of a small model.
+    picks_.resize(active.size());
+    scratch_.resize(size_t(engine_->pool().size()));
+    auto pick = [&](int64_t i, int worker) {
+      Beam* b = active[size_t(i)];
       const float* row = b->row ? b->row : b->logits->data();
       int32_t t;
       if (p_.sampling.temperature <= 0.f && b->step_tokens.empty() && b->first_rank > 0)
         t = RankedToken(row, n_vocab_, std::min(b->first_rank, n_vocab_ - 1));
       else
         t = b->sampler->Sample(row, b->history);
+      picks_[size_t(i)] = {t, float(TokenLogProb(row, n_vocab_, t, &scratch_[size_t(worker)]))};
+    };
+    if (active.size() > 1)
+      engine_->pool().Run(int64_t(active.size()), pick);
+    else
+      pick(0, 0);
+    for (size_t i = 0; i < active.size(); ++i) {
+      Beam* b = active[i];
+      const int32_t t = picks_[i].token;
       b->step_tokens.push_back(t);
-      b->step_logprobs.push_back(float(TokenLogProb(row, n_vocab_, t, &scratch_)));
+      b->step_logprobs.push_back(picks_[i].logprob);
       if (!p_.ignore_eos && tok_.IsEndOfGeneration(t)) {
         b->step_done = b->finished = true;
         b->stop = BeamStop::kEndOfGeneration;
