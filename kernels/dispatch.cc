@@ -261,10 +261,58 @@ void AttentionOverSpans(const AttentionArgs& a) {
   b.spans = spans.data();
   K().attention(b);
 }
-void ScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
-                   const float* x, int64_t n_x, float* y, int64_t y_stride) {
+void StoreScoreRow(ScoreType type, const float* row, int64_t cols, int64_t token, void* tiles) {
+  const int64_t slot = token % kScoreTile;
+  if (type == ScoreType::kF16) {
+    uint16_t* t = static_cast<uint16_t*>(tiles) + TiledIndex(token, 0, cols);
+    for (int64_t j = 0; j < cols; ++j) t[j * kScoreTile] = F32ToF16(row[j]);
+    return;
+  }
+  uint8_t* tile = static_cast<uint8_t*>(tiles) + (token / kScoreTile) * ScoreTileBytes(type, cols);
+  const bool q4 = type == ScoreType::kQ4;
+  const float levels = q4 ? 7.0f : 127.0f;
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t j = 0; j < cols; ++j) {
+    finite = finite && std::isfinite(row[j]);
+    amax = std::max(amax, std::fabs(row[j]));
+  }
+  // The scale is rounded to F16 first and the bytes are made against the rounded scale, so
+  // byte * scale is the nearest value the format can give. A row with a NaN or infinity, or
+  // a magnitude past F16's range, keeps zeros and a NaN scale: its scores come out NaN,
+  // which selection ranks last, rather than silently finite.
+  uint16_t scale = F32ToF16(amax / levels);
+  const float d = F16ToF32(scale);
+  finite = finite && std::isfinite(d);
+  if (!finite) scale = 0x7e00;  // F16 quiet NaN
+  const float inv = finite && d > 0 ? 1.0f / d : 0.0f;
+  for (int64_t j = 0; j < cols; ++j) {
+    const int q = finite ? int(std::clamp(std::nearbyint(row[j] * inv), -levels, levels)) : 0;
+    if (!q4) {
+      tile[j * kScoreTile + slot] = uint8_t(int8_t(q));
+      continue;
+    }
+    uint8_t& b = tile[j * (kScoreTile / 2) + slot % (kScoreTile / 2)];
+    const int shift = slot < kScoreTile / 2 ? 0 : 4;
+    b = uint8_t((b & ~(0x0F << shift)) | ((q + 8) << shift));
+  }
+  std::memcpy(tile + ScoreValueBytes(type, cols) + slot * 2, &scale, 2);
+}
+
+void ScoreTiles(ScoreType type, const void* tiles, int64_t tile_begin, int64_t tile_end,
+                int64_t cols, const float* x, int64_t n_x, float* y, int64_t y_stride) {
   if (tile_end <= tile_begin || n_x <= 0) return;
-  K().score_tiles_f16(tiles, tile_begin, tile_end, cols, x, n_x, y, y_stride);
+  switch (type) {
+    case ScoreType::kQ8:
+      return K().score_tiles_q8(static_cast<const uint8_t*>(tiles), tile_begin, tile_end, cols, x,
+                                n_x, y, y_stride);
+    case ScoreType::kQ4:
+      return K().score_tiles_q4(static_cast<const uint8_t*>(tiles), tile_begin, tile_end, cols, x,
+                                n_x, y, y_stride);
+    default:
+      return K().score_tiles_f16(static_cast<const uint16_t*>(tiles), tile_begin, tile_end, cols, x,
+                                 n_x, y, y_stride);
+  }
 }
 
 }  // namespace strata::kernels

@@ -79,12 +79,33 @@ constexpr int64_t kScoreTile = 16;
 constexpr int64_t TiledIndex(int64_t t, int64_t j, int64_t cols) {
   return ((t / kScoreTile) * cols + j) * kScoreTile + t % kScoreTile;
 }
+//
+// Three value types. F16: tile i is the kScoreTile*cols halves at TiledIndex(i*kScoreTile,
+// 0, cols). Q8 and Q4: signed integers with one F16 scale per token (value = integer *
+// scale, the scale the row's largest magnitude / 127 or / 7); tile i starts at byte i *
+// ScoreTileBytes(type, cols), holds the integers dimension by dimension, then its
+// kScoreTile scales. Q8: one byte per value, in the F16 layout's order. Q4: 8 bytes per
+// dimension, byte b holding token b in its low nibble and token b + 8 in its high one, each
+// as integer + 8 (1..15). Q8 takes 1 + 2/cols bytes a value, Q4 0.5 + 2/cols, so a summary
+// of twice or four times the rank fits in about the memory of F16.
+enum class ScoreType { kF16, kQ8, kQ4 };
+// Bytes of a tile's values (Q8, Q4: before its scales) and of the whole tile.
+constexpr int64_t ScoreValueBytes(ScoreType type, int64_t cols) {
+  return type == ScoreType::kQ4   ? kScoreTile / 2 * cols
+         : type == ScoreType::kQ8 ? kScoreTile * cols
+                                  : 2 * kScoreTile * cols;
+}
+constexpr int64_t ScoreTileBytes(ScoreType type, int64_t cols) {
+  return ScoreValueBytes(type, cols) + (type == ScoreType::kF16 ? 0 : 2 * kScoreTile);
+}
+// Writes one token's row of `cols` floats into the tiles at position `token`.
+void StoreScoreRow(ScoreType type, const float* row, int64_t cols, int64_t token, void* tiles);
 // Scores n_x queries (x: n_x rows of `cols` floats) against every token of tiles
-// [tile_begin, tile_end) of F16 tiled rows:
+// [tile_begin, tile_end):
 //   y[q * y_stride + (t - tile_begin * kScoreTile)] = dot(x[q], row t).
 // y_stride >= (tile_end - tile_begin) * kScoreTile.
-void ScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
-                   const float* x, int64_t n_x, float* y, int64_t y_stride);
+void ScoreTiles(ScoreType type, const void* tiles, int64_t tile_begin, int64_t tile_end,
+                int64_t cols, const float* x, int64_t n_x, float* y, int64_t y_stride);
 // Indices of the k largest of x[0..n), by descending value, ties by lower index, NaN last;
 // writes min(k, n) entries. O(n log k), no allocation.
 void TopK(const float* x, int64_t n, int64_t k, int32_t* idx_out);

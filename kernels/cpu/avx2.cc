@@ -264,6 +264,8 @@ const KernelTable* Avx2Kernels() {
     t.f16_to_f32 = F16ToF32Row;
     t.rope = Rope;
     t.score_tiles_f16 = Avx2ScoreTilesF16;
+    t.score_tiles_q8 = Avx2ScoreTilesQ8;
+    t.score_tiles_q4 = Avx2ScoreTilesQ4;
     t.attention = Avx2Attention;
     return t;
   }();

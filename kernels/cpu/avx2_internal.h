@@ -14,6 +14,10 @@ void Avx2MatmulQuantized(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx2MatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx2ScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
                        const float* x, int64_t n_x, float* y, int64_t y_stride);
+void Avx2ScoreTilesQ8(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                      const float* x, int64_t n_x, float* y, int64_t y_stride);
+void Avx2ScoreTilesQ4(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                      const float* x, int64_t n_x, float* y, int64_t y_stride);
 void Avx2Attention(const AttentionArgs& a);
 
 }  // namespace strata::kernels::cpu

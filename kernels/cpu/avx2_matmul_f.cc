@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/avx2_common.h"
 #include "kernels/cpu/avx2_internal.h"
+#include "kernels/cpu/x86_unpack_q4.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -114,20 +115,46 @@ void Avx2MatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re) {
 
 namespace {
 
-// NQ queries against one tile (two __m256 of eight tokens each per query).
-template <int NQ>
-inline void ScoreTile(const uint16_t* tile, int64_t cols, const float* x, float* y,
+// One dimension of a tile's 16 tokens as two vectors of floats: F16 halves, or Q8/Q4
+// integers (unscaled).
+template <ScoreType kType>
+STRATA_INLINE void LoadKeys(const uint8_t* tile, int64_t j, __m256* k0, __m256* k1) {
+  if constexpr (kType != ScoreType::kF16) {
+    const __m128i b = kType == ScoreType::kQ8
+                          ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + j * kScoreTile))
+                          : UnpackQ4x16(tile + j * (kScoreTile / 2));
+    *k0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+    *k1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+  } else {
+    const uint8_t* p = tile + j * kScoreTile * 2;
+    *k0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    *k1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+  }
+}
+
+// NQ queries against one tile (two __m256 of eight tokens each per query); Q8 and Q4 apply
+// the tokens' scales once at the end.
+template <int NQ, ScoreType kType>
+inline void ScoreTile(const uint8_t* tile, int64_t cols, const float* x, float* y,
                       int64_t y_stride) {
   __m256 lo[NQ], hi[NQ];
   for (int q = 0; q < NQ; ++q) lo[q] = hi[q] = _mm256_setzero_ps();
   for (int64_t j = 0; j < cols; ++j) {
-    const uint16_t* p = tile + j * kScoreTile;
-    const __m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    const __m256 k1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+    __m256 k0, k1;
+    LoadKeys<kType>(tile, j, &k0, &k1);
     for (int q = 0; q < NQ; ++q) {
       const __m256 xj = _mm256_set1_ps(x[q * cols + j]);
       lo[q] = _mm256_fmadd_ps(xj, k0, lo[q]);
       hi[q] = _mm256_fmadd_ps(xj, k1, hi[q]);
+    }
+  }
+  if constexpr (kType != ScoreType::kF16) {
+    const uint8_t* s = tile + ScoreValueBytes(kType, cols);
+    const __m256 s0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+    const __m256 s1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16)));
+    for (int q = 0; q < NQ; ++q) {
+      lo[q] = _mm256_mul_ps(lo[q], s0);
+      hi[q] = _mm256_mul_ps(hi[q], s1);
     }
   }
   for (int q = 0; q < NQ; ++q) {
@@ -136,19 +163,37 @@ inline void ScoreTile(const uint16_t* tile, int64_t cols, const float* x, float*
   }
 }
 
+template <ScoreType kType>
+void ScoreTilesAny(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                   const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  static_assert(kScoreTile == 16, "one tile is two __m256");
+  const int64_t tile_bytes = ScoreTileBytes(kType, cols);
+  for (int64_t i = tile_begin; i < tile_end; ++i) {
+    const uint8_t* tile = tiles + i * tile_bytes;
+    float* yo = y + (i - tile_begin) * kScoreTile;
+    int64_t q = 0;
+    for (; q + 4 <= n_x; q += 4)
+      ScoreTile<4, kType>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
+    for (; q < n_x; ++q) ScoreTile<1, kType>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
+  }
+}
+
 }  // namespace
 
 void Avx2ScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
                        const float* x, int64_t n_x, float* y, int64_t y_stride) {
-  static_assert(kScoreTile == 16, "one tile is two __m256");
-  for (int64_t i = tile_begin; i < tile_end; ++i) {
-    const uint16_t* tile = tiles + i * cols * kScoreTile;
-    float* yo = y + (i - tile_begin) * kScoreTile;
-    int64_t q = 0;
-    for (; q + 4 <= n_x; q += 4)
-      ScoreTile<4>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
-    for (; q < n_x; ++q) ScoreTile<1>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
-  }
+  ScoreTilesAny<ScoreType::kF16>(reinterpret_cast<const uint8_t*>(tiles), tile_begin, tile_end,
+                                 cols, x, n_x, y, y_stride);
+}
+
+void Avx2ScoreTilesQ8(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                      const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  ScoreTilesAny<ScoreType::kQ8>(tiles, tile_begin, tile_end, cols, x, n_x, y, y_stride);
+}
+
+void Avx2ScoreTilesQ4(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                      const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  ScoreTilesAny<ScoreType::kQ4>(tiles, tile_begin, tile_end, cols, x, n_x, y, y_stride);
 }
 
 }  // namespace strata::kernels::cpu

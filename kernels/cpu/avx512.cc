@@ -249,6 +249,8 @@ const KernelTable* Avx512Kernels() {
     t.f16_to_f32 = F16ToF32;
     t.rope = Rope;
     t.score_tiles_f16 = Avx512ScoreTilesF16;
+    t.score_tiles_q8 = Avx512ScoreTilesQ8;
+    t.score_tiles_q4 = Avx512ScoreTilesQ4;
     t.attention = Avx512Attention;
     return t;
   }();

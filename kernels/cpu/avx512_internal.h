@@ -16,6 +16,10 @@ void Avx512MatmulQ6_K(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512MatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512ScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
                          const float* x, int64_t n_x, float* y, int64_t y_stride);
+void Avx512ScoreTilesQ8(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                        const float* x, int64_t n_x, float* y, int64_t y_stride);
+void Avx512ScoreTilesQ4(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                        const float* x, int64_t n_x, float* y, int64_t y_stride);
 void Avx512QuantizeActivations(DType weight, const float* x, int64_t n, void* out);
 void Avx512Attention(const AttentionArgs& a);
 

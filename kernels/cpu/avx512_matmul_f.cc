@@ -1,10 +1,13 @@
-// AVX-512 matmul for float weights (F32, F16, BF16) with F32 activations, and ScoreTilesF16.
+// AVX-512 matmul for float weights (F32, F16, BF16) with F32 activations, and ScoreTiles.
 // Register tiles of R rows x T tokens, 16 values per step, weights converted to F32 in
 // registers (F16C for F16, a 16-bit shift for BF16); ragged k uses masked loads.
 #include <algorithm>
+#include <array>
+#include <utility>
 
 #include "kernels/cpu/avx512_common.h"
 #include "kernels/cpu/avx512_internal.h"
+#include "kernels/cpu/x86_unpack_q4.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -118,36 +121,82 @@ void Avx512MatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re) {
 
 namespace {
 
-// NQ queries against one tile: one converted key vector feeds NQ accumulators.
-template <int NQ>
-inline void ScoreTile(const uint16_t* tile, int64_t cols, const float* x, float* y,
+// One dimension of a tile's 16 tokens as floats: F16 halves, or Q8/Q4 integers (unscaled).
+template <ScoreType kType>
+STRATA_INLINE __m512 LoadKeys(const uint8_t* tile, int64_t j) {
+  if constexpr (kType == ScoreType::kQ8) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + j * kScoreTile));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+  } else if constexpr (kType == ScoreType::kQ4) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(UnpackQ4x16(tile + j * (kScoreTile / 2))));
+  } else {
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + j * kScoreTile * 2)));
+  }
+}
+
+// NQ queries against one tile: one converted key vector feeds NQ accumulators; Q8 and Q4
+// apply the tokens' scales once at the end.
+template <int NQ, ScoreType kType>
+inline void ScoreTile(const uint8_t* tile, int64_t cols, const float* x, float* y,
                       int64_t y_stride) {
   __m512 acc[NQ];
   for (int q = 0; q < NQ; ++q) acc[q] = _mm512_setzero_ps();
   for (int64_t j = 0; j < cols; ++j) {
-    const __m512 k = _mm512_cvtph_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + j * kScoreTile)));
+    const __m512 k = LoadKeys<kType>(tile, j);
     for (int q = 0; q < NQ; ++q)
       acc[q] = _mm512_fmadd_ps(_mm512_set1_ps(x[q * cols + j]), k, acc[q]);
   }
+  if constexpr (kType != ScoreType::kF16) {
+    const __m512 s = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + ScoreValueBytes(kType, cols))));
+    for (int q = 0; q < NQ; ++q) acc[q] = _mm512_mul_ps(acc[q], s);
+  }
   for (int q = 0; q < NQ; ++q) _mm512_storeu_ps(y + q * y_stride, acc[q]);
+}
+
+// ScoreTile<1..12, kType>, by query count - 1.
+using ScoreTileFn = void (*)(const uint8_t*, int64_t, const float*, float*, int64_t);
+template <ScoreType kType, int... N>
+constexpr std::array<ScoreTileFn, sizeof...(N)> ScoreTileTable(std::integer_sequence<int, N...>) {
+  return {&ScoreTile<N + 1, kType>...};
+}
+template <ScoreType kType>
+constexpr auto kTail = ScoreTileTable<kType>(std::make_integer_sequence<int, 12>());
+
+template <ScoreType kType>
+void ScoreTilesAny(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                   const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  static_assert(kScoreTile == 16, "one tile is one __m512");
+  const int64_t tile_bytes = ScoreTileBytes(kType, cols);
+  for (int64_t i = tile_begin; i < tile_end; ++i) {
+    const uint8_t* tile = tiles + i * tile_bytes;
+    float* yo = y + (i - tile_begin) * kScoreTile;
+    int64_t q = 0;
+    // Up to 12 queries share one pass over the tile (32 registers: 12 accumulators, the key,
+    // the broadcasts), so 9 heads convert each key vector once, not twice.
+    for (; n_x - q > 12; q += 8)
+      ScoreTile<8, kType>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
+    if (q < n_x) kTail<kType>[n_x - q - 1](tile, cols, x + q * cols, yo + q * y_stride, y_stride);
+  }
 }
 
 }  // namespace
 
 void Avx512ScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
                          const float* x, int64_t n_x, float* y, int64_t y_stride) {
-  static_assert(kScoreTile == 16, "one tile is one __m512");
-  for (int64_t i = tile_begin; i < tile_end; ++i) {
-    const uint16_t* tile = tiles + i * cols * kScoreTile;
-    float* yo = y + (i - tile_begin) * kScoreTile;
-    int64_t q = 0;
-    for (; q + 8 <= n_x; q += 8)
-      ScoreTile<8>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
-    for (; q + 4 <= n_x; q += 4)
-      ScoreTile<4>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
-    for (; q < n_x; ++q) ScoreTile<1>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
-  }
+  ScoreTilesAny<ScoreType::kF16>(reinterpret_cast<const uint8_t*>(tiles), tile_begin, tile_end,
+                                 cols, x, n_x, y, y_stride);
+}
+
+void Avx512ScoreTilesQ8(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                        const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  ScoreTilesAny<ScoreType::kQ8>(tiles, tile_begin, tile_end, cols, x, n_x, y, y_stride);
+}
+
+void Avx512ScoreTilesQ4(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                        const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  ScoreTilesAny<ScoreType::kQ4>(tiles, tile_begin, tile_end, cols, x, n_x, y, y_stride);
 }
 
 }  // namespace strata::kernels::cpu

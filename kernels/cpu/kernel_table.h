@@ -32,6 +32,10 @@ struct KernelTable {
   void (*attention)(const AttentionArgs& a);
   void (*score_tiles_f16)(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
                           const float* x, int64_t n_x, float* y, int64_t y_stride);
+  void (*score_tiles_q8)(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                         const float* x, int64_t n_x, float* y, int64_t y_stride);
+  void (*score_tiles_q4)(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                         const float* x, int64_t n_x, float* y, int64_t y_stride);
 };
 
 // The reference: plain C++, every operation, every type.

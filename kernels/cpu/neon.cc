@@ -215,6 +215,8 @@ KernelTable MakeTable(bool dotprod) {
   t.rope = Rope;
   t.attention = NeonAttention;
   t.score_tiles_f16 = NeonScoreTilesF16;
+  t.score_tiles_q8 = NeonScoreTilesQ8;
+  t.score_tiles_q4 = NeonScoreTilesQ4;
   return t;
 }
 

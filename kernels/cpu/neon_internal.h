@@ -15,6 +15,10 @@ void NeonMatmulQuantizedDotprod(const MatmulArgs& a, int64_t rb, int64_t re);
 void NeonMatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re);
 void NeonScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
                        const float* x, int64_t n_x, float* y, int64_t y_stride);
+void NeonScoreTilesQ8(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                      const float* x, int64_t n_x, float* y, int64_t y_stride);
+void NeonScoreTilesQ4(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                      const float* x, int64_t n_x, float* y, int64_t y_stride);
 void NeonAttention(const AttentionArgs& a);
 
 }  // namespace strata::kernels::cpu

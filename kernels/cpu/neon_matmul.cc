@@ -4,6 +4,7 @@
 #include <arm_neon.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/cpu/neon_common.h"
 #include "kernels/cpu/neon_internal.h"
@@ -108,39 +109,90 @@ void NeonMatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re) {
 
 namespace {
 
-// NQ queries against one tile (four float32x4_t of four tokens each per query).
-template <int NQ>
-inline void ScoreTile(const uint16_t* tile, int64_t cols, const float* x, float* y,
+// One dimension of a tile's 16 tokens as four float32x4_t: F16 halves, or Q8/Q4 integers
+// (unscaled).
+template <ScoreType kType>
+STRATA_INLINE void LoadKeys(const uint8_t* tile, int64_t j, float32x4_t* k) {
+  if constexpr (kType != ScoreType::kF16) {
+    int8x16_t b;
+    if constexpr (kType == ScoreType::kQ8) {
+      b = vld1q_s8(reinterpret_cast<const int8_t*>(tile + j * kScoreTile));
+    } else {
+      // Low nibbles are tokens 0-7, high nibbles tokens 8-15, each stored as integer + 8.
+      const uint8x8_t p = vld1_u8(tile + j * (kScoreTile / 2));
+      const uint8x16_t u = vcombine_u8(vand_u8(p, vdup_n_u8(0x0F)), vshr_n_u8(p, 4));
+      b = vsubq_s8(vreinterpretq_s8_u8(u), vdupq_n_s8(8));
+    }
+    const int16x8_t lo = vmovl_s8(vget_low_s8(b)), hi = vmovl_high_s8(b);
+    k[0] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)));
+    k[1] = vcvtq_f32_s32(vmovl_high_s16(lo));
+    k[2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)));
+    k[3] = vcvtq_f32_s32(vmovl_high_s16(hi));
+  } else {
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(tile + j * kScoreTile * 2);
+    for (int v = 0; v < 4; ++v) k[v] = LoadF16x4(p + 4 * v);
+  }
+}
+
+// NQ queries against one tile (four float32x4_t of four tokens each per query); Q8 and Q4
+// apply the tokens' scales once at the end.
+template <int NQ, ScoreType kType>
+inline void ScoreTile(const uint8_t* tile, int64_t cols, const float* x, float* y,
                       int64_t y_stride) {
   float32x4_t acc[NQ][4];
   for (int q = 0; q < NQ; ++q)
     for (int v = 0; v < 4; ++v) acc[q][v] = vdupq_n_f32(0.0f);
   for (int64_t j = 0; j < cols; ++j) {
-    const uint16_t* p = tile + j * kScoreTile;
     float32x4_t k[4];
-    for (int v = 0; v < 4; ++v) k[v] = LoadF16x4(p + 4 * v);
+    LoadKeys<kType>(tile, j, k);
     for (int q = 0; q < NQ; ++q) {
       const float xj = x[q * cols + j];
       for (int v = 0; v < 4; ++v) acc[q][v] = vfmaq_n_f32(acc[q][v], k[v], xj);
+    }
+  }
+  if constexpr (kType != ScoreType::kF16) {
+    uint16_t s[kScoreTile];  // the scales may sit at any byte offset
+    std::memcpy(s, tile + ScoreValueBytes(kType, cols), sizeof(s));
+    for (int v = 0; v < 4; ++v) {
+      const float32x4_t sv = LoadF16x4(s + 4 * v);
+      for (int q = 0; q < NQ; ++q) acc[q][v] = vmulq_f32(acc[q][v], sv);
     }
   }
   for (int q = 0; q < NQ; ++q)
     for (int v = 0; v < 4; ++v) vst1q_f32(y + q * y_stride + 4 * v, acc[q][v]);
 }
 
+template <ScoreType kType>
+void ScoreTilesAny(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                   const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  static_assert(kScoreTile == 16, "one tile is four float32x4_t");
+  const int64_t tile_bytes = ScoreTileBytes(kType, cols);
+  for (int64_t i = tile_begin; i < tile_end; ++i) {
+    const uint8_t* tile = tiles + i * tile_bytes;
+    float* yo = y + (i - tile_begin) * kScoreTile;
+    int64_t q = 0;
+    for (; q + 3 <= n_x; q += 3)
+      ScoreTile<3, kType>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
+    for (; q < n_x; ++q) ScoreTile<1, kType>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
+  }
+}
+
 }  // namespace
 
 void NeonScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
                        const float* x, int64_t n_x, float* y, int64_t y_stride) {
-  static_assert(kScoreTile == 16, "one tile is four float32x4_t");
-  for (int64_t i = tile_begin; i < tile_end; ++i) {
-    const uint16_t* tile = tiles + i * cols * kScoreTile;
-    float* yo = y + (i - tile_begin) * kScoreTile;
-    int64_t q = 0;
-    for (; q + 3 <= n_x; q += 3)
-      ScoreTile<3>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
-    for (; q < n_x; ++q) ScoreTile<1>(tile, cols, x + q * cols, yo + q * y_stride, y_stride);
-  }
+  ScoreTilesAny<ScoreType::kF16>(reinterpret_cast<const uint8_t*>(tiles), tile_begin, tile_end,
+                                 cols, x, n_x, y, y_stride);
+}
+
+void NeonScoreTilesQ8(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                      const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  ScoreTilesAny<ScoreType::kQ8>(tiles, tile_begin, tile_end, cols, x, n_x, y, y_stride);
+}
+
+void NeonScoreTilesQ4(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                      const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  ScoreTilesAny<ScoreType::kQ4>(tiles, tile_begin, tile_end, cols, x, n_x, y, y_stride);
 }
 
 }  // namespace strata::kernels::cpu

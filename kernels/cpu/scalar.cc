@@ -92,6 +92,8 @@ const KernelTable& ScalarKernels() {
       RopeRef,
       ScalarAttention,
       ScalarScoreTilesF16,
+      ScalarScoreTilesQ8,
+      ScalarScoreTilesQ4,
   };
   return table;
 }

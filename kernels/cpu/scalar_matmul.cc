@@ -2,6 +2,7 @@
 // within a block and float accumulation across blocks, exactly as the formats define them.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/block_math.h"
 #include "kernels/cpu/scalar_internal.h"
@@ -152,6 +153,48 @@ void ScalarScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile
       std::copy(acc, acc + T, y + q * y_stride + (i - tile_begin) * T);
     }
   }
+}
+
+namespace {
+
+// Token t's integer of dimension j in a Q8 or Q4 tile.
+int QuantizedValue(ScoreType type, const uint8_t* tile, int64_t j, int64_t t) {
+  constexpr int64_t T = kScoreTile;
+  if (type == ScoreType::kQ8) return int8_t(tile[j * T + t]);
+  const uint8_t b = tile[j * (T / 2) + t % (T / 2)];
+  return (t < T / 2 ? b & 0x0F : b >> 4) - 8;
+}
+
+void ScoreQuantizedTiles(ScoreType type, const uint8_t* tiles, int64_t tile_begin, int64_t tile_end,
+                         int64_t cols, const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  constexpr int64_t T = kScoreTile;
+  const int64_t tile_bytes = ScoreTileBytes(type, cols);
+  for (int64_t i = tile_begin; i < tile_end; ++i) {
+    const uint8_t* tile = tiles + i * tile_bytes;
+    uint16_t scale[T];
+    std::memcpy(scale, tile + ScoreValueBytes(type, cols), sizeof(scale));
+    for (int64_t q = 0; q < n_x; ++q) {
+      float acc[T] = {};
+      for (int64_t j = 0; j < cols; ++j) {
+        const float xj = x[q * cols + j];
+        for (int64_t t = 0; t < T; ++t) acc[t] += xj * float(QuantizedValue(type, tile, j, t));
+      }
+      float* yo = y + q * y_stride + (i - tile_begin) * T;
+      for (int64_t t = 0; t < T; ++t) yo[t] = acc[t] * F16ToF32(scale[t]);
+    }
+  }
+}
+
+}  // namespace
+
+void ScalarScoreTilesQ8(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                        const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  ScoreQuantizedTiles(ScoreType::kQ8, tiles, tile_begin, tile_end, cols, x, n_x, y, y_stride);
+}
+
+void ScalarScoreTilesQ4(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
+                        const float* x, int64_t n_x, float* y, int64_t y_stride) {
+  ScoreQuantizedTiles(ScoreType::kQ4, tiles, tile_begin, tile_end, cols, x, n_x, y, y_stride);
 }
 
 }  // namespace strata::kernels::cpu

@@ -1,9 +1,10 @@
-// Element-wise ops, RoPE, conversions, ScoreTilesF16 and TopK on every ISA, against direct
-// formulas computed in double.
+// Element-wise ops, RoPE, conversions, ScoreTiles (F16, Q8, Q4) and TopK on every ISA, against
+// direct formulas computed in double.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -163,7 +164,7 @@ TEST_P(OpsIsa, ScoreTilesF16) {
           tiles[size_t(TiledIndex(t, j, cols))] = F32ToF16(keys[size_t(t * cols + j)]);
       const std::vector<float> x = GaussianFloats(n_x * cols, 22);
       std::vector<float> y(size_t(n_x * stride), 42.f);
-      ScoreTilesF16(tiles.data(), tb, te, cols, x.data(), n_x, y.data(), stride);
+      ScoreTiles(ScoreType::kF16, tiles.data(), tb, te, cols, x.data(), n_x, y.data(), stride);
       for (int64_t q = 0; q < n_x; ++q) {
         for (int64_t t = tb * T; t < te * T; ++t) {
           double ref = 0, mag = 0;
@@ -177,6 +178,104 @@ TEST_P(OpsIsa, ScoreTilesF16) {
         }
         for (int64_t c = (te - tb) * T; c < stride; ++c) EXPECT_EQ(y[size_t(q * stride + c)], 42.f);
       }
+    }
+  }
+}
+
+// Token t's value j as Q8 or Q4 tiles hold it, read from the documented layout.
+double StoredQuantized(ScoreType type, const uint8_t* tiles, int64_t t, int64_t j, int64_t cols) {
+  constexpr int64_t T = kScoreTile;
+  const uint8_t* tile = tiles + (t / T) * ScoreTileBytes(type, cols);
+  uint16_t h;
+  std::memcpy(&h, tile + ScoreValueBytes(type, cols) + (t % T) * 2, 2);
+  int v;
+  if (type == ScoreType::kQ8) {
+    v = int8_t(tile[j * T + t % T]);
+  } else {
+    const uint8_t b = tile[j * (T / 2) + t % (T / 2)];
+    v = (t % T < T / 2 ? b & 0x0F : b >> 4) - 8;
+  }
+  return double(v) * F16ToF32(h);
+}
+
+// Q8 and Q4 tiles written through StoreScoreRow: each value within half a step (row max / 127
+// or / 7) of the original, and the kernels' scores equal to the stored values' dot products.
+TEST_P(OpsIsa, ScoreTilesQuantized) {
+  constexpr int64_t T = kScoreTile;
+  for (ScoreType type : {ScoreType::kQ8, ScoreType::kQ4}) {
+    const double levels = type == ScoreType::kQ8 ? 127 : 7;
+    for (int64_t cols : {1, 6, 12, 24, 48, 64}) {
+      for (int64_t n_x : {1, 3, 4, 9, 13}) {
+        SCOPED_TRACE(::testing::Message() << (type == ScoreType::kQ8 ? "q8, " : "q4, ") << cols
+                                          << " cols, " << n_x << " queries");
+        const int64_t n_tiles = 5, tb = 1, te = 4, stride = (te - tb) * T + 3;
+        std::vector<float> keys = GaussianFloats(n_tiles * T * cols, 23);
+        for (int64_t j = 0; j < cols; ++j) keys[size_t(5 * cols + j)] = 0.0f;  // all-zero row
+        keys[size_t(6 * cols)] = 1e3f;  // one outlier: the rest of its row rounds coarsely
+        const int64_t tile_bytes = ScoreTileBytes(type, cols);
+        ASSERT_EQ(tile_bytes, T * cols / (type == ScoreType::kQ8 ? 1 : 2) + 2 * T);
+        std::vector<uint8_t> tiles(size_t(n_tiles * tile_bytes), 0xA5);
+        // Written out of order: a token's nibbles must not disturb its neighbours'.
+        for (int64_t t = n_tiles * T - 1; t >= 0; t -= 2)
+          StoreScoreRow(type, keys.data() + t * cols, cols, t, tiles.data());
+        for (int64_t t = 0; t < n_tiles * T; t += 2)
+          StoreScoreRow(type, keys.data() + t * cols, cols, t, tiles.data());
+        std::vector<double> stored(keys.size());
+        for (int64_t t = 0; t < n_tiles * T; ++t) {
+          double amax = 0;
+          for (int64_t j = 0; j < cols; ++j)
+            amax = std::max(amax, std::fabs(double(keys[size_t(t * cols + j)])));
+          for (int64_t j = 0; j < cols; ++j) {
+            const double v = StoredQuantized(type, tiles.data(), t, j, cols);
+            stored[size_t(t * cols + j)] = v;
+            EXPECT_LE(std::fabs(v - keys[size_t(t * cols + j)]), amax / (2 * levels) * 1.002)
+                << "token " << t << " dim " << j;
+          }
+        }
+        const std::vector<float> x = GaussianFloats(n_x * cols, 24);
+        std::vector<float> y(size_t(n_x * stride), 42.f);
+        ScoreTiles(type, tiles.data(), tb, te, cols, x.data(), n_x, y.data(), stride);
+        for (int64_t q = 0; q < n_x; ++q) {
+          for (int64_t t = tb * T; t < te * T; ++t) {
+            double ref = 0, mag = 0;
+            for (int64_t j = 0; j < cols; ++j) {
+              const double p = stored[size_t(t * cols + j)] * x[q * cols + j];
+              ref += p;
+              mag += std::fabs(p);
+            }
+            EXPECT_NEAR(y[size_t(q * stride + t - tb * T)], ref, 1e-6 * mag + 1e-7)
+                << q << " " << t;
+          }
+          for (int64_t c = (te - tb) * T; c < stride; ++c)
+            EXPECT_EQ(y[size_t(q * stride + c)], 42.f);
+        }
+      }
+    }
+  }
+}
+
+// A row that is not finite scores NaN (ranked last by selection), never a finite guess.
+TEST(ScoreTilesQuantized, NonFiniteRowScoresNaN) {
+  constexpr int64_t cols = 8;
+  for (ScoreType type : {ScoreType::kQ8, ScoreType::kQ4}) {
+    SCOPED_TRACE(type == ScoreType::kQ8 ? "q8" : "q4");
+    std::vector<uint8_t> tiles(size_t(ScoreTileBytes(type, cols)));
+    std::vector<float> row(cols, 1.0f);
+    for (int64_t t = 0; t < kScoreTile; ++t) StoreScoreRow(type, row.data(), cols, t, tiles.data());
+    row[3] = std::nanf("");
+    StoreScoreRow(type, row.data(), cols, 2, tiles.data());
+    row[3] = INFINITY;
+    StoreScoreRow(type, row.data(), cols, 4, tiles.data());
+    row[3] = 1e7f;  // finite, but its scale (1e7 / 127 or / 7) is past F16's range
+    StoreScoreRow(type, row.data(), cols, 6, tiles.data());
+    const std::vector<float> x(cols, 1.0f);
+    std::vector<float> y(kScoreTile);
+    ScoreTiles(type, tiles.data(), 0, 1, cols, x.data(), 1, y.data(), kScoreTile);
+    for (int64_t t = 0; t < kScoreTile; ++t) {
+      if (t == 2 || t == 4 || t == 6)
+        EXPECT_TRUE(std::isnan(y[size_t(t)])) << t;
+      else
+        EXPECT_NEAR(y[size_t(t)], 8.0f, 8.0f / 14) << t;
     }
   }
 }
