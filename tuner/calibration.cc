@@ -122,8 +122,8 @@ class KeyRecorder final : public KvPolicy {
     measured_.assign(size_t(n_layer), 0);
     values_.assign(size_t(n_layer), {});
     pending_.assign(size_t(n_layer), {});
-    return GroupPredictor::Create(model, identity_, GroupScoring::kSum, 1, max_rows, pool,
-                                  &queries_);
+    return GroupPredictor::Create(model, identity_, GroupScoring::kSum, kernels::ScoreType::kF16, 1,
+                                  max_rows, pool, &queries_);
   }
 
   // Per layer and point, the relative error of the attention output: the root of the

@@ -34,7 +34,7 @@ struct CalibrationOptions {
   // Use only the first part of the text (by bytes), so the rest can serve for evaluation;
   // the project calibrates on the first half of tinyshakespeare and evaluates on the second.
   double text_fraction = 0.5;
-  std::vector<int32_t> ratios = {8, 16, 32};
+  std::vector<int32_t> ratios = {4, 8, 16, 32};
   int32_t tokens = 8192;  // keys collected per layer
   int32_t window = 8192;  // tokens per forward window (positions 0 .. window-1)
   int32_t threads = 0;    // 0 = one per core

@@ -153,6 +153,10 @@ Status ParseDiskSpec(const std::string& spec, const DiskKvOptions& base, int32_t
         STRATA_RETURN_IF_ERROR(ParseReusePolicy(v, &o.reuse));
       } else if (k == "type") {
         STRATA_RETURN_IF_ERROR(ParseKvRecordType(v, &o.record_type));
+      } else if (k == "bonus") {
+        o.resident_bonus = std::stof(v);
+      } else if (k == "klr") {
+        STRATA_RETURN_IF_ERROR(ParseKeySummaryType(v, &o.summary_type));
       } else if (k == "scoring") {
         STRATA_RETURN_IF_ERROR(ParseGroupScoring(v, &o.scoring));
       } else if (k == "budget") {

@@ -1,7 +1,7 @@
 // strata calibrate: computes the disk KV policy's low-rank key adapters for a model from
 // calibration text and writes them, with the model's identity and a checksum, to one file.
 //
-//   strata calibrate -m MODEL --text FILE --ratios 8,16,32 -o FILE
+//   strata calibrate -m MODEL --text FILE --ratios 4,8,16,32 -o FILE
 #include <cstdio>
 
 #include "runtime/cli/cli.h"
@@ -12,7 +12,7 @@ namespace {
 
 struct CalibrateFlags {
   std::string model, text, output;
-  std::vector<int32_t> ratios = {8, 16, 32};
+  std::vector<int32_t> ratios = {4, 8, 16, 32};
   std::string method = "keys";
   CalibrationOptions options;
 };

@@ -231,6 +231,9 @@ const std::vector<Setting>& Schema() {
     v.push_back(Int<int32_t>(
         "kv.recent_groups", "newest full groups always resident",
         [dk](Config& c) -> int32_t& { return dk(c).recent_groups; }, 0, 64));
+    v.push_back(Float(
+        "kv.resident_bonus", "selection's preference for groups in memory, 0 = off",
+        [dk](Config& c) -> float& { return dk(c).resident_bonus; }, 0, 100));
     auto choice = [](std::string key, std::string help, auto parse, auto name) {
       Setting s{std::move(key), std::move(help), nullptr, nullptr};
       s.set = [parse](const YAML::Node& n, const Where& w, Config* c) -> Status {
@@ -253,6 +256,12 @@ const std::vector<Setting>& Schema() {
           return ParseKvRecordType(n, &c->engine.kv.disk.record_type);
         },
         [](const Config& c) { return KvRecordTypeName(c.engine.kv.disk.record_type); }));
+    v.push_back(choice(
+        "kv.summary_type", "how the low-rank key summary stores values: f16, q8, q4",
+        [](const std::string& n, Config* c) {
+          return ParseKeySummaryType(n, &c->engine.kv.disk.summary_type);
+        },
+        [](const Config& c) { return KeySummaryTypeName(c.engine.kv.disk.summary_type); }));
     v.push_back(choice(
         "kv.scoring", "how heads' scores combine: softmax, sum",
         [](const std::string& n, Config* c) {

@@ -229,7 +229,7 @@ Status Adapters::Read(const std::string& path, Adapters* out) {
     if (err == ENOENT)
       return Status::NotFound("adapters file " + path +
                               " does not exist; make it with `strata calibrate -m MODEL --text "
-                              "FILE --ratios 8,16,32 -o " +
+                              "FILE --ratios 4,8,16,32 -o " +
                               path + "`");
     return Status::FromErrno("adapters file " + path, err);
   }

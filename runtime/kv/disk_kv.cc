@@ -123,14 +123,17 @@ Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t 
   kv->store_dev_ = sb.st_dev;
   kv->store_ino_ = sb.st_ino;
 
-  STRATA_RETURN_IF_ERROR(GroupPredictor::Create(model, *set, options.scoring, n_ctx, max_sequences,
-                                                pool, &kv->predictor_));
+  STRATA_RETURN_IF_ERROR(GroupPredictor::Create(model, *set, options.scoring,
+                                                kv->plan_.summary_score_type(), n_ctx,
+                                                max_sequences, pool, &kv->predictor_));
   for (int32_t i = 0; i < 2 * hp.n_layer; ++i)
     kv->reads_.push_back(std::make_unique<storage::IoBatch>());
   kv->reads_settled_.assign(kv->reads_.size(), 1);
   kv->decode_writes_ = std::make_unique<storage::IoBatch>();
   for (int32_t r = max_sequences - 1; r >= 0; --r) kv->free_regions_.push_back(r);
   kv->q_lr_.resize(size_t(max_sequences) * hp.n_head * kv->plan_.rank);
+  kv->favored_.reserve(
+      size_t(*std::max_element(kv->plan_.layer_slots.begin(), kv->plan_.layer_slots.end())));
   kv->sparse_x_.resize(size_t(max_sequences) * hp.n_embd);
   kv->c_.budget_bytes = kv->plan_.budget_bytes;
   *out = std::move(kv);
@@ -156,8 +159,9 @@ Status DiskKv::AddSequence(SeqId* out) {
   for (int32_t l = 0; l < shape_.n_layer; ++l) records += size_t(plan_.arena_records(l));
   STRATA_RETURN_IF_ERROR(
       storage::AlignedBuffer::Allocate(records * rec, store_->block_size(), &s->arena));
-  const size_t klr_tokens = size_t(GroupPredictor::KlrTokens(shape_.n_ctx));
-  s->klr_map_bytes = size_t(shape_.n_layer) * klr_tokens * plan_.rank * sizeof(uint16_t);
+  const size_t klr_layer_bytes =
+      size_t(GroupPredictor::KlrBytes(shape_.n_ctx, plan_.rank, plan_.summary_score_type()));
+  s->klr_map_bytes = size_t(shape_.n_layer) * klr_layer_bytes;
   void* p = mmap(nullptr, s->klr_map_bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
@@ -175,7 +179,7 @@ Status DiskKv::AddSequence(SeqId* out) {
     L.ring = L.slots + size_t(slots) * rec;
     L.sink = L.ring + size_t(plan_.ring_records()) * rec;
     L.write = L.sink + size_t(plan_.sink_groups) * rec;
-    L.klr = static_cast<uint16_t*>(p) + size_t(l) * klr_tokens * plan_.rank;
+    L.klr = static_cast<uint8_t*>(p) + size_t(l) * klr_layer_bytes;
     L.reuse = ReuseBuffer(slots, options_.reuse);
     L.selected.reserve(size_t(m));
     L.placed.reserve(size_t(m));
@@ -378,8 +382,13 @@ Status DiskKv::PrepareSparse(int32_t layer, const float* x, int64_t n_embd, bool
     const int32_t gp = s.length / G;
     const int32_t g_lo = std::min(plan_.sink_groups, gp);
     const int32_t g_hi = std::max(g_lo, gp - plan_.recent_groups);
+    favored_.clear();
+    if (options_.resident_bonus > 0)
+      for (int32_t slot = 0; slot < L.reuse.capacity(); ++slot)
+        if (L.reuse.group_of(slot) >= 0) favored_.push_back(L.reuse.group_of(slot));
     predictor_->SelectGroups(q_lr_.data() + j * n_head * rank, L.klr, g_lo, g_hi, G,
-                             plan_.layer_groups[size_t(layer)], &L.selected);
+                             plan_.layer_groups[size_t(layer)], &L.selected, favored_,
+                             options_.resident_bonus);
     L.reuse.Resolve(L.selected, &L.placed);
     AddLoads(layer, s, refining);
   }
@@ -580,7 +589,8 @@ void DiskKv::AbortBatch() {
 
 uint64_t DiskKv::SequenceResident(const Sequence& s) const {
   uint64_t b = s.arena.size();
-  b += uint64_t(shape_.n_layer) * uint64_t(s.length + s.pending) * plan_.rank * sizeof(uint16_t);
+  b += uint64_t(shape_.n_layer) *
+       GroupPredictor::KlrBytes(s.length + s.pending, plan_.rank, plan_.summary_score_type());
   for (const Layer& L : s.layers)
     b += ReuseBuffer::TableBytes(L.reuse.capacity()) + L.selected.capacity() * sizeof(int32_t) +
          L.placed.capacity() * sizeof(ReuseBuffer::Placement) +

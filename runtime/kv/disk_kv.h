@@ -132,7 +132,7 @@ class DiskKv final : public KvPolicy {
   std::vector<std::unique_ptr<storage::IoBatch>> reads_;
   std::vector<uint8_t> reads_settled_;               // per batch of reads_, this pass
   std::unique_ptr<storage::IoBatch> decode_writes_;  // submitted at EndBatch
-  std::vector<int32_t> sparse_rows_, sparse_pos_;
+  std::vector<int32_t> sparse_rows_, sparse_pos_, favored_;
   std::vector<float> sparse_x_, q_lr_;
 
   KvCounters c_;

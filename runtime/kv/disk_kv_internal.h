@@ -40,7 +40,7 @@ struct DiskKv::Layer {
   std::byte* ring = nullptr;   // recent + 1 records: group g at g % (recent + 1)
   std::byte* sink = nullptr;   // sink records: group g at g
   std::byte* write = nullptr;  // one record: a full group waiting for EndBatch
-  uint16_t* klr = nullptr;     // [n_ctx][rank]
+  uint8_t* klr = nullptr;      // n_ctx tokens of rank values, tiled (kernels::ScoreTiles)
   int32_t write_group = -1;
   std::vector<int32_t> selected;
   std::vector<ReuseBuffer::Placement> placed;

@@ -91,13 +91,14 @@ std::vector<int32_t> SpreadGroups(const AttentionProfile& profile, int32_t n_lay
 std::string DiskKvPlan::Describe() const {
   char s[512];
   std::snprintf(s, sizeof s,
-                "G=%d sigma=%d (rank %d) M=%d C=%d sink=%d recent=%d %s records of %u B: %s of "
+                "G=%d sigma=%d (rank %d, %s) M=%d C=%d sink=%d recent=%d %s records of %u B: %s of "
                 "a %s budget per "
                 "sequence (%.1fx below the full cache of %s): K_lr %s, reuse slots %s, "
                 "rolling+recent %s, sink %s, write staging %s, tables %s",
-                layout.group_size, ratio, rank, groups_per_step, reuse_slots, sink_groups,
-                recent_groups, layout.type == kernels::KvType::kQ8_0 ? "q8_0" : "f16",
-                layout.record_bytes, Mib(total_bytes()).c_str(), Mib(budget_bytes).c_str(),
+                layout.group_size, ratio, rank, KeySummaryTypeName(summary_type), groups_per_step,
+                reuse_slots, sink_groups, recent_groups,
+                layout.type == kernels::KvType::kQ8_0 ? "q8_0" : "f16", layout.record_bytes,
+                Mib(total_bytes()).c_str(), Mib(budget_bytes).c_str(),
                 double(full_cache_bytes) / double(total_bytes()), Mib(full_cache_bytes).c_str(),
                 Mib(klr_bytes).c_str(), Mib(slot_bytes).c_str(), Mib(ring_bytes).c_str(),
                 Mib(sink_bytes).c_str(), Mib(write_bytes).c_str(), Mib(table_bytes).c_str());
@@ -149,7 +150,8 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
       o.budget_bytes > 0 ? uint64_t(o.budget_bytes) : p.full_cache_bytes / kDefaultBudgetDivisor;
 
   const uint64_t L = uint64_t(shape.n_layer), rec = p.layout.record_bytes;
-  p.klr_bytes = L * uint64_t(GroupPredictor::KlrTokens(shape.n_ctx)) * uint64_t(p.rank) * 2;
+  p.summary_type = o.summary_type;
+  p.klr_bytes = L * GroupPredictor::KlrBytes(shape.n_ctx, p.rank, p.summary_score_type());
   p.ring_bytes = L * uint64_t(p.ring_records()) * rec;
   p.sink_bytes = L * uint64_t(p.sink_groups) * rec;
   p.write_bytes = L * rec;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/kernels.h"
 #include "runtime/kv/adapters.h"
 #include "runtime/kv/kv_options.h"
 #include "runtime/kv/kv_record_layout.h"
@@ -37,6 +38,7 @@ struct DiskKvPlan {
   int32_t n_ctx = 0;
   int32_t rank = 0;
   int32_t ratio = 0;
+  KeySummaryType summary_type = KeySummaryType::kF16;
   int32_t groups_per_step = 0;  // M
   int32_t reuse_slots = 0;      // C
   int32_t sink_groups = 0;
@@ -64,7 +66,12 @@ struct DiskKvPlan {
   int32_t arena_records(int32_t layer) const {
     return layer_slots[size_t(layer)] + ring_records() + sink_groups + 1;
   }
-  // One line: "G=4 sigma=16 (rank 12) M=100 C=125 sink=1 recent=0 f16 records of 3072 B:
+  kernels::ScoreType summary_score_type() const {
+    return summary_type == KeySummaryType::kQ8   ? kernels::ScoreType::kQ8
+           : summary_type == KeySummaryType::kQ4 ? kernels::ScoreType::kQ4
+                                                 : kernels::ScoreType::kF16;
+  }
+  // One line: "G=4 sigma=16 (rank 12, f16) M=100 C=125 sink=1 recent=0 f16 records of 3072 B:
   // 14.2 MiB of a 14.5 MiB budget ... (K_lr ...)".
   std::string Describe() const;
 };

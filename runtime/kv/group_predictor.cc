@@ -16,19 +16,19 @@ constexpr int64_t kParallelTiles = 256;
 }  // namespace
 
 GroupPredictor::GroupPredictor(const Model& model, const AdapterSet& set, GroupScoring scoring,
-                               ThreadPool* pool)
-    : model_(model), set_(set), scoring_(scoring), pool_(pool) {}
+                               kernels::ScoreType type, ThreadPool* pool)
+    : model_(model), set_(set), scoring_(scoring), type_(type), pool_(pool) {}
 GroupPredictor::~GroupPredictor() = default;
 
 Status GroupPredictor::Create(const Model& model, const AdapterSet& set, GroupScoring scoring,
-                              int32_t n_ctx, int32_t max_rows, ThreadPool* pool,
-                              std::unique_ptr<GroupPredictor>* out) {
+                              kernels::ScoreType type, int32_t n_ctx, int32_t max_rows,
+                              ThreadPool* pool, std::unique_ptr<GroupPredictor>* out) {
   const HParams& hp = model.hparams();
   if (int32_t(set.layers.size()) != hp.n_layer)
     return Status::InvalidArgument("group predictor: adapters for " +
                                    std::to_string(set.layers.size()) + " layers, model has " +
                                    std::to_string(hp.n_layer));
-  std::unique_ptr<GroupPredictor> p(new GroupPredictor(model, set, scoring, pool));
+  std::unique_ptr<GroupPredictor> p(new GroupPredictor(model, set, scoring, type, pool));
   p->rank_ = set.rank;
   p->n_head_ = hp.n_head;
   p->n_rep_ = hp.n_rep();
@@ -79,8 +79,13 @@ int64_t GroupPredictor::KlrTokens(int64_t n) {
          kernels::kScoreTile;
 }
 
+uint64_t GroupPredictor::KlrBytes(int64_t n, int32_t rank, kernels::ScoreType type) {
+  return uint64_t(KlrTokens(n) / kernels::kScoreTile) *
+         uint64_t(kernels::ScoreTileBytes(type, rank));
+}
+
 void GroupPredictor::ProjectKeys(int32_t layer, const float* k, int64_t n, int64_t p0,
-                                 uint16_t* klr) {
+                                 uint8_t* klr) {
   const float* a = set_.layers[size_t(layer)].data();
   const int32_t r = rank_;
   float* acc = key_acc_.data();
@@ -92,8 +97,7 @@ void GroupPredictor::ProjectKeys(int32_t layer, const float* k, int64_t n, int64
       const float* ai = a + size_t(i) * r;
       for (int32_t j = 0; j < r; ++j) acc[j] += ki * ai[j];
     }
-    uint16_t* tile = klr + kernels::TiledIndex(p0 + t, 0, r);
-    for (int32_t j = 0; j < r; ++j) tile[j * kernels::kScoreTile] = kernels::F32ToF16(acc[j]);
+    kernels::StoreScoreRow(type_, acc, r, p0 + t, klr);
   }
 }
 
@@ -185,7 +189,7 @@ static void GroupMax(const float* x, int64_t n_groups, int32_t group_size, float
   }
 }
 
-void GroupPredictor::ScoreGroups(const float* q_lr, const uint16_t* klr, int32_t g0, int32_t g1,
+void GroupPredictor::ScoreGroups(const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
                                  int32_t group_size) {
   const int64_t n_groups = g1 - g0, t0 = int64_t(g0) * group_size, t1 = int64_t(g1) * group_size;
   constexpr int64_t T = kernels::kScoreTile;
@@ -195,11 +199,11 @@ void GroupPredictor::ScoreGroups(const float* q_lr, const uint16_t* klr, int32_t
   auto score = [&](const float* x, int64_t n_x) {
     if (te - tb >= kParallelTiles) {
       pool_->ParallelRange(te - tb, 1, 1, [&](int64_t i0, int64_t i1, int) {
-        kernels::ScoreTilesF16(klr, tb + i0, tb + i1, rank_, x, n_x, heads_.data() + i0 * T,
-                               stride);
+        kernels::ScoreTiles(type_, klr, tb + i0, tb + i1, rank_, x, n_x, heads_.data() + i0 * T,
+                            stride);
       });
     } else {
-      kernels::ScoreTilesF16(klr, tb, te, rank_, x, n_x, heads_.data(), stride);
+      kernels::ScoreTiles(type_, klr, tb, te, rank_, x, n_x, heads_.data(), stride);
     }
   };
   if (scoring_ == GroupScoring::kSum) {
@@ -230,8 +234,9 @@ void GroupPredictor::ScoreGroups(const float* q_lr, const uint16_t* klr, int32_t
   }
 }
 
-void GroupPredictor::SelectGroups(const float* q_lr, const uint16_t* klr, int32_t g0, int32_t g1,
-                                  int32_t group_size, int32_t m, std::vector<int32_t>* out) {
+void GroupPredictor::SelectGroups(const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
+                                  int32_t group_size, int32_t m, std::vector<int32_t>* out,
+                                  std::span<const int32_t> favored, float bonus) {
   out->clear();
   const int32_t n_groups = g1 - g0;
   if (n_groups <= 0 || m <= 0) return;
@@ -240,6 +245,12 @@ void GroupPredictor::SelectGroups(const float* q_lr, const uint16_t* klr, int32_
     return;
   }
   ScoreGroups(q_lr, klr, g0, g1, group_size);
+  if (bonus != 0.0f)
+    for (int32_t g : favored)
+      if (g >= g0 && g < g1) {
+        float& s = group_score_[size_t(g - g0)];
+        s += bonus * std::fabs(s);
+      }
   // Only the set matters, not its order: the M-th best score by a linear-time partition of
   // a copy, then one ascending scan keeps every group above it and, of the groups equal to
   // it, the oldest (ties go to the older group).

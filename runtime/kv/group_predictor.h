@@ -15,9 +15,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/kernels.h"
 #include "runtime/kv/adapters.h"
 #include "runtime/kv/kv_options.h"
 
@@ -28,9 +30,10 @@ class ThreadPool;
 
 class GroupPredictor {
  public:
-  // max_rows: most tokens LowRankQueries takes at once; n_ctx: most K_lr rows scored.
+  // max_rows: most tokens LowRankQueries takes at once; n_ctx: most K_lr rows scored;
+  // type: how K_lr stores its values.
   static Status Create(const Model& model, const AdapterSet& set, GroupScoring scoring,
-                       int32_t n_ctx, int32_t max_rows, ThreadPool* pool,
+                       kernels::ScoreType type, int32_t n_ctx, int32_t max_rows, ThreadPool* pool,
                        std::unique_ptr<GroupPredictor>* out);
   ~GroupPredictor();
 
@@ -38,11 +41,13 @@ class GroupPredictor {
   int32_t n_head() const { return n_head_; }
 
   // K_lr rows of n keys of `layer` at positions [p0, p0 + n): k is [n][row] F32; the rows
-  // go into `klr`, the layer's summary in F16 tiles (kernels::TiledIndex), which must hold
-  // KlrTokens(p0 + n) tokens.
-  void ProjectKeys(int32_t layer, const float* k, int64_t n, int64_t p0, uint16_t* klr);
+  // go into `klr`, the layer's summary in tiles of the predictor's type (kernels::ScoreTiles),
+  // which must hold KlrBytes(p0 + n, ...).
+  void ProjectKeys(int32_t layer, const float* k, int64_t n, int64_t p0, uint8_t* klr);
   // Tokens a tiled summary of n tokens takes room for (n rounded up to whole tiles).
   static int64_t KlrTokens(int64_t n);
+  // Bytes of one layer's summary of n tokens at `rank`.
+  static uint64_t KlrBytes(int64_t n, int32_t rank, kernels::ScoreType type);
 
   // Approximate low-rank queries of `layer` for n rows of x (n_embd floats each, the
   // residual stream entering layer-1) at the given positions: out is [n][n_head][rank].
@@ -51,21 +56,26 @@ class GroupPredictor {
 
   // The M best groups among groups [g0, g1) for one token's q_lr ([n_head][rank]) scored
   // against the layer's tiled summary `klr`. Writes min(M, g1-g0) group ids, ascending.
-  void SelectGroups(const float* q_lr, const uint16_t* klr, int32_t g0, int32_t g1,
-                    int32_t group_size, int32_t m, std::vector<int32_t>* out);
+  // Groups in `favored` (e.g. those already in memory; any order, ids outside [g0, g1)
+  // ignored) have their score s raised to s + bonus * |s| first.
+  void SelectGroups(const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
+                    int32_t group_size, int32_t m, std::vector<int32_t>* out,
+                    std::span<const int32_t> favored = {}, float bonus = 0.0f);
 
   // Bytes of scratch and adapter copies (shared by all sequences).
   uint64_t scratch_bytes() const;
 
  private:
-  GroupPredictor(const Model& model, const AdapterSet& set, GroupScoring scoring, ThreadPool* pool);
+  GroupPredictor(const Model& model, const AdapterSet& set, GroupScoring scoring,
+                 kernels::ScoreType type, ThreadPool* pool);
   // group_score_[g - g0] for groups [g0, g1) of klr.
-  void ScoreGroups(const float* q_lr, const uint16_t* klr, int32_t g0, int32_t g1,
+  void ScoreGroups(const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
                    int32_t group_size);
 
   const Model& model_;
   const AdapterSet& set_;
   const GroupScoring scoring_;
+  const kernels::ScoreType type_;
   ThreadPool* pool_;
   int32_t rank_ = 0, n_head_ = 0, n_rep_ = 0, head_dim_ = 0, row_ = 0, n_embd_ = 0;
   float scale_ = 1;

@@ -95,6 +95,27 @@ Status ParseKvRecordType(const std::string& name, KvRecordType* out) {
                                  "' (accepted: auto, f16, q8_0)");
 }
 
+const char* KeySummaryTypeName(KeySummaryType t) {
+  switch (t) {
+    case KeySummaryType::kQ8:
+      return "q8";
+    case KeySummaryType::kQ4:
+      return "q4";
+    default:
+      return "f16";
+  }
+}
+
+Status ParseKeySummaryType(const std::string& name, KeySummaryType* out) {
+  for (KeySummaryType t : {KeySummaryType::kF16, KeySummaryType::kQ8, KeySummaryType::kQ4}) {
+    if (name == KeySummaryTypeName(t)) {
+      *out = t;
+      return Status::OK();
+    }
+  }
+  return Status::InvalidArgument("unknown key summary type '" + name + "' (accepted: f16, q8, q4)");
+}
+
 Status ValidateDiskKvOptions(const DiskKvOptions& o) {
   // G above 64 makes a record of a big model larger than the store's largest request unit
   // and defeats the point of prediction; the paper uses 4 to 8.
@@ -106,6 +127,9 @@ Status ValidateDiskKvOptions(const DiskKvOptions& o) {
   STRATA_RETURN_IF_ERROR(Range("kv.sink_groups", o.sink_groups, 0, 64));
   STRATA_RETURN_IF_ERROR(Range("kv.recent_groups", o.recent_groups, 0, 64));
   STRATA_RETURN_IF_ERROR(Range("kv.queue_depth", o.queue_depth, 1, 4096));
+  if (!(o.resident_bonus >= 0.0f && o.resident_bonus <= 100.0f))
+    return Status::OutOfRange("kv.resident_bonus = " + std::to_string(o.resident_bonus) +
+                              " is out of range [0, 100]");
   if (o.backend != "auto" && o.backend != "io_uring" && o.backend != "pread")
     return Status::InvalidArgument("kv.backend = '" + o.backend +
                                    "' is not a block store backend (accepted: auto, io_uring, "

@@ -53,6 +53,16 @@ const char* KvRecordTypeName(KvRecordType t);
 // "auto", "f16", "q8_0"; the error lists the accepted names.
 Status ParseKvRecordType(const std::string& name, KvRecordType* out);
 
+// How the low-rank key summary K_lr stores its values (kernels::ScoreType).
+enum class KeySummaryType {
+  kF16,  // 2 bytes a value (the paper's choice)
+  kQ8,   // 1 byte a value plus an F16 scale per token: twice the rank in ~the same memory
+  kQ4,   // half a byte a value plus the scale: four times the rank in ~the same memory
+};
+const char* KeySummaryTypeName(KeySummaryType t);
+// "f16", "q8", "q4"; the error lists the accepted names.
+Status ParseKeySummaryType(const std::string& name, KeySummaryType* out);
+
 // The disk-backed sparse policy (KVSwap): the full KV on disk in group records, a low-rank
 // key summary and a few loaded groups in memory. Defaults follow the paper (M*G ~ 400,
 // G = 4 on NVMe) unless a measurement here says otherwise (see bench/kv).
@@ -66,7 +76,13 @@ struct DiskKvOptions {
   // on SmolLM2-135M at 1/13 of the cache that is worth more than the quantization costs
   // (bench_kv_quality; numbers in docs/DESIGN.md).
   KvRecordType record_type = KvRecordType::kAuto;
-  int32_t ratio = 16;           // sigma = n_head_kv*head_dim / rank of the key summary
+  // sigma = n_head_kv*head_dim / rank of the key summary, and the summary's value type.
+  // The rank decides how well the summary ranks groups; at a fixed budget Q4 at sigma 4
+  // takes 1.08x the memory of F16 at sigma 16 and, on SmolLM2-135M at 1/13 of the cache,
+  // cuts the perplexity loss against full KV by about 3x (bench_kv_quality; numbers in
+  // docs/DESIGN.md). The adapters must hold the ratio (`strata calibrate --ratios`).
+  int32_t ratio = 4;
+  KeySummaryType summary_type = KeySummaryType::kQ4;
   int32_t groups_per_step = 0;  // M: groups attention loads per layer; 0 = 400/G or what fits
   int32_t reuse_slots = 0;      // C: loaded groups kept per layer; 0 = all the budget allows
   // Spread M and C over the layers by the adapters' attention profile (layers that spread
@@ -94,6 +110,12 @@ struct DiskKvOptions {
   // this step's selection: they are in memory already, so more of the context is attended
   // at no I/O. Measured in bench_kv_quality (numbers in docs/DESIGN.md).
   bool attend_resident = true;
+  // Selection prefers groups already in memory: a held group's score s counts as
+  // s + resident_bonus * |s|. A sharper summary follows the query more closely and so
+  // changes its picks more from step to step; this trades a little of that for fewer reads.
+  // 0 = off. At 0.5 (the default) the Q4 sigma-4 summary reads 36% fewer bytes per step for
+  // 0.3 points of perplexity (bench_kv_quality / bench_kv_speed; numbers in docs/DESIGN.md).
+  float resident_bonus = 0.5f;
   // FlexGen-style baseline for benchmarks: every step reads each layer's whole KV back
   // instead of predicting groups (the budget then does not bound the staging it needs).
   bool reload_all = false;

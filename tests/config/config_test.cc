@@ -97,6 +97,17 @@ TEST(ConfigTest, WrongTypesAreErrors) {
       << s.message();
   ASSERT_TRUE(Parse("kv:\n  record_type: f16\n", &c).ok());
   EXPECT_EQ(c.engine.kv.disk.record_type, KvRecordType::kF16);
+  s = Parse("kv:\n  summary_type: int8\n", &c);
+  EXPECT_NE(s.message().find("kv.summary_type"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("unknown key summary type 'int8' (accepted: f16, q8, q4)"),
+            std::string::npos)
+      << s.message();
+  ASSERT_TRUE(Parse("kv:\n  summary_type: q8\n", &c).ok());
+  s = Parse("kv:\n  resident_bonus: -1\n", &c);
+  EXPECT_NE(s.message().find("kv.resident_bonus"), std::string::npos) << s.message();
+  ASSERT_TRUE(Parse("kv:\n  resident_bonus: 0.5\n", &c).ok());
+  EXPECT_EQ(c.engine.kv.disk.resident_bonus, 0.5f);
+  EXPECT_EQ(c.engine.kv.disk.summary_type, KeySummaryType::kQ8);
   s = Parse("- a\n- b\n", &c);
   EXPECT_NE(s.message().find("top level must be a map"), std::string::npos) << s.message();
 }

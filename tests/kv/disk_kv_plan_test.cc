@@ -13,7 +13,7 @@ namespace {
 const KvShape kSmol{30, 3, 64, 8192};
 
 TEST(DiskKvPlanTest, DefaultBudgetIsOneThirteenthAndFillsTheSlots) {
-  DiskKvOptions o;  // G=4, sigma=16, budget 0 = full/13, record type auto = Q8_0 here
+  DiskKvOptions o;  // G=4, sigma=4 in Q4, budget 0 = full/13, record type auto = Q8_0 here
   DiskKvPlan p;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
   EXPECT_EQ(p.full_cache_bytes, uint64_t(30) * 8192 * 192 * 4);
@@ -21,8 +21,9 @@ TEST(DiskKvPlanTest, DefaultBudgetIsOneThirteenthAndFillsTheSlots) {
   EXPECT_EQ(p.layout.type, kernels::KvType::kQ8_0);
   EXPECT_EQ(p.layout.payload_bytes, 1632u);  // 4 tokens x 6 blocks of 34 bytes x K,V
   EXPECT_EQ(p.layout.record_bytes, 2048u);
-  EXPECT_EQ(p.rank, 12);
-  EXPECT_EQ(p.klr_bytes, uint64_t(30) * 8192 * 12 * 2);
+  EXPECT_EQ(p.rank, 48);
+  EXPECT_EQ(p.summary_type, KeySummaryType::kQ4);
+  EXPECT_EQ(p.klr_bytes, uint64_t(30) * 8192 * 26);  // 24 bytes of nibbles + an F16 scale
   EXPECT_LE(p.total_bytes(), p.budget_bytes);
   EXPECT_GE(p.reuse_slots, p.groups_per_step);
   EXPECT_LE(p.groups_per_step, 100);  // M*G ~ 400 at most
@@ -57,6 +58,33 @@ TEST(DiskKvPlanTest, Q8RecordsHoldMoreGroupsInTheSameBudget) {
   const Status st = PlanDiskKv(odd, o, 512, &p);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(st.message().find("this model's is 80"), std::string::npos) << st.message();
+}
+
+// A Q8 key summary at sigma 8 (rank 24: 24 bytes and a 2-byte scale per token) costs 26/24
+// of F16 at sigma 16, and the slots take what is left.
+TEST(DiskKvPlanTest, Q8SummaryDoublesTheRankForAboutTheSameBytes) {
+  DiskKvOptions o;
+  o.summary_type = KeySummaryType::kF16;
+  o.ratio = 16;
+  DiskKvPlan f16, q8;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &f16).ok());
+  o.summary_type = KeySummaryType::kQ8;
+  o.ratio = 8;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &q8).ok());
+  EXPECT_EQ(q8.rank, 24);
+  EXPECT_EQ(q8.summary_type, KeySummaryType::kQ8);
+  EXPECT_EQ(q8.klr_bytes, uint64_t(30) * (8192 / 16) * (16 * 24 + 16 * 2));
+  EXPECT_EQ(q8.klr_bytes * 24, f16.klr_bytes * 26);
+  EXPECT_LE(q8.total_bytes(), q8.budget_bytes);
+  EXPECT_GE(q8.reuse_slots, q8.groups_per_step);
+  EXPECT_LT(q8.reuse_slots, f16.reuse_slots);  // the summary's extra bytes come from slots
+  EXPECT_GT(q8.reuse_slots, f16.reuse_slots * 9 / 10);
+  EXPECT_NE(q8.Describe().find("sigma=8 (rank 24, q8)"), std::string::npos) << q8.Describe();
+  // F16 at sigma 8 takes 11.25 MiB of the 13.84 MiB budget: fewer than M slots are left.
+  o.summary_type = KeySummaryType::kF16;
+  DiskKvPlan f16_8;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &f16_8).ok());
+  EXPECT_LT(f16_8.reuse_slots, q8.reuse_slots / 2);
 }
 
 // A profile where even layers concentrate their attention (nothing missed past 64 tokens)
@@ -146,7 +174,7 @@ TEST(DiskKvPlanTest, ExplicitSettingsAndPadding) {
 TEST(DiskKvPlanTest, RefusalsNameTheValueAndTheLimit) {
   DiskKvPlan p;
   DiskKvOptions o;
-  o.budget_bytes = int64_t(1) << 20;  // below K_lr alone (5.6 MiB at sigma 16)
+  o.budget_bytes = int64_t(1) << 20;  // below K_lr alone (6.1 MiB at sigma 4 in Q4)
   Status st = PlanDiskKv(kSmol, o, 512, &p);
   EXPECT_EQ(st.code(), Status::Code::kResourceExhausted);
   EXPECT_NE(st.message().find("1048576 bytes"), std::string::npos) << st.message();

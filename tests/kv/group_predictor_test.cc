@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -35,7 +36,8 @@ TEST_F(GroupPredictorTest, LowRankQueriesFollowTheLayersQueryPath) {
   const HParams& hp = model_->hparams();
   const AdapterSet& set = *adapters_.Find(4);
   std::unique_ptr<GroupPredictor> p;
-  STRATA_ASSERT_OK(GroupPredictor::Create(*model_, set, GroupScoring::kSoftmax, 64, 2, &pool_, &p));
+  STRATA_ASSERT_OK(GroupPredictor::Create(*model_, set, GroupScoring::kSoftmax,
+                                          kernels::ScoreType::kF16, 64, 2, &pool_, &p));
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
   std::vector<float> x(2 * size_t(hp.n_embd));
@@ -82,9 +84,25 @@ TEST_F(GroupPredictorTest, LowRankQueriesFollowTheLayersQueryPath) {
   }
 }
 
-// Brute force over the same F16 summary. softmax: per head, each group's best token, a
-// softmax over groups, summed over heads; sum: raw scores summed over heads, max per group.
-std::vector<int32_t> BruteForce(const std::vector<uint16_t>& klr, const std::vector<float>& q,
+// Token t's value j as the tiles of `type` hold it.
+double StoredValue(kernels::ScoreType type, const std::vector<uint8_t>& tiles, int64_t t, int64_t j,
+                   int64_t cols) {
+  constexpr int64_t T = kernels::kScoreTile;
+  if (type == kernels::ScoreType::kF16) {
+    uint16_t h;
+    std::memcpy(&h, tiles.data() + 2 * kernels::TiledIndex(t, j, cols), 2);
+    return kernels::F16ToF32(h);
+  }
+  const uint8_t* tile = tiles.data() + (t / T) * kernels::ScoreTileBytes(type, cols);
+  uint16_t scale;
+  std::memcpy(&scale, tile + cols * T + (t % T) * 2, 2);
+  return double(int8_t(tile[j * T + t % T])) * kernels::F16ToF32(scale);
+}
+
+// Brute force over the same stored summary (klr: [n][rank] row-major values). softmax: per
+// head, each group's best token, a softmax over groups, summed over heads; sum: raw scores
+// summed over heads, max per group.
+std::vector<int32_t> BruteForce(const std::vector<double>& klr, const std::vector<float>& q,
                                 int n_head, int rank, int n, int G, int M, bool softmax,
                                 float scale, int g0) {
   const int n_groups = n / G;
@@ -92,8 +110,7 @@ std::vector<int32_t> BruteForce(const std::vector<uint16_t>& klr, const std::vec
   for (int h = 0; h < n_head; ++h) {
     std::vector<double> s(static_cast<size_t>(n));
     for (int t = 0; t < n; ++t)
-      for (int j = 0; j < rank; ++j)
-        s[t] += double(kernels::F16ToF32(klr[size_t(t) * rank + j])) * q[size_t(h) * rank + j];
+      for (int j = 0; j < rank; ++j) s[t] += klr[size_t(t) * rank + j] * q[size_t(h) * rank + j];
     if (!softmax) {
       for (int t = 0; t < n; ++t) tok[t] += s[t];
       continue;
@@ -128,35 +145,83 @@ TEST_F(GroupPredictorTest, SelectsTheTopGroupsOfTheSummary) {
   for (float& v : keys) v = nd(rng);
   std::vector<float> q(size_t(hp.n_head) * set.rank);
   for (float& v : q) v = 3 * nd(rng);
-  for (GroupScoring scoring : {GroupScoring::kSoftmax, GroupScoring::kSum}) {
-    std::unique_ptr<GroupPredictor> p;
-    STRATA_ASSERT_OK(GroupPredictor::Create(*model_, set, scoring, g0 * G + n, 1, &pool_, &p));
-    // The keys sit at positions [g0*G, g0*G + n): the range starts mid-tile.
-    const int64_t p0 = int64_t(g0) * G;
-    std::vector<uint16_t> tiled(size_t(GroupPredictor::KlrTokens(p0 + n)) * set.rank);
-    p->ProjectKeys(0, keys.data(), n, p0, tiled.data());
-    std::vector<uint16_t> klr(size_t(n) * set.rank);  // row-major copy for the brute force
-    for (int t = 0; t < n; ++t)
-      for (int j = 0; j < set.rank; ++j)
-        klr[size_t(t) * set.rank + j] = tiled[size_t(kernels::TiledIndex(p0 + t, j, set.rank))];
-    // The identity columns make K_lr a permutation of each key, exactly (F16).
-    EXPECT_EQ(kernels::F16ToF32(klr[0]),
-              kernels::F16ToF32(kernels::F32ToF16(keys[(0 * 7) % set.rank])));
-    std::vector<int32_t> got;
-    p->SelectGroups(q.data(), tiled.data(), g0, g0 + n / G, G, M, &got);
-    const auto want =
-        BruteForce(klr, q, hp.n_head, set.rank, n, G, M, scoring == GroupScoring::kSoftmax,
-                   1.0f / std::sqrt(float(hp.head_dim)), g0);
-    EXPECT_EQ(got, want) << GroupScoringName(scoring);
+  for (kernels::ScoreType type : {kernels::ScoreType::kF16, kernels::ScoreType::kQ8}) {
+    for (GroupScoring scoring : {GroupScoring::kSoftmax, GroupScoring::kSum}) {
+      SCOPED_TRACE(::testing::Message() << (type == kernels::ScoreType::kQ8 ? "q8 " : "f16 ")
+                                        << GroupScoringName(scoring));
+      std::unique_ptr<GroupPredictor> p;
+      STRATA_ASSERT_OK(
+          GroupPredictor::Create(*model_, set, scoring, type, g0 * G + n, 1, &pool_, &p));
+      // The keys sit at positions [g0*G, g0*G + n): the range starts mid-tile.
+      const int64_t p0 = int64_t(g0) * G;
+      std::vector<uint8_t> tiled(GroupPredictor::KlrBytes(p0 + n, set.rank, type));
+      p->ProjectKeys(0, keys.data(), n, p0, tiled.data());
+      std::vector<double> klr(size_t(n) * set.rank);  // row-major copy for the brute force
+      double err = 0, mag = 0;
+      for (int t = 0; t < n; ++t)
+        for (int j = 0; j < set.rank; ++j) {
+          const double v = StoredValue(type, tiled, p0 + t, j, set.rank);
+          klr[size_t(t) * set.rank + j] = v;
+          // The identity columns make K_lr a permutation of each key (the WriteIdentityAdapters
+          // layout): compare with what was stored.
+          err = std::max(err, std::fabs(v - keys[size_t(t) * set.rank + ((j * 7) % set.rank)]));
+          mag = std::max(mag, double(std::fabs(keys[size_t(t) * set.rank + j])));
+        }
+      // F16 keeps 11 bits; Q8 is within half a step of the row's largest magnitude / 127.
+      EXPECT_LT(err, type == kernels::ScoreType::kQ8 ? mag / 254 * 1.01 : mag * 1e-3);
+      std::vector<int32_t> got;
+      p->SelectGroups(q.data(), tiled.data(), g0, g0 + n / G, G, M, &got);
+      const auto want =
+          BruteForce(klr, q, hp.n_head, set.rank, n, G, M, scoring == GroupScoring::kSoftmax,
+                     1.0f / std::sqrt(float(hp.head_dim)), g0);
+      EXPECT_EQ(got, want);
+    }
   }
+}
+
+// Favored groups (those already in memory) win a near tie: with a bonus, the best favored
+// group outside the plain top M displaces the weakest plain pick; without one, nothing moves.
+TEST_F(GroupPredictorTest, FavoredGroupsWinNearTies) {
+  const HParams& hp = model_->hparams();
+  const AdapterSet& set = *adapters_.Find(1);
+  const int n = 512, G = 4, M = 10;
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd;
+  std::vector<float> keys(size_t(n) * hp.n_head_kv * hp.head_dim);
+  for (float& v : keys) v = nd(rng);
+  std::vector<float> q(size_t(hp.n_head) * set.rank);
+  for (float& v : q) v = 3 * nd(rng);
+  std::unique_ptr<GroupPredictor> p;
+  STRATA_ASSERT_OK(GroupPredictor::Create(*model_, set, GroupScoring::kSoftmax,
+                                          kernels::ScoreType::kF16, n, 1, &pool_, &p));
+  std::vector<uint8_t> tiled(GroupPredictor::KlrBytes(n, set.rank, kernels::ScoreType::kF16));
+  p->ProjectKeys(0, keys.data(), n, 0, tiled.data());
+  std::vector<int32_t> plain, top_more;
+  p->SelectGroups(q.data(), tiled.data(), 0, n / G, G, M, &plain);
+  p->SelectGroups(q.data(), tiled.data(), 0, n / G, G, M + 1, &top_more);
+  // The (M+1)-th best group, favored, with ids outside the range that must be ignored.
+  int32_t next = -1;
+  for (int32_t g : top_more)
+    if (!std::binary_search(plain.begin(), plain.end(), g)) next = g;
+  ASSERT_GE(next, 0);
+  const std::vector<int32_t> favored = {-5, next, n / G + 3};
+  std::vector<int32_t> got;
+  p->SelectGroups(q.data(), tiled.data(), 0, n / G, G, M, &got, favored, 0.0f);
+  EXPECT_EQ(got, plain);
+  p->SelectGroups(q.data(), tiled.data(), 0, n / G, G, M, &got, favored, 100.0f);
+  ASSERT_EQ(got.size(), size_t(M));
+  EXPECT_TRUE(std::binary_search(got.begin(), got.end(), next));
+  int32_t kept = 0;
+  for (int32_t g : got) kept += std::binary_search(plain.begin(), plain.end(), g);
+  EXPECT_EQ(kept, M - 1);
 }
 
 TEST_F(GroupPredictorTest, FewerCandidatesThanMSelectsThemAll) {
   std::unique_ptr<GroupPredictor> p;
-  STRATA_ASSERT_OK(GroupPredictor::Create(*model_, *adapters_.Find(4), GroupScoring::kSoftmax, 64,
-                                          1, &pool_, &p));
+  STRATA_ASSERT_OK(GroupPredictor::Create(*model_, *adapters_.Find(4), GroupScoring::kSoftmax,
+                                          kernels::ScoreType::kF16, 64, 1, &pool_, &p));
   std::vector<float> q(size_t(model_->hparams().n_head) * p->rank(), 1.0f);
-  std::vector<uint16_t> klr(64 * size_t(p->rank()));
+  std::vector<uint8_t> klr(GroupPredictor::KlrBytes(64, p->rank(), kernels::ScoreType::kF16));
   std::vector<int32_t> got;
   p->SelectGroups(q.data(), klr.data(), 2, 6, 4, 10, &got);
   EXPECT_EQ(got, (std::vector<int32_t>{2, 3, 4, 5}));
