@@ -36,7 +36,7 @@ using Clock = std::chrono::steady_clock;
 struct Flags {
   std::string model, text = "../shared/data/tinyshakespeare.txt", cache = "/var/tmp/strata-kvcap";
   std::string kv_dir = "/var/tmp", json;
-  std::string spec_b = "G=4,budget=1/13";  // the defaults otherwise (sigma 4, Q4 summary)
+  std::string spec_b = "budget=1/13";  // the defaults otherwise (G auto, sigma 4, Q4 summary)
   // FlexGen keeps its offloaded KV in FP16 by default: the baseline reloads F16 records
   // (--spec-c "...,type=q8_0" measures it with (b)'s Q8_0 records, half the bytes).
   std::string spec_c = "G=4,sigma=16,budget=1/13,reload=1,type=f16";

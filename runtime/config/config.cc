@@ -211,8 +211,8 @@ const std::vector<Setting>& Schema() {
     v.push_back(String("kv.adapters", "adapters file from strata calibrate, \"\" = MODEL.adapters",
                        [dk](Config& c) -> std::string& { return dk(c).adapters; }));
     v.push_back(Int<int32_t>(
-        "kv.group_size", "G: tokens per group record",
-        [dk](Config& c) -> int32_t& { return dk(c).group_size; }, 1, 64));
+        "kv.group_size", "G: tokens per group record, 0 = what fills the blocks best",
+        [dk](Config& c) -> int32_t& { return dk(c).group_size; }, 0, 64));
     v.push_back(Int<int32_t>(
         "kv.ratio", "sigma: key summary compression (adapters must hold it)",
         [dk](Config& c) -> int32_t& { return dk(c).ratio; }, 1, 4096));

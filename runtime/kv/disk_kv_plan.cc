@@ -115,6 +115,17 @@ std::string DiskKvPlan::Describe() const {
   return out;
 }
 
+int32_t AutoGroupSize(const KvShape& shape, uint32_t block_size, kernels::KvType type) {
+  int32_t best = kAutoGroupMin;
+  double best_fill = 0;
+  for (int32_t g = kAutoGroupMin; g <= kAutoGroupMax; ++g) {
+    const KvRecordLayout l = KvRecordLayout::Make(shape, g, block_size, type);
+    const double fill = double(l.payload_bytes) / double(l.record_bytes);
+    if (fill > best_fill + 1e-9) best = g, best_fill = fill;
+  }
+  return best;
+}
+
 Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_size,
                   DiskKvPlan* out, const AttentionProfile* profile) {
   STRATA_RETURN_IF_ERROR(ValidateDiskKvOptions(o));
@@ -128,23 +139,23 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
         std::to_string(shape.head_dim) + ": use f16 or auto");
   const bool q8 =
       o.record_type == KvRecordType::kQ8_0 || (o.record_type == KvRecordType::kAuto && q8_fits);
-  p.layout = KvRecordLayout::Make(shape, o.group_size, block_size,
-                                  q8 ? kernels::KvType::kQ8_0 : kernels::KvType::kF16);
+  const kernels::KvType type = q8 ? kernels::KvType::kQ8_0 : kernels::KvType::kF16;
+  const int32_t G = o.group_size > 0 ? o.group_size : AutoGroupSize(shape, block_size, type);
+  p.layout = KvRecordLayout::Make(shape, G, block_size, type);
   STRATA_RETURN_IF_ERROR(RankForRatio(shape.row(), o.ratio, &p.rank).WithContext("kv.ratio"));
   p.ratio = o.ratio;
   p.sink_groups = o.sink_groups;
   p.recent_groups = o.recent_groups;
   const int32_t max_groups = p.layout.max_groups;
-  if (o.group_size > shape.n_ctx)
-    return Status::OutOfRange("kv.group_size (G) = " + std::to_string(o.group_size) +
+  if (G > shape.n_ctx)
+    return Status::OutOfRange("kv.group_size (G) = " + std::to_string(G) +
                               " is larger than the context of " + std::to_string(shape.n_ctx) +
                               " tokens");
   if (o.groups_per_step > max_groups)
     return Status::OutOfRange("kv.groups_per_step (M) = " + std::to_string(o.groups_per_step) +
                               " is out of range [1, " + std::to_string(max_groups) +
                               "]: a context of " + std::to_string(shape.n_ctx) + " tokens holds " +
-                              std::to_string(max_groups) + " groups of " +
-                              std::to_string(o.group_size));
+                              std::to_string(max_groups) + " groups of " + std::to_string(G));
   p.full_cache_bytes = uint64_t(shape.n_layer) * shape.n_ctx * shape.row() * 2 * 2;
   p.budget_bytes =
       o.budget_bytes > 0 ? uint64_t(o.budget_bytes) : p.full_cache_bytes / kDefaultBudgetDivisor;
@@ -161,15 +172,14 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
     return fixed + L * (uint64_t(c) * rec + TablesPerLayer(c, m, p.sink_groups, p.recent_groups));
   };
 
-  const int32_t m_default =
-      std::min(max_groups, (kDefaultSelectedTokens + o.group_size - 1) / o.group_size);
+  const int32_t m_default = std::min(max_groups, (kDefaultSelectedTokens + G - 1) / G);
   const int32_t m_min = o.groups_per_step > 0 ? o.groups_per_step : 1;
   const uint64_t minimum = cost(std::max(m_min, o.reuse_slots), m_min);
   auto below = [&](uint64_t need) {
     return Status::ResourceExhausted(
         "KV budget of " + std::to_string(p.budget_bytes) + " bytes (" + Mib(p.budget_bytes) +
         ") per sequence is below the minimum of " + std::to_string(need) + " bytes (" + Mib(need) +
-        ") for G=" + std::to_string(o.group_size) + ", sigma=" + std::to_string(o.ratio) +
+        ") for G=" + std::to_string(G) + ", sigma=" + std::to_string(o.ratio) +
         ", M=" + std::to_string(m_min) + " at a context of " + std::to_string(shape.n_ctx) +
         " tokens (K_lr alone takes " + Mib(p.klr_bytes) +
         "); raise kv.budget_bytes or the ratio, or lower M or the context");
@@ -202,7 +212,7 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
   p.layer_slots.assign(size_t(L), c);
   if (o.calibrated_layers && profile && !profile->empty() &&
       int32_t(profile->error.size()) == shape.n_layer) {
-    p.layer_groups = SpreadGroups(*profile, shape.n_layer, m, o.group_size, max_groups);
+    p.layer_groups = SpreadGroups(*profile, shape.n_layer, m, G, max_groups);
     p.layer_slots = SpreadSlots(p.layer_groups, m, c, max_groups);
     p.calibrated = true;
   } else if (o.calibrated_layers) {

@@ -119,7 +119,7 @@ Status ParseKeySummaryType(const std::string& name, KeySummaryType* out) {
 Status ValidateDiskKvOptions(const DiskKvOptions& o) {
   // G above 64 makes a record of a big model larger than the store's largest request unit
   // and defeats the point of prediction; the paper uses 4 to 8.
-  STRATA_RETURN_IF_ERROR(Range("kv.group_size (G)", o.group_size, 1, 64));
+  STRATA_RETURN_IF_ERROR(Range("kv.group_size (G)", o.group_size, 0, 64));
   STRATA_RETURN_IF_ERROR(Range("kv.ratio (sigma)", o.ratio, 1, 4096));
   STRATA_RETURN_IF_ERROR(Range("kv.groups_per_step (M)", o.groups_per_step, 0, 1 << 20));
   STRATA_RETURN_IF_ERROR(Range("kv.reuse_slots (C)", o.reuse_slots, 0, 1 << 20));

@@ -71,7 +71,9 @@ struct DiskKvOptions {
   // Adapters file from `strata calibrate`; "" = the model's path with ".gguf" replaced by
   // ".adapters".
   std::string adapters;
-  int32_t group_size = 4;  // G: tokens per group record
+  // G: tokens per group record; 0 = the G in 4..8 whose records fill the store's blocks
+  // best (AutoGroupSize; 5 for SmolLM2-135M's Q8_0 records, 4 for F16 ones).
+  int32_t group_size = 0;
   // Q8_0 records hold 1.9x the tokens of F16 in the same budget and read half the bytes;
   // on SmolLM2-135M at 1/13 of the cache that is worth more than the quantization costs
   // (bench_kv_quality; numbers in docs/DESIGN.md).

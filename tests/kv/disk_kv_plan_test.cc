@@ -13,28 +13,46 @@ namespace {
 const KvShape kSmol{30, 3, 64, 8192};
 
 TEST(DiskKvPlanTest, DefaultBudgetIsOneThirteenthAndFillsTheSlots) {
-  DiskKvOptions o;  // G=4, sigma=4 in Q4, budget 0 = full/13, record type auto = Q8_0 here
+  DiskKvOptions o;  // G auto, sigma=4 in Q4, budget 0 = full/13, record type auto = Q8_0 here
   DiskKvPlan p;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
   EXPECT_EQ(p.full_cache_bytes, uint64_t(30) * 8192 * 192 * 4);
   EXPECT_EQ(p.budget_bytes, p.full_cache_bytes / 13);
   EXPECT_EQ(p.layout.type, kernels::KvType::kQ8_0);
-  EXPECT_EQ(p.layout.payload_bytes, 1632u);  // 4 tokens x 6 blocks of 34 bytes x K,V
+  EXPECT_EQ(p.layout.group_size, 5);         // fills the block best (see below)
+  EXPECT_EQ(p.layout.payload_bytes, 2040u);  // 5 tokens x 6 blocks of 34 bytes x K,V
   EXPECT_EQ(p.layout.record_bytes, 2048u);
   EXPECT_EQ(p.rank, 48);
   EXPECT_EQ(p.summary_type, KeySummaryType::kQ4);
   EXPECT_EQ(p.klr_bytes, uint64_t(30) * 8192 * 26);  // 24 bytes of nibbles + an F16 scale
   EXPECT_LE(p.total_bytes(), p.budget_bytes);
   EXPECT_GE(p.reuse_slots, p.groups_per_step);
-  EXPECT_LE(p.groups_per_step, 100);  // M*G ~ 400 at most
+  EXPECT_EQ(p.groups_per_step, 80);  // M*G ~ 400
   // Nothing more fits: one more slot per layer would break the budget.
   EXPECT_GT(p.total_bytes() + uint64_t(30) * 2048, p.budget_bytes);
+}
+
+// Auto G: of 4..8, the G whose records fill the 512-byte blocks best, the smaller on a tie.
+TEST(DiskKvPlanTest, AutoGroupSizeFillsTheBlocks) {
+  // Q8_0: 408 bytes a token; 1632 of 2048 at G=4, 2040 of 2048 at G=5, 2448 of 2560 at G=6.
+  EXPECT_EQ(AutoGroupSize(kSmol, 512, kernels::KvType::kQ8_0), 5);
+  // F16: 768 bytes a token; G=4 fills 3072 exactly (as does G=8: the smaller wins).
+  EXPECT_EQ(AutoGroupSize(kSmol, 512, kernels::KvType::kF16), 4);
+  // 4 KiB blocks: 1632/4096, 2040/4096, ... 3264/4096 at G=8.
+  EXPECT_EQ(AutoGroupSize(kSmol, 4096, kernels::KvType::kQ8_0), 8);
+  DiskKvOptions o;
+  o.record_type = KvRecordType::kF16;
+  DiskKvPlan p;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
+  EXPECT_EQ(p.layout.group_size, 4);
+  EXPECT_LE(p.groups_per_step, 100);
 }
 
 // The same budget in F16 records: 3072 bytes per group, so fewer slots; Q8_0 buys 1.5x the
 // slots here (2048-byte records after padding) and 1.9x where G fills the block (G=5).
 TEST(DiskKvPlanTest, Q8RecordsHoldMoreGroupsInTheSameBudget) {
   DiskKvOptions o;
+  o.group_size = 4;
   o.record_type = KvRecordType::kF16;
   DiskKvPlan f16, q8, q8_g5;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &f16).ok());
@@ -147,7 +165,7 @@ TEST(DiskKvPlanTest, CalibratedLayersKeepTheBudgetAndSayTheSpread) {
   EXPECT_GT(spread.layer_slots[1], spread.layer_slots[0]);
   EXPECT_LE(spread.total_bytes(), spread.budget_bytes);
   EXPECT_EQ(spread.total_bytes(), uniform.total_bytes());
-  EXPECT_NE(spread.Describe().find("per layer (attention profile) M 25.."), std::string::npos)
+  EXPECT_NE(spread.Describe().find("per layer (attention profile) M 20.."), std::string::npos)
       << spread.Describe();
   // Off by option.
   o.calibrated_layers = false;
@@ -180,6 +198,7 @@ TEST(DiskKvPlanTest, RefusalsNameTheValueAndTheLimit) {
   EXPECT_NE(st.message().find("1048576 bytes"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("minimum of"), std::string::npos) << st.message();
   o = DiskKvOptions();
+  o.group_size = 4;
   o.groups_per_step = 2049;
   st = PlanDiskKv(kSmol, o, 512, &p);
   EXPECT_NE(st.message().find("kv.groups_per_step (M) = 2049 is out of range [1, 2048]"),

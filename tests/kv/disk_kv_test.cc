@@ -536,10 +536,10 @@ TEST_F(DiskKvTest, OutOfRangeParametersNameValueAndLimit) {
     const char* expect;
   };
   const Case cases[] = {
-      {[](DiskKvOptions* d) { d->group_size = 0; },
-       "kv.group_size (G) = 0 is out of range [1, 64]"},
+      {[](DiskKvOptions* d) { d->group_size = -1; },
+       "kv.group_size (G) = -1 is out of range [0, 64]"},
       {[](DiskKvOptions* d) { d->group_size = 65; },
-       "kv.group_size (G) = 65 is out of range [1, 64]"},
+       "kv.group_size (G) = 65 is out of range [0, 64]"},
       {[](DiskKvOptions* d) { d->groups_per_step = 65; },
        "kv.groups_per_step (M) = 65 is out of range [1, 64]"},
       {[](DiskKvOptions* d) { d->groups_per_step = -1; }, "kv.groups_per_step (M) = -1"},
