@@ -33,6 +33,13 @@ constexpr int32_t kDefaultSelectedTokens = 400;
 // The paper's memory ratio against an all-in-memory server, used when no budget is given.
 constexpr int32_t kDefaultBudgetDivisor = 13;
 
+// The tiles a key summary of type t is stored in.
+constexpr kernels::ScoreType ScoreTypeOf(KeySummaryType t) {
+  return t == KeySummaryType::kQ8   ? kernels::ScoreType::kQ8
+         : t == KeySummaryType::kQ4 ? kernels::ScoreType::kQ4
+                                    : kernels::ScoreType::kF16;
+}
+
 struct DiskKvPlan {
   KvRecordLayout layout;
   int32_t n_ctx = 0;
@@ -66,11 +73,7 @@ struct DiskKvPlan {
   int32_t arena_records(int32_t layer) const {
     return layer_slots[size_t(layer)] + ring_records() + sink_groups + 1;
   }
-  kernels::ScoreType summary_score_type() const {
-    return summary_type == KeySummaryType::kQ8   ? kernels::ScoreType::kQ8
-           : summary_type == KeySummaryType::kQ4 ? kernels::ScoreType::kQ4
-                                                 : kernels::ScoreType::kF16;
-  }
+  kernels::ScoreType summary_score_type() const { return ScoreTypeOf(summary_type); }
   // One line: "G=4 sigma=16 (rank 12, f16) M=100 C=125 sink=1 recent=0 f16 records of 3072 B:
   // 14.2 MiB of a 14.5 MiB budget ... (K_lr ...)".
   std::string Describe() const;

@@ -358,11 +358,9 @@ TEST_F(DiskKvTest, ResidentMemoryStaysWithinBudgetOverALongGeneration) {
     const HParams& hp = model_->hparams();
     const int32_t rank = hp.n_head_kv * hp.head_dim / v.ratio;
     const int64_t rec = 512;  // 2 tokens x 32 values x K,V x 2 bytes = 256, padded to the block
-    const kernels::ScoreType st_type = v.type == KeySummaryType::kF16  ? kernels::ScoreType::kF16
-                                       : v.type == KeySummaryType::kQ8 ? kernels::ScoreType::kQ8
-                                                                       : kernels::ScoreType::kQ4;
     o.kv.disk.budget_bytes =
-        int64_t(hp.n_layer) * (int64_t(GroupPredictor::KlrBytes(kCtx, rank, st_type)) + 30 * rec);
+        int64_t(hp.n_layer) *
+        (int64_t(GroupPredictor::KlrBytes(kCtx, rank, ScoreTypeOf(v.type))) + 30 * rec);
     std::unique_ptr<Engine> e;
     STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
     auto& kv = static_cast<DiskKv&>(e->kv());
