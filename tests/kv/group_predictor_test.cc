@@ -135,16 +135,24 @@ std::vector<int32_t> BruteForce(const std::vector<double>& klr, const std::vecto
   return idx;
 }
 
+// Normal draws from one seeded stream: random keys, then queries.
+struct Gaussians {
+  std::mt19937 rng;
+  std::normal_distribution<float> nd;
+  std::vector<float> operator()(size_t n, float scale) {
+    std::vector<float> v(n);
+    for (float& x : v) x = scale * nd(rng);
+    return v;
+  }
+};
+
 TEST_F(GroupPredictorTest, SelectsTheTopGroupsOfTheSummary) {
   const HParams& hp = model_->hparams();
   const AdapterSet& set = *adapters_.Find(1);  // full rank: scores are exact q.k
   const int n = 4096, G = 4, M = 20, g0 = 3;
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd;
-  std::vector<float> keys(size_t(n) * hp.n_head_kv * hp.head_dim);
-  for (float& v : keys) v = nd(rng);
-  std::vector<float> q(size_t(hp.n_head) * set.rank);
-  for (float& v : q) v = 3 * nd(rng);
+  Gaussians draw{std::mt19937(11), {}};
+  const std::vector<float> keys = draw(size_t(n) * hp.n_head_kv * hp.head_dim, 1);
+  const std::vector<float> q = draw(size_t(hp.n_head) * set.rank, 3);
   for (kernels::ScoreType type : {kernels::ScoreType::kF16, kernels::ScoreType::kQ8}) {
     for (GroupScoring scoring : {GroupScoring::kSoftmax, GroupScoring::kSum}) {
       SCOPED_TRACE(::testing::Message() << (type == kernels::ScoreType::kQ8 ? "q8 " : "f16 ")
@@ -185,12 +193,9 @@ TEST_F(GroupPredictorTest, FavoredGroupsWinNearTies) {
   const HParams& hp = model_->hparams();
   const AdapterSet& set = *adapters_.Find(1);
   const int n = 512, G = 4, M = 10;
-  std::mt19937 rng(12);
-  std::normal_distribution<float> nd;
-  std::vector<float> keys(size_t(n) * hp.n_head_kv * hp.head_dim);
-  for (float& v : keys) v = nd(rng);
-  std::vector<float> q(size_t(hp.n_head) * set.rank);
-  for (float& v : q) v = 3 * nd(rng);
+  Gaussians draw{std::mt19937(12), {}};
+  const std::vector<float> keys = draw(size_t(n) * hp.n_head_kv * hp.head_dim, 1);
+  const std::vector<float> q = draw(size_t(hp.n_head) * set.rank, 3);
   std::unique_ptr<GroupPredictor> p;
   STRATA_ASSERT_OK(GroupPredictor::Create(*model_, set, GroupScoring::kSoftmax,
                                           kernels::ScoreType::kF16, n, 1, &pool_, &p));
