@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "kernels/kernels.h"
 #include "runtime/engine/thread_pool.h"
@@ -10,8 +11,11 @@
 namespace strata {
 namespace {
 
-// Below this many K_lr tiles scoring runs on the engine thread alone.
-constexpr int64_t kParallelTiles = 256;
+// Below this many tokens scoring runs on the engine thread alone.
+constexpr int64_t kParallelTokens = 4096;
+// Tokens a scoring task takes (rounded to whole tiles and groups): small enough that an
+// 8K context makes ~16 tasks, which the pool balances between a busy and an idle core.
+constexpr int64_t kChunkTokens = 512;
 
 }  // namespace
 
@@ -55,9 +59,11 @@ Status GroupPredictor::Create(const Model& model, const AdapterSet& set, GroupSc
     xq_row = std::max(xq_row, kernels::RowBytes(kernels::ActivationType(L.wq.type), hp.n_embd));
   p->xq_.resize(rows * xq_row + 64);
   const size_t n = size_t(std::max(n_ctx, 1));
-  // A token range starting mid-tile is scored from its tile's start: one tile more.
-  p->heads_stride_ = KlrTokens(n_ctx) + kernels::kScoreTile;
-  p->heads_.resize(size_t(hp.n_head) * size_t(p->heads_stride_));
+  p->chunk_scores_stride_ = kChunkTokens + 2 * kernels::kScoreTile;
+  p->chunk_scores_.resize(size_t(pool->size()) * size_t(hp.n_head) *
+                          size_t(p->chunk_scores_stride_));
+  p->group_heads_stride_ = int64_t(n);
+  p->group_heads_.resize(size_t(hp.n_head) * n);
   p->token_score_.resize(n);
   p->group_score_.resize(n);
   p->key_acc_.resize(size_t(set.rank));
@@ -68,8 +74,8 @@ Status GroupPredictor::Create(const Model& model, const AdapterSet& set, GroupSc
 
 uint64_t GroupPredictor::scratch_bytes() const {
   uint64_t b = 0;
-  for (const auto* v :
-       {&xn_, &q_, &cos_sin_, &heads_, &token_score_, &group_score_, &key_acc_, &q_scaled_})
+  for (const auto* v : {&xn_, &q_, &cos_sin_, &chunk_scores_, &group_heads_, &token_score_,
+                        &group_score_, &key_acc_, &q_scaled_})
     b += v->capacity() * sizeof(float);
   return b + xq_.capacity();
 }
@@ -178,6 +184,8 @@ static void GroupMax(const float* x, int64_t n_groups, int32_t group_size, float
       return GroupMaxFixed<2>(x, n_groups, y);
     case 4:
       return GroupMaxFixed<4>(x, n_groups, y);
+    case 5:
+      return GroupMaxFixed<5>(x, n_groups, y);
     case 8:
       return GroupMaxFixed<8>(x, n_groups, y);
   }
@@ -191,46 +199,71 @@ static void GroupMax(const float* x, int64_t n_groups, int32_t group_size, float
 
 void GroupPredictor::ScoreGroups(const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
                                  int32_t group_size) {
-  const int64_t n_groups = g1 - g0, t0 = int64_t(g0) * group_size, t1 = int64_t(g1) * group_size;
+  const int64_t n_groups = g1 - g0, G = group_size;
+  const int64_t t0 = g0 * G, t1 = g1 * G;
   constexpr int64_t T = kernels::kScoreTile;
-  const int64_t tb = t0 / T, te = (t1 + T - 1) / T, off = t0 - tb * T;
-  const int64_t stride = heads_stride_;
+  // Chunks start at multiples of a token count that is both whole tiles and whole groups, so
+  // a chunk reduces its own tokens to group maxima. Each chunk's token scores stay in its
+  // worker's scratch: handing them to another core to reduce cost more than the scoring
+  // (every line of a shared score buffer moved between cores each call).
+  const int64_t unit = std::lcm(T, G);
+  const int64_t chunk = unit * std::max<int64_t>(1, kChunkTokens / unit);
+  const int64_t c0 = t0 / chunk, n_chunks = (t1 + chunk - 1) / chunk - c0;
+  // A chunk's tokens may start mid-tile; it is scored from its first tile's start. (A large
+  // G makes chunks longer than kChunkTokens.)
+  if (chunk + 2 * T > chunk_scores_stride_) {
+    chunk_scores_stride_ = chunk + 2 * T;
+    chunk_scores_.resize(size_t(pool_->size()) * size_t(n_head_) * size_t(chunk_scores_stride_));
+  }
   float* gs = group_score_.data();
-  auto score = [&](const float* x, int64_t n_x) {
-    if (te - tb >= kParallelTiles) {
-      pool_->ParallelRange(te - tb, 1, 1, [&](int64_t i0, int64_t i1, int) {
-        kernels::ScoreTiles(type_, klr, tb + i0, tb + i1, rank_, x, n_x, heads_.data() + i0 * T,
-                            stride);
-      });
-    } else {
-      kernels::ScoreTiles(type_, klr, tb, te, rank_, x, n_x, heads_.data(), stride);
-    }
-  };
-  if (scoring_ == GroupScoring::kSum) {
+  const bool sum = scoring_ == GroupScoring::kSum;
+  const float* x = nullptr;
+  int64_t n_x = 0;
+  if (sum) {
     // The heads' dot products are linear in q, so their sum is one product with the summed
     // query.
     float* q_sum = key_acc_.data();
     std::fill(q_sum, q_sum + rank_, 0.0f);
     for (int32_t h = 0; h < n_head_; ++h)
       for (int32_t j = 0; j < rank_; ++j) q_sum[j] += q_lr[h * rank_ + j];
-    score(q_sum, 1);
-    GroupMax(heads_.data() + off, n_groups, group_size, gs);
-    return;
+    x = q_sum;
+    n_x = 1;
+  } else {
+    // Every head's scores in one pass over K_lr, the attention scale folded into the queries.
+    float* qs = q_scaled_.data();
+    for (int32_t i = 0; i < n_head_ * rank_; ++i) qs[i] = q_lr[i] * scale_;
+    x = qs;
+    n_x = n_head_;
   }
-  // Every head's scores in one pass over K_lr, the attention scale folded into the queries.
-  float* qs = q_scaled_.data();
-  for (int32_t i = 0; i < n_head_ * rank_; ++i) qs[i] = q_lr[i] * scale_;
-  score(qs, n_head_);
+  // Row h of the per-head group maxima (the summed query's maxima are the scores).
+  float* rows = sum ? gs : group_heads_.data();
+  const int64_t row_stride = sum ? 0 : group_heads_stride_;
+  auto run_chunk = [&](int64_t c, int worker) {
+    const int64_t a = std::max(t0, (c0 + c) * chunk), b = std::min(t1, (c0 + c + 1) * chunk);
+    const int64_t ta = a / T, tz = (b + T - 1) / T;
+    float* tok = chunk_scores_.data() + size_t(worker) * chunk_scores_stride_ * n_head_;
+    kernels::ScoreTiles(type_, klr, ta, tz, rank_, x, n_x, tok, chunk_scores_stride_);
+    for (int64_t h = 0; h < n_x; ++h)
+      GroupMax(tok + h * chunk_scores_stride_ + (a - ta * T), (b - a) / G, group_size,
+               rows + h * row_stride + (a / G - g0));
+  };
+  if (t1 - t0 >= kParallelTokens) {
+    pool_->Run(n_chunks, run_chunk);
+  } else {
+    for (int64_t c = 0; c < n_chunks; ++c) run_chunk(c, 0);
+  }
+  if (sum) return;
   // Per head: the group's best token, then a softmax over groups. A group matters when any
   // of its tokens matters to any head, so the max is taken per head before heads are
   // summed; normalizing over groups rather than tokens costs G times fewer exponentials
   // and only rescales each head.
-  float* hm = token_score_.data();
   for (int32_t h = 0; h < n_head_; ++h) {
-    float* dst = h == 0 ? gs : hm;
-    GroupMax(heads_.data() + size_t(h) * stride + off, n_groups, group_size, dst);
-    kernels::SoftmaxInPlace(dst, n_groups);
-    if (h > 0) kernels::Add(gs, hm, n_groups);
+    float* row = rows + h * row_stride;
+    kernels::SoftmaxInPlace(row, n_groups);
+    if (h == 0)
+      std::copy(row, row + n_groups, gs);
+    else
+      kernels::Add(gs, row, n_groups);
   }
 }
 

@@ -82,8 +82,13 @@ class GroupPredictor {
   std::vector<float> inv_freq_;  // per rotated pair, as the forward pass computes it
 
   // Scratch.
-  std::vector<float> xn_, q_, cos_sin_, heads_, token_score_, group_score_, key_acc_, q_scaled_;
-  int64_t heads_stride_ = 0;  // floats per head in heads_
+  std::vector<float> xn_, q_, cos_sin_, token_score_, group_score_, key_acc_, q_scaled_;
+  // Token scores of one scoring task, per pool worker: [worker][head][chunk_scores_stride_].
+  std::vector<float> chunk_scores_;
+  int64_t chunk_scores_stride_ = 0;
+  // Each head's group maxima: [head][group_heads_stride_].
+  std::vector<float> group_heads_;
+  int64_t group_heads_stride_ = 0;
   std::vector<uint8_t> xq_;
 };
 

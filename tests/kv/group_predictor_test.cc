@@ -149,40 +149,46 @@ struct Gaussians {
 TEST_F(GroupPredictorTest, SelectsTheTopGroupsOfTheSummary) {
   const HParams& hp = model_->hparams();
   const AdapterSet& set = *adapters_.Find(1);  // full rank: scores are exact q.k
-  const int n = 4096, G = 4, M = 20, g0 = 3;
+  const int M = 20, g0 = 3;
   Gaussians draw{std::mt19937(11), {}};
-  const std::vector<float> keys = draw(size_t(n) * hp.n_head_kv * hp.head_dim, 1);
+  const std::vector<float> keys = draw(size_t(4200) * hp.n_head_kv * hp.head_dim, 1);
   const std::vector<float> q = draw(size_t(hp.n_head) * set.rank, 3);
-  for (kernels::ScoreType type : {kernels::ScoreType::kF16, kernels::ScoreType::kQ8}) {
-    for (GroupScoring scoring : {GroupScoring::kSoftmax, GroupScoring::kSum}) {
-      SCOPED_TRACE(::testing::Message() << (type == kernels::ScoreType::kQ8 ? "q8 " : "f16 ")
-                                        << GroupScoringName(scoring));
-      std::unique_ptr<GroupPredictor> p;
-      STRATA_ASSERT_OK(
-          GroupPredictor::Create(*model_, set, scoring, type, g0 * G + n, 1, &pool_, &p));
-      // The keys sit at positions [g0*G, g0*G + n): the range starts mid-tile.
-      const int64_t p0 = int64_t(g0) * G;
-      std::vector<uint8_t> tiled(GroupPredictor::KlrBytes(p0 + n, set.rank, type));
-      p->ProjectKeys(0, keys.data(), n, p0, tiled.data());
-      std::vector<double> klr(size_t(n) * set.rank);  // row-major copy for the brute force
-      double err = 0, mag = 0;
-      for (int t = 0; t < n; ++t)
-        for (int j = 0; j < set.rank; ++j) {
-          const double v = StoredValue(type, tiled, p0 + t, j, set.rank);
-          klr[size_t(t) * set.rank + j] = v;
-          // The identity columns make K_lr a permutation of each key (the WriteIdentityAdapters
-          // layout): compare with what was stored.
-          err = std::max(err, std::fabs(v - keys[size_t(t) * set.rank + ((j * 7) % set.rank)]));
-          mag = std::max(mag, double(std::fabs(keys[size_t(t) * set.rank + j])));
-        }
-      // F16 keeps 11 bits; Q8 is within half a step of the row's largest magnitude / 127.
-      EXPECT_LT(err, type == kernels::ScoreType::kQ8 ? mag / 254 * 1.01 : mag * 1e-3);
-      std::vector<int32_t> got;
-      p->SelectGroups(q.data(), tiled.data(), g0, g0 + n / G, G, M, &got);
-      const auto want =
-          BruteForce(klr, q, hp.n_head, set.rank, n, G, M, scoring == GroupScoring::kSoftmax,
-                     1.0f / std::sqrt(float(hp.head_dim)), g0);
-      EXPECT_EQ(got, want);
+  // Scoring runs in chunks of whole tiles and groups, split between threads from 4096
+  // tokens: G = 5 and 7 make chunks that are not a power of two, and the range starts at
+  // group 3, mid-tile; 1000 tokens are scored on one thread.
+  for (const auto& [n, G] : {std::pair{4200, 4}, {4200, 5}, {4200, 7}, {1000, 5}}) {
+    for (kernels::ScoreType type : {kernels::ScoreType::kF16, kernels::ScoreType::kQ8}) {
+      for (GroupScoring scoring : {GroupScoring::kSoftmax, GroupScoring::kSum}) {
+        SCOPED_TRACE(::testing::Message() << "n " << n << " G " << G << " "
+                                          << (type == kernels::ScoreType::kQ8 ? "q8 " : "f16 ")
+                                          << GroupScoringName(scoring));
+        std::unique_ptr<GroupPredictor> p;
+        STRATA_ASSERT_OK(
+            GroupPredictor::Create(*model_, set, scoring, type, g0 * G + n, 1, &pool_, &p));
+        // The keys sit at positions [g0*G, g0*G + n).
+        const int64_t p0 = int64_t(g0) * G;
+        std::vector<uint8_t> tiled(GroupPredictor::KlrBytes(p0 + n, set.rank, type));
+        p->ProjectKeys(0, keys.data(), n, p0, tiled.data());
+        std::vector<double> klr(size_t(n) * set.rank);  // row-major copy for the brute force
+        double err = 0, mag = 0;
+        for (int t = 0; t < n; ++t)
+          for (int j = 0; j < set.rank; ++j) {
+            const double v = StoredValue(type, tiled, p0 + t, j, set.rank);
+            klr[size_t(t) * set.rank + j] = v;
+            // The identity columns make K_lr a permutation of each key (the
+            // WriteIdentityAdapters layout): compare with what was stored.
+            err = std::max(err, std::fabs(v - keys[size_t(t) * set.rank + ((j * 7) % set.rank)]));
+            mag = std::max(mag, double(std::fabs(keys[size_t(t) * set.rank + j])));
+          }
+        // F16 keeps 11 bits; Q8 is within half a step of the row's largest magnitude / 127.
+        EXPECT_LT(err, type == kernels::ScoreType::kQ8 ? mag / 254 * 1.01 : mag * 1e-3);
+        std::vector<int32_t> got;
+        p->SelectGroups(q.data(), tiled.data(), g0, g0 + n / G, G, M, &got);
+        const auto want =
+            BruteForce(klr, q, hp.n_head, set.rank, n, G, M, scoring == GroupScoring::kSoftmax,
+                       1.0f / std::sqrt(float(hp.head_dim)), g0);
+        EXPECT_EQ(got, want);
+      }
     }
   }
 }
