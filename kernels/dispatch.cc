@@ -205,18 +205,7 @@ namespace {
 // rows of head_dim values.
 void ExpandQ8Head(const uint8_t* first, int64_t stride, int32_t n, int32_t head_dim,
                   uint16_t* dst) {
-  float tmp[512];
-  for (int32_t t = 0; t < n; ++t) {
-    const auto* b = reinterpret_cast<const BlockQ8_0*>(first + t * stride);
-    for (int32_t d0 = 0; d0 < head_dim; d0 += 512) {
-      const int32_t len = std::min(512, head_dim - d0);
-      for (int32_t i = 0; i < len; i += 32, ++b) {
-        const float scale = F16ToF32(b->d);
-        for (int j = 0; j < 32; ++j) tmp[i + j] = scale * float(b->qs[j]);
-      }
-      F32ToF16Row(tmp, dst + int64_t(t) * head_dim + d0, len);
-    }
-  }
+  K().q8_0_rows_to_f16(first, stride, n, head_dim, dst);
 }
 
 }  // namespace

@@ -209,6 +209,22 @@ void F16ToF32Row(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = F16ToF32(src[i]);
 }
 
+void Q8_0RowsToF16(const uint8_t* first, int64_t stride, int32_t n_rows, int32_t row_values,
+                   uint16_t* dst) {
+  for (int32_t r = 0; r < n_rows; ++r) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(first + r * stride);
+    for (int32_t i = 0; i < row_values; i += 32, ++b, dst += 32) {
+      const __m256 d = _mm256_set1_ps(F16ToF32(b->d));
+      for (int e = 0; e < 4; ++e) {
+        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b->qs + 8 * e));
+        const __m256 v = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 8 * e),
+                         _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+      }
+    }
+  }
+}
+
 void Rope(float* x, int n_heads, int head_dim, int rot_dim, const float* cs, RopeLayout layout) {
   const int half = rot_dim / 2;
   for (int h = 0; h < n_heads; ++h) {
@@ -262,6 +278,7 @@ const KernelTable* Avx2Kernels() {
     t.dot_f32 = Dot;
     t.f32_to_f16 = F32ToF16Row;
     t.f16_to_f32 = F16ToF32Row;
+    t.q8_0_rows_to_f16 = Q8_0RowsToF16;
     t.rope = Rope;
     t.score_tiles_f16 = Avx2ScoreTilesF16;
     t.score_tiles_q8 = Avx2ScoreTilesQ8;

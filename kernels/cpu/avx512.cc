@@ -197,6 +197,22 @@ void F16ToF32(const uint16_t* src, float* dst, int64_t n) {
   }
 }
 
+void Q8_0RowsToF16(const uint8_t* first, int64_t stride, int32_t n_rows, int32_t row_values,
+                   uint16_t* dst) {
+  for (int32_t r = 0; r < n_rows; ++r) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(first + r * stride);
+    for (int32_t i = 0; i < row_values; i += 32, ++b, dst += 32) {
+      const __m512 d = _mm512_set1_ps(kernels::F16ToF32(b->d));
+      for (int h = 0; h < 2; ++h) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + 16 * h));
+        const __m512 v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * h),
+                            _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      }
+    }
+  }
+}
+
 void Rope(float* x, int n_heads, int head_dim, int rot_dim, const float* cs, RopeLayout layout) {
   const int half = rot_dim / 2;
   // (c, s) pairs de-interleaved into cos and sin vectors for the NeoX layout.
@@ -247,6 +263,7 @@ const KernelTable* Avx512Kernels() {
     t.dot_f32 = Dot;
     t.f32_to_f16 = F32ToF16;
     t.f16_to_f32 = F16ToF32;
+    t.q8_0_rows_to_f16 = Q8_0RowsToF16;
     t.rope = Rope;
     t.score_tiles_f16 = Avx512ScoreTilesF16;
     t.score_tiles_q8 = Avx512ScoreTilesQ8;

@@ -27,6 +27,11 @@ struct KernelTable {
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   void (*f32_to_f16)(const float* src, uint16_t* dst, int64_t n);
   void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
+  // n_rows rows of Q8_0 blocks (`stride` bytes apart, the first at `first`), row_values
+  // values each (a multiple of 32), to F16: dst[r * row_values + i] = F16(d * q), rounded to
+  // nearest even like f32_to_f16.
+  void (*q8_0_rows_to_f16)(const uint8_t* first, int64_t stride, int32_t n_rows, int32_t row_values,
+                           uint16_t* dst);
   void (*rope)(float* x, int n_heads, int head_dim, int rot_dim, const float* cos_sin,
                RopeLayout layout);
   void (*attention)(const AttentionArgs& a);

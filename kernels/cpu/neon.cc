@@ -164,6 +164,23 @@ void F32ToF16Row(const float* src, uint16_t* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = F32ToF16(src[i]);
 }
 
+void Q8_0RowsToF16(const uint8_t* first, int64_t stride, int32_t n_rows, int32_t row_values,
+                   uint16_t* dst) {
+  for (int32_t r = 0; r < n_rows; ++r) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(first + r * stride);
+    for (int32_t i = 0; i < row_values; i += 32, ++b, dst += 32) {
+      const float d = F16ToF32(b->d);
+      for (int e = 0; e < 4; ++e) {
+        const int16x8_t w = vmovl_s8(vld1_s8(b->qs + 8 * e));
+        const float32x4_t lo = vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(w))), d);
+        const float32x4_t hi = vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(w))), d);
+        vst1_u16(dst + 8 * e, vreinterpret_u16_f16(vcvt_f16_f32(lo)));
+        vst1_u16(dst + 8 * e + 4, vreinterpret_u16_f16(vcvt_f16_f32(hi)));
+      }
+    }
+  }
+}
+
 void F16ToF32Row(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) vst1q_f32(dst + i, LoadF16x4(src + i));
@@ -212,6 +229,7 @@ KernelTable MakeTable(bool dotprod) {
   t.dot_f32 = Dot;
   t.f32_to_f16 = F32ToF16Row;
   t.f16_to_f32 = F16ToF32Row;
+  t.q8_0_rows_to_f16 = Q8_0RowsToF16;
   t.rope = Rope;
   t.attention = NeonAttention;
   t.score_tiles_f16 = NeonScoreTilesF16;

@@ -57,6 +57,17 @@ void F16ToF32Ref(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(src[i]);
 }
 
+void Q8_0RowsToF16Ref(const uint8_t* first, int64_t stride, int32_t n_rows, int32_t row_values,
+                      uint16_t* dst) {
+  for (int32_t r = 0; r < n_rows; ++r) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(first + r * stride);
+    for (int32_t i = 0; i < row_values; i += 32, ++b) {
+      const float d = F16ToF32(b->d);
+      for (int j = 0; j < 32; ++j) *dst++ = F32ToF16(d * float(b->qs[j]));
+    }
+  }
+}
+
 void RopeRef(float* x, int n_heads, int head_dim, int rot_dim, const float* cos_sin,
              RopeLayout layout) {
   const int half = rot_dim / 2;
@@ -89,6 +100,7 @@ const KernelTable& ScalarKernels() {
       DotRef,
       F32ToF16Ref,
       F16ToF32Ref,
+      Q8_0RowsToF16Ref,
       RopeRef,
       ScalarAttention,
       ScalarScoreTilesF16,

@@ -116,6 +116,35 @@ TEST_P(OpsIsa, HalfRowConversionsMatchScalarBitForBit) {
   }
 }
 
+// Q8_0 rows to F16 (how attention reads Q8_0 KV): each value d * q rounded once to the
+// nearest half, with rows `stride` bytes apart; the same bits on every ISA.
+TEST_P(OpsIsa, Q8_0RowsToF16MatchTheFormula) {
+  constexpr int32_t kValues = 64, kRows = 5;
+  constexpr int64_t kStride = 3 * int64_t(sizeof(BlockQ8_0)) + 6;  // a row, padding, unaligned
+  std::vector<uint8_t> bytes(size_t(kRows * kStride));
+  const std::vector<float> scales = GaussianFloats(kRows * 2, 21, 0.05f);
+  const std::vector<float> values = GaussianFloats(kRows * kValues, 22, 60.f);
+  for (int32_t r = 0; r < kRows; ++r)
+    for (int32_t b = 0; b < kValues / 32; ++b) {
+      BlockQ8_0 blk;
+      // Extremes in the first rows: the largest scales and -128 / 127.
+      blk.d = F32ToF16(r == 0 ? 65504.f : scales[size_t(r * 2 + b)]);
+      for (int j = 0; j < 32; ++j)
+        blk.qs[j] = int8_t(std::clamp(int(values[size_t(r * kValues + b * 32 + j)]), -128, 127));
+      if (r == 1) blk.qs[0] = -128, blk.qs[1] = 127;
+      std::memcpy(bytes.data() + r * kStride + b * sizeof(BlockQ8_0), &blk, sizeof(blk));
+    }
+  std::vector<uint16_t> got(size_t(kRows * kValues), 0xFFFF);
+  cpu::ActiveTable()->q8_0_rows_to_f16(bytes.data(), kStride, kRows, kValues, got.data());
+  for (int32_t r = 0; r < kRows; ++r)
+    for (int32_t i = 0; i < kValues; ++i) {
+      BlockQ8_0 blk;
+      std::memcpy(&blk, bytes.data() + r * kStride + (i / 32) * sizeof(BlockQ8_0), sizeof(blk));
+      const uint16_t want = F32ToF16(F16ToF32(blk.d) * float(blk.qs[i % 32]));
+      ASSERT_EQ(got[size_t(r * kValues + i)], want) << "row " << r << " value " << i;
+    }
+}
+
 TEST_P(OpsIsa, RopeBothLayoutsMatchTheFormula) {
   struct Shape {
     int heads, head_dim, rot_dim;
