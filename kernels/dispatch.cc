@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels/cpu/kernel_table.h"
@@ -250,6 +251,28 @@ void AttentionOverSpans(const AttentionArgs& a) {
   b.spans = spans.data();
   K().attention(b);
 }
+void MergeAttentionParts(const float* parts, const float* lse, int32_t n_parts, int32_t n_q,
+                         int32_t n_rep, int32_t head_dim, float* out, int32_t out_stride) {
+  const int64_t n_rows = int64_t(n_q) * n_rep;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float* o = out + (r / n_rep) * out_stride + (r % n_rep) * head_dim;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int32_t p = 0; p < n_parts; ++p) m = std::max(m, lse[p * n_rows + r]);
+    std::fill(o, o + head_dim, 0.0f);
+    if (m == -std::numeric_limits<float>::infinity()) continue;
+    float sum = 0.0f;
+    for (int32_t p = 0; p < n_parts; ++p) {
+      const float w = std::exp(lse[p * n_rows + r] - m);
+      if (w == 0.0f) continue;
+      sum += w;
+      const float* x = parts + (p * n_rows + r) * head_dim;
+      for (int32_t d = 0; d < head_dim; ++d) o[d] += w * x[d];
+    }
+    const float inv = 1.0f / sum;
+    for (int32_t d = 0; d < head_dim; ++d) o[d] *= inv;
+  }
+}
+
 void StoreScoreRow(ScoreType type, const float* row, int64_t cols, int64_t token, void* tiles) {
   const int64_t slot = token % kScoreTile;
   if (type == ScoreType::kF16) {

@@ -170,6 +170,10 @@ struct AttentionArgs {
   float* out;   // out[t * out_stride + j * head_dim + d]
   int32_t out_stride;
   float* scratch;  // AttentionScratchFloats(args) floats, owned by the caller's thread
+  // Optional: lse[t * n_rep + j] = log of row (t, j)'s softmax denominator, in scaled-score
+  // units (max + log(sum of exp(score - max))); -inf for a row that sees no key. Outputs of
+  // disjoint parts of one view merge into the whole view's output with weights exp(lse).
+  float* lse = nullptr;
 };
 // Online (streaming) softmax: one pass over the spans, no full score matrix.
 // Q8_0 spans are expanded to F16 (the visible tokens of kv_head only, in a buffer of the
@@ -177,6 +181,12 @@ struct AttentionArgs {
 // the same values. head_dim must be a multiple of 16. A query row that sees no key gets zeros.
 // Scratch grows with n_q * n_rep * head_dim: split long prefills into query blocks.
 void AttentionOverSpans(const AttentionArgs& a);
+// Joins attention run over disjoint parts of one view (e.g. a decode view split so that more
+// threads share it): part p's row r = t * n_rep + j is parts[(p * n_q * n_rep + r) * head_dim
+// + d] with lse[p * n_q * n_rep + r] (AttentionArgs::lse); the joined row goes to
+// out[t * out_stride + j * head_dim + d]. Rows no part sees are zeros.
+void MergeAttentionParts(const float* parts, const float* lse, int32_t n_parts, int32_t n_q,
+                         int32_t n_rep, int32_t head_dim, float* out, int32_t out_stride);
 size_t AttentionScratchFloats(int32_t n_q, int32_t n_rep, int32_t head_dim);
 
 }  // namespace strata::kernels

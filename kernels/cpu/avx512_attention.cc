@@ -204,6 +204,7 @@ void Avx512Attention(const AttentionArgs& a) {
     const int t = r / a.n_rep, j = r % a.n_rep;
     float* o = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(j) * D;
     const __m512 inv = _mm512_set1_ps(l[r] > 0.f ? 1.f / l[r] : 0.f);
+    if (a.lse) a.lse[r] = l[r] > 0.f ? m[r] + std::log(l[r]) : -INFINITY;
     for (int d = 0; d < D; d += 16) {
       _mm512_storeu_ps(o + d,
                        _mm512_mul_ps(_mm512_loadu_ps(acc + static_cast<int64_t>(r) * D + d), inv));

@@ -142,6 +142,7 @@ void NeonAttention(const AttentionArgs& a) {
     const int t = r / a.n_rep, j = r % a.n_rep;
     float* o = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(j) * D;
     const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    if (a.lse) a.lse[r] = l[r] > 0.f ? m[r] + std::log(l[r]) : -INFINITY;
     for (int d = 0; d < D; d += 4) {
       vst1q_f32(o + d, vmulq_n_f32(vld1q_f32(acc + static_cast<int64_t>(r) * D + d), inv));
     }

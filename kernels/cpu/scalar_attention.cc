@@ -45,6 +45,7 @@ void ScalarAttention(const AttentionArgs& a) {
       // A row that sees no key (only possible with a malformed view) gets zeros, not NaN.
       const float inv = l > 0.f ? 1.f / l : 0.f;
       for (int d = 0; d < D; ++d) out[d] = acc[d] * inv;
+      if (a.lse) a.lse[t * a.n_rep + j] = l > 0.f ? m + std::log(l) : -INFINITY;
     }
   }
 }

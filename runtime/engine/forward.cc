@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 namespace strata {
 namespace {
@@ -19,6 +20,10 @@ constexpr int64_t kSerialTokens = 4;
 // Query tokens per attention task in prefill: enough to reuse each loaded K/V row for
 // several queries, few enough to give every thread work.
 constexpr int32_t kAttentionQueryChunk = 32;
+// Decode attention aims at this many tasks per thread, splitting views into parts of at
+// least kAttentionMinPartTokens tokens when there are fewer (sequence, KV head) pairs.
+constexpr int64_t kAttentionTasksPerThread = 4;
+constexpr int64_t kAttentionMinPartTokens = 128;
 
 }  // namespace
 
@@ -168,15 +173,85 @@ void Forward::Matmul(std::span<const MatmulJob> jobs, const float* x, int64_t n_
   times_.matmul += Seconds(t0, Clock::now());
 }
 
+namespace {
+
+// Tokens [from, from + n) of a span, as a span.
+kernels::KvSpan SliceSpan(const kernels::KvSpan& sp, int32_t from, int32_t n) {
+  kernels::KvSpan out = sp;
+  out.n_tokens = n;
+  out.pos0 = sp.pos0 + from;
+  if (sp.type == kernels::KvType::kQ8_0) {
+    out.qk += int64_t(from) * sp.stride;
+    out.qv += int64_t(from) * sp.stride;
+  } else {
+    out.k += int64_t(from) * sp.stride;
+    out.v += int64_t(from) * sp.stride;
+  }
+  return out;
+}
+
+// Splits a view into n_parts runs of about equal token counts (spans cut where needed);
+// part p is spans [cuts[p], cuts[p + 1]) of `out`.
+void SplitView(std::span<const kernels::KvSpan> view, int32_t n_parts,
+               std::vector<kernels::KvSpan>* out, std::vector<int32_t>* cuts) {
+  int64_t total = 0;
+  for (const kernels::KvSpan& sp : view) total += sp.n_tokens;
+  out->clear();
+  cuts->assign(1, 0);
+  int64_t done = 0;
+  for (const kernels::KvSpan& sp : view) {
+    int32_t from = 0;
+    while (from < sp.n_tokens) {
+      const int32_t p = int32_t(cuts->size()) - 1;
+      // Part p ends at token total * (p + 1) / n_parts; the last part takes the rest.
+      const int64_t end = p + 1 == n_parts ? total : total * (p + 1) / n_parts;
+      const int32_t n = int32_t(std::min<int64_t>(sp.n_tokens - from, end - done));
+      if (n > 0) out->push_back(SliceSpan(sp, from, n));
+      from += n;
+      done += n;
+      if (done == end && p + 1 < n_parts) cuts->push_back(int32_t(out->size()));
+    }
+  }
+  while (int32_t(cuts->size()) <= n_parts) cuts->push_back(int32_t(out->size()));
+}
+
+}  // namespace
+
 void Forward::Attention(const ForwardBatch& batch, int32_t layer,
                         const std::vector<std::span<const kernels::KvSpan>>& views) {
   (void)layer;
   const auto t0 = Clock::now();
   const int32_t hd = hp_.head_dim, n_rep = hp_.n_rep();
   const int32_t q_dim = hp_.n_head * hd;
-  // Tasks: (sequence, KV head, chunk of query tokens).
+  // Decode with fewer (sequence, KV head) pairs than the threads can share evenly (batch 1:
+  // 3 KV heads on 2 threads) splits each sequence's view into parts by tokens that run as
+  // separate tasks and are joined by their softmax denominators.
+  bool decode = true;
+  for (const BatchSeq& bs : batch.seqs) decode = decode && bs.n_new == 1;
+  int32_t n_parts = 1;
+  const int64_t pairs = int64_t(batch.seqs.size()) * hp_.n_head_kv;
+  if (decode && pool_->size() > 1 && pairs < kAttentionTasksPerThread * pool_->size()) {
+    int64_t min_tokens = std::numeric_limits<int64_t>::max();
+    for (const auto& view : views) {
+      int64_t n = 0;
+      for (const kernels::KvSpan& sp : view) n += sp.n_tokens;
+      min_tokens = std::min(min_tokens, n);
+    }
+    const int64_t want = (kAttentionTasksPerThread * pool_->size() + pairs - 1) / pairs;
+    n_parts = int32_t(std::max<int64_t>(1, std::min(want, min_tokens / kAttentionMinPartTokens)));
+  }
+  std::vector<std::span<const kernels::KvSpan>> task_views;
+  if (n_parts > 1) {
+    split_spans_.resize(views.size());
+    split_cuts_.resize(views.size());
+    for (size_t s = 0; s < views.size(); ++s)
+      SplitView(views[s], n_parts, &split_spans_[s], &split_cuts_[s]);
+    part_out_.resize(size_t(pairs) * n_parts * n_rep * hd);
+    part_lse_.resize(size_t(pairs) * n_parts * n_rep);
+  }
+  // Tasks: (sequence, KV head, chunk of query tokens, part of the view).
   struct Task {
-    int32_t seq_index, kv_head, t0, n_q, pos0;
+    int32_t seq_index, kv_head, t0, n_q, pos0, part;
   };
   std::vector<Task> tasks;
   int32_t t_base = 0;
@@ -185,7 +260,8 @@ void Forward::Attention(const ForwardBatch& batch, int32_t layer,
     for (int32_t c = 0; c < bs.n_new; c += kAttentionQueryChunk) {
       int32_t n_q = std::min(kAttentionQueryChunk, bs.n_new - c);
       for (int32_t h = 0; h < hp_.n_head_kv; ++h)
-        tasks.push_back({int32_t(s), h, t_base + c, n_q, bs.pos0 + c});
+        for (int32_t p = 0; p < n_parts; ++p)
+          tasks.push_back({int32_t(s), h, t_base + c, n_q, bs.pos0 + c, p});
     }
     t_base += bs.n_new;
   }
@@ -200,14 +276,32 @@ void Forward::Attention(const ForwardBatch& batch, int32_t layer,
     a.n_rep = n_rep;
     a.head_dim = hd;
     a.kv_head = t.kv_head;
-    a.spans = views[t.seq_index].data();
-    a.n_spans = int32_t(views[t.seq_index].size());
+    if (n_parts > 1) {
+      const std::vector<int32_t>& cuts = split_cuts_[size_t(t.seq_index)];
+      a.spans = split_spans_[size_t(t.seq_index)].data() + cuts[size_t(t.part)];
+      a.n_spans = cuts[size_t(t.part) + 1] - cuts[size_t(t.part)];
+      // Decode: one token per sequence, so task i's part is row block i.
+      a.out = part_out_.data() + size_t(i) * n_rep * hd;
+      a.out_stride = n_rep * hd;
+      a.lse = part_lse_.data() + size_t(i) * n_rep;
+    } else {
+      a.spans = views[t.seq_index].data();
+      a.n_spans = int32_t(views[t.seq_index].size());
+      a.out = attn_.data() + size_t(t.t0) * q_dim + size_t(t.kv_head) * n_rep * hd;
+      a.out_stride = q_dim;
+    }
     a.scale = scale;
-    a.out = attn_.data() + size_t(t.t0) * q_dim + size_t(t.kv_head) * n_rep * hd;
-    a.out_stride = q_dim;
     a.scratch = attn_scratch_[worker].data();
     kernels::AttentionOverSpans(a);
   });
+  if (n_parts > 1) {
+    for (size_t i = 0; i < tasks.size(); i += size_t(n_parts)) {
+      const Task& t = tasks[i];
+      kernels::MergeAttentionParts(
+          part_out_.data() + i * n_rep * hd, part_lse_.data() + i * n_rep, n_parts, 1, n_rep, hd,
+          attn_.data() + size_t(t.t0) * q_dim + size_t(t.kv_head) * n_rep * hd, q_dim);
+    }
+  }
   times_.attention += Seconds(t0, Clock::now());
 }
 

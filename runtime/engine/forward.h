@@ -99,6 +99,11 @@ class Forward final : public ForwardPass {
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, rope_;
   std::vector<uint8_t> xq_;
   std::vector<std::vector<float>> attn_scratch_;  // per worker
+  // Decode views split into parts (see Attention): spans and part boundaries per sequence,
+  // and the parts' outputs and softmax denominators.
+  std::vector<std::vector<kernels::KvSpan>> split_spans_;
+  std::vector<std::vector<int32_t>> split_cuts_;
+  std::vector<float> part_out_, part_lse_;
   std::vector<MatmulPiece> pieces_;
   ForwardTimes times_;
 };

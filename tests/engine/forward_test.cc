@@ -84,10 +84,10 @@ class ForwardTest : public ::testing::TestWithParam<Case> {
   }
   void TearDown() override { std::filesystem::remove(path_); }
 
-  std::unique_ptr<Engine> MakeEngine(int threads, int batch, int max_seqs = 2) {
+  std::unique_ptr<Engine> MakeEngine(int threads, int batch, int max_seqs = 2, int n_ctx = 128) {
     EngineOptions o;
     o.n_threads = threads;
-    o.n_ctx = 128;
+    o.n_ctx = n_ctx;
     o.n_batch = batch;
     o.max_sequences = max_seqs;
     std::unique_ptr<Engine> e;
@@ -154,6 +154,35 @@ TEST_P(ForwardTest, DecodeTokenByTokenEqualsPrefill) {
     ASSERT_TRUE(engine->Prefill(b, {&tokens[t], 1}, &one).ok());
     const double scale = MaxAbs(all.data() + t * V, V);
     EXPECT_LT(MaxDiff(one.data(), all.data() + t * V, V) / scale, 1e-4) << "position " << t;
+  }
+}
+
+// Decode over a long context on several threads splits each KV head's attention into parts
+// of the context that run in parallel and are joined by their softmax denominators: the
+// logits must equal those of the prefill (not split) and of one thread.
+TEST_P(ForwardTest, DecodeSplitAcrossThreadsEqualsPrefill) {
+  const int n = 560, n_prompt = 556;
+  auto tokens = RandomTokens(n, 7);
+  const size_t V = size_t(model_->hparams().n_vocab);
+  std::vector<float> all;
+  {
+    auto engine = MakeEngine(1, 64, 2, 576);
+    SeqId a;
+    ASSERT_TRUE(engine->NewSequence(&a).ok());
+    ASSERT_TRUE(engine->Prefill(a, tokens, &all, true).ok());
+  }
+  for (int threads : {1, 2, 3}) {
+    auto engine = MakeEngine(threads, 64, 2, 576);
+    SeqId b;
+    ASSERT_TRUE(engine->NewSequence(&b).ok());
+    std::vector<float> one;
+    ASSERT_TRUE(engine->Prefill(b, {tokens.data(), size_t(n_prompt)}, &one).ok());
+    for (int t = n_prompt; t < n; ++t) {
+      ASSERT_TRUE(engine->Prefill(b, {&tokens[t], 1}, &one).ok());
+      const double scale = MaxAbs(all.data() + t * V, V);
+      EXPECT_LT(MaxDiff(one.data(), all.data() + t * V, V) / scale, 1e-4)
+          << threads << " threads, position " << t;
+    }
   }
 }
 

@@ -162,6 +162,67 @@ TEST_P(AttentionIsa, RowWithoutVisibleKeysIsZero) {
   for (float v : out) EXPECT_EQ(v, 0.f);
 }
 
+// A view split into parts (whole spans to different parts, one part entirely in the future
+// of some queries) and joined by MergeAttentionParts equals attention over the whole view;
+// lse is the log of the softmax denominator in scaled-score units.
+TEST_P(AttentionIsa, PartsMergeIntoTheWholeView) {
+  testing::ScopedVariant isa(GetParam());
+  const int D = 64, n_rep = 3, n_keys = 150, n_kv = 2;
+  for (const int n_q : {1, 4}) {
+    const int q_pos0 = n_q == 1 ? n_keys - 1 : 40;  // 4 queries at 40..43: later spans unseen
+    SCOPED_TRACE(::testing::Message() << "n_q=" << n_q);
+    KvCache cache = MakeCache(n_keys, n_kv, D, 31, 2.f);
+    // Spans in position order so the last part holds only positions past 43.
+    std::vector<KvSpan> spans = MakeSpans(cache, n_keys, {16, 7, 33, 1, 64}, 0);
+    std::sort(spans.begin(), spans.end(),
+              [](const KvSpan& a, const KvSpan& b) { return a.pos0 < b.pos0; });
+    const int rows = n_q * n_rep;
+    std::vector<float> q = GaussianFloats(size_t(rows) * D, 32);
+    std::vector<float> scratch(AttentionScratchFloats(n_q, n_rep, D));
+    std::vector<float> whole(size_t(rows) * D), whole_lse(static_cast<size_t>(rows));
+    AttentionArgs a{
+        q.data(),          n_q,    n_rep * D,    q_pos0,    n_rep,         D, 1, spans.data(),
+        int(spans.size()), 0.125f, whole.data(), n_rep * D, scratch.data()};
+    a.lse = whole_lse.data();
+    AttentionOverSpans(a);
+    // lse against the naive sum over visible keys.
+    for (int r = 0; r < rows; ++r) {
+      const int t = r / n_rep, j = r % n_rep;
+      double sum = 0;
+      for (int pos = 0; pos <= std::min(n_keys - 1, q_pos0 + t); ++pos) {
+        double dot = 0;
+        for (int d = 0; d < D; ++d)
+          dot += double(q[size_t(t) * n_rep * D + j * D + d]) *
+                 F16ToF32(cache.k[size_t(pos) * cache.stride + D + d]);
+        sum += std::exp(dot * 0.125);
+      }
+      EXPECT_NEAR(whole_lse[size_t(r)], std::log(sum), 1e-4) << r;
+    }
+    // Parts: spans [0,2), [2,4), [4,end).
+    const int cuts[] = {0, 2, 4, int(spans.size())};
+    const int n_parts = 3;
+    std::vector<float> parts(size_t(n_parts) * rows * D, 99.f), lse(size_t(n_parts) * rows, 99.f);
+    for (int p = 0; p < n_parts; ++p) {
+      AttentionArgs b = a;
+      b.spans = spans.data() + cuts[p];
+      b.n_spans = cuts[p + 1] - cuts[p];
+      b.out = parts.data() + size_t(p) * rows * D;
+      b.lse = lse.data() + size_t(p) * rows;
+      AttentionOverSpans(b);
+    }
+    if (n_q > 1) {
+      EXPECT_EQ(lse[size_t(2 * rows)], -std::numeric_limits<float>::infinity());
+    }
+    std::vector<float> merged(size_t(rows) * D, -5.f);
+    MergeAttentionParts(parts.data(), lse.data(), n_parts, n_q, n_rep, D, merged.data(), n_rep * D);
+    for (size_t i = 0; i < merged.size(); ++i) ASSERT_NEAR(merged[i], whole[i], 2e-5) << i;
+    // No part sees anything: zeros.
+    std::fill(lse.begin(), lse.end(), -std::numeric_limits<float>::infinity());
+    MergeAttentionParts(parts.data(), lse.data(), n_parts, n_q, n_rep, D, merged.data(), n_rep * D);
+    for (float v : merged) ASSERT_EQ(v, 0.f);
+  }
+}
+
 // Q8_0 spans are expanded to F16 before the kernel runs: attention over Q8_0 records must
 // equal, bit for bit, attention over the same values stored as F16 (mixed with plain F16
 // spans, partly masked, for the second KV head so the head offset into the blocks counts).
