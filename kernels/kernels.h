@@ -104,6 +104,10 @@ void StoreScoreRow(ScoreType type, const float* row, int64_t cols, int64_t token
 // [tile_begin, tile_end):
 //   y[q * y_stride + (t - tile_begin * kScoreTile)] = dot(x[q], row t).
 // y_stride >= (tile_end - tile_begin) * kScoreTile.
+// Q4 tiles may be scored with each query rounded to int8 against its own largest magnitude
+// (the AVX-512 kernel does, to multiply in integers with VNNI): a score then differs from
+// the float product by at most sum_j |row t, j| * max|x[q]| / 254, an error 18x below the
+// Q4 values' own.
 void ScoreTiles(ScoreType type, const void* tiles, int64_t tile_begin, int64_t tile_end,
                 int64_t cols, const float* x, int64_t n_x, float* y, int64_t y_stride);
 // Indices of the k largest of x[0..n), by descending value, ties by lower index, NaN last;

@@ -1,9 +1,13 @@
-// AVX-512 matmul for float weights (F32, F16, BF16) with F32 activations, and ScoreTiles.
+// AVX-512 matmul for float weights (F32, F16, BF16) with F32 activations, and ScoreTiles
+// (Q4 tiles with VNNI integer products).
 // Register tiles of R rows x T tokens, 16 values per step, weights converted to F32 in
 // registers (F16C for F16, a 16-bit shift for BF16); ragged k uses masked loads.
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <limits>
 #include <utility>
+#include <vector>
 
 #include "kernels/cpu/avx512_common.h"
 #include "kernels/cpu/avx512_internal.h"
@@ -181,6 +185,57 @@ void ScoreTilesAny(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, i
   }
 }
 
+// Q4 tiles against int8 queries with AVX-512 VNNI: four dimensions of the tile's 16 tokens
+// become one vector of 16 x 4 unsigned nibbles (the stored value + 8), and one VPDPBUSD per
+// query adds their products with the query's four int8 values: 64 multiply-adds per
+// instruction where the float path does 16. The +8 comes back out as 8 * (sum of the
+// query's int8 values); the integer dot product is exact, then scaled by the query's and
+// each token's scales.
+template <int NQ>
+inline void ScoreTileQ4Vnni(const uint8_t* tile, int64_t cols, const int32_t* q4, int64_t n_groups,
+                            const float* q_scale, const int32_t* q_bias, float* y,
+                            int64_t y_stride) {
+  // Byte 4t + d of the result takes dimension d of token t from [lo nibbles | hi nibbles],
+  // where the nibbles of dimension d sit at 8d + t (tokens 0-7) and 32 + 8d + t - 8 (8-15).
+  alignas(64) static constexpr uint8_t kOrder[64] = {
+      0,  8,  16, 24, 1,  9,  17, 25, 2,  10, 18, 26, 3,  11, 19, 27, 4,  12, 20, 28, 5,  13,
+      21, 29, 6,  14, 22, 30, 7,  15, 23, 31, 32, 40, 48, 56, 33, 41, 49, 57, 34, 42, 50, 58,
+      35, 43, 51, 59, 36, 44, 52, 60, 37, 45, 53, 61, 38, 46, 54, 62, 39, 47, 55, 63};
+  const __m512i order = _mm512_load_si512(kOrder);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m512i acc[NQ];
+  for (int q = 0; q < NQ; ++q) acc[q] = _mm512_setzero_si512();
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const int64_t dims = std::min<int64_t>(4, cols - 4 * g);
+    const __m256i b =
+        dims == 4
+            ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + 32 * g))
+            : _mm256_maskz_loadu_epi8(__mmask32((uint64_t{1} << (8 * dims)) - 1), tile + 32 * g);
+    const __m256i lo = _mm256_and_si256(b, low4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
+    const __m512i k =
+        _mm512_permutexvar_epi8(order, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+    for (int q = 0; q < NQ; ++q)
+      acc[q] = _mm512_dpbusd_epi32(acc[q], k, _mm512_set1_epi32(q4[q * n_groups + g]));
+  }
+  const __m512 ks = _mm512_cvtph_ps(_mm256_loadu_si256(
+      reinterpret_cast<const __m256i*>(tile + ScoreValueBytes(ScoreType::kQ4, cols))));
+  for (int q = 0; q < NQ; ++q) {
+    const __m512 dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[q], _mm512_set1_epi32(q_bias[q])));
+    _mm512_storeu_ps(y + q * y_stride,
+                     _mm512_mul_ps(_mm512_mul_ps(dot, _mm512_set1_ps(q_scale[q])), ks));
+  }
+}
+
+using ScoreTileQ4VnniFn = void (*)(const uint8_t*, int64_t, const int32_t*, int64_t, const float*,
+                                   const int32_t*, float*, int64_t);
+template <int... N>
+constexpr std::array<ScoreTileQ4VnniFn, sizeof...(N)> ScoreTileQ4VnniTable(
+    std::integer_sequence<int, N...>) {
+  return {&ScoreTileQ4Vnni<N + 1>...};
+}
+constexpr auto kTailQ4Vnni = ScoreTileQ4VnniTable(std::make_integer_sequence<int, 12>());
+
 }  // namespace
 
 void Avx512ScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
@@ -196,7 +251,57 @@ void Avx512ScoreTilesQ8(const uint8_t* tiles, int64_t tile_begin, int64_t tile_e
 
 void Avx512ScoreTilesQ4(const uint8_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
                         const float* x, int64_t n_x, float* y, int64_t y_stride) {
-  ScoreTilesAny<ScoreType::kQ4>(tiles, tile_begin, tile_end, cols, x, n_x, y, y_stride);
+  // Queries rounded to int8, each against its own largest magnitude, padded with zeros to
+  // whole 4-dimension groups.
+  const int64_t n_groups = (cols + 3) / 4;
+  thread_local std::vector<int32_t> packed;
+  thread_local std::vector<float> scale;
+  thread_local std::vector<int32_t> bias;
+  packed.assign(size_t(n_x * n_groups), 0);
+  scale.resize(size_t(n_x));
+  bias.resize(size_t(n_x));
+  for (int64_t q = 0; q < n_x; ++q) {
+    const float* xq = x + q * cols;
+    __m512 amax = _mm512_setzero_ps();
+    __mmask16 nan = 0;
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __m512 v = _mm512_maskz_loadu_ps(LaneMask(cols - j), xq + j);
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
+      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    }
+    const float m = _mm512_reduce_max_ps(amax);
+    // A query with a NaN or infinity gets a NaN scale: its scores come out NaN, as the
+    // float kernels' would.
+    const bool finite = nan == 0 && std::isfinite(m);
+    const __m512 inv = _mm512_set1_ps(finite && m > 0.f ? 127.f / m : 0.f);
+    auto* bytes = reinterpret_cast<int8_t*>(packed.data() + q * n_groups);
+    __m512i sum = _mm512_setzero_si512();
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __mmask16 lanes = LaneMask(cols - j);
+      // Rounded to nearest even, like nearbyint. NaN lanes (only in a non-finite query,
+      // whose scale is NaN anyway) become 0.
+      const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, xq + j), inv);
+      const __m512i r = _mm512_maskz_cvtps_epi32(
+          lanes & ~_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
+          _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-127.f)), _mm512_set1_ps(127.f)));
+      _mm512_mask_cvtsepi32_storeu_epi8(bytes + j, lanes, r);
+      sum = _mm512_add_epi32(sum, r);
+    }
+    scale[size_t(q)] = finite ? m / 127.f : std::numeric_limits<float>::quiet_NaN();
+    bias[size_t(q)] = 8 * _mm512_reduce_add_epi32(sum);
+  }
+  const int64_t tile_bytes = ScoreTileBytes(ScoreType::kQ4, cols);
+  for (int64_t i = tile_begin; i < tile_end; ++i) {
+    const uint8_t* tile = tiles + i * tile_bytes;
+    float* yo = y + (i - tile_begin) * kScoreTile;
+    int64_t q = 0;
+    for (; n_x - q > 12; q += 8)
+      ScoreTileQ4Vnni<8>(tile, cols, packed.data() + q * n_groups, n_groups, scale.data() + q,
+                         bias.data() + q, yo + q * y_stride, y_stride);
+    if (q < n_x)
+      kTailQ4Vnni[n_x - q - 1](tile, cols, packed.data() + q * n_groups, n_groups, scale.data() + q,
+                               bias.data() + q, yo + q * y_stride, y_stride);
+  }
 }
 
 }  // namespace strata::kernels::cpu
