@@ -20,10 +20,10 @@ constexpr int64_t kSerialTokens = 4;
 // Query tokens per attention task in prefill: enough to reuse each loaded K/V row for
 // several queries, few enough to give every thread work.
 constexpr int32_t kAttentionQueryChunk = 32;
-// Decode attention aims at this many tasks per thread, splitting views into parts of at
-// least kAttentionMinPartTokens tokens when there are fewer (sequence, KV head) pairs.
-constexpr int64_t kAttentionTasksPerThread = 4;
-constexpr int64_t kAttentionMinPartTokens = 128;
+// A decoding sequence's attention runs in one part per kAttentionPartTokens tokens of its
+// view (at most kAttentionMaxParts).
+constexpr int64_t kAttentionPartTokens = 256;
+constexpr int64_t kAttentionMaxParts = 8;
 
 }  // namespace
 
@@ -223,48 +223,43 @@ void Forward::Attention(const ForwardBatch& batch, int32_t layer,
   const auto t0 = Clock::now();
   const int32_t hd = hp_.head_dim, n_rep = hp_.n_rep();
   const int32_t q_dim = hp_.n_head * hd;
-  // Decode with fewer (sequence, KV head) pairs than the threads can share evenly (batch 1:
-  // 3 KV heads on 2 threads) splits each sequence's view into parts by tokens that run as
-  // separate tasks and are joined by their softmax denominators.
-  bool decode = true;
-  for (const BatchSeq& bs : batch.seqs) decode = decode && bs.n_new == 1;
-  int32_t n_parts = 1;
-  const int64_t pairs = int64_t(batch.seqs.size()) * hp_.n_head_kv;
-  if (decode && pool_->size() > 1 && pairs < kAttentionTasksPerThread * pool_->size()) {
-    int64_t min_tokens = std::numeric_limits<int64_t>::max();
-    for (const auto& view : views) {
-      int64_t n = 0;
-      for (const kernels::KvSpan& sp : view) n += sp.n_tokens;
-      min_tokens = std::min(min_tokens, n);
-    }
-    const int64_t want = (kAttentionTasksPerThread * pool_->size() + pairs - 1) / pairs;
-    n_parts = int32_t(std::max<int64_t>(1, std::min(want, min_tokens / kAttentionMinPartTokens)));
-  }
-  std::vector<std::span<const kernels::KvSpan>> task_views;
-  if (n_parts > 1) {
-    split_spans_.resize(views.size());
-    split_cuts_.resize(views.size());
-    for (size_t s = 0; s < views.size(); ++s)
-      SplitView(views[s], n_parts, &split_spans_[s], &split_cuts_[s]);
-    part_out_.resize(size_t(pairs) * n_parts * n_rep * hd);
-    part_lse_.resize(size_t(pairs) * n_parts * n_rep);
-  }
-  // Tasks: (sequence, KV head, chunk of query tokens, part of the view).
+  // A decoding sequence's view is cut by tokens into parts that run as separate tasks and
+  // are joined by their softmax denominators, so few sequences still keep every thread
+  // busy (batch 1: 3 KV heads on 2 threads). The number of parts depends only on the
+  // sequence's own view, never on the batch or the thread count: a token's result must not
+  // depend on who shares its batch (beam search promises identical results under any
+  // grouping).
   struct Task {
     int32_t seq_index, kv_head, t0, n_q, pos0, part;
+    int64_t part_row;  // first row of its part's output in part_out_, or -1: direct to attn_
   };
   std::vector<Task> tasks;
+  split_spans_.resize(views.size());
+  split_cuts_.resize(views.size());
+  int64_t part_rows = 0;
   int32_t t_base = 0;
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const BatchSeq& bs = batch.seqs[s];
+    int32_t n_parts = 1;
+    if (bs.n_new == 1) {
+      int64_t n = 0;
+      for (const kernels::KvSpan& sp : views[s]) n += sp.n_tokens;
+      n_parts = int32_t(std::clamp<int64_t>(n / kAttentionPartTokens, 1, kAttentionMaxParts));
+      if (n_parts > 1) SplitView(views[s], n_parts, &split_spans_[s], &split_cuts_[s]);
+    }
     for (int32_t c = 0; c < bs.n_new; c += kAttentionQueryChunk) {
       int32_t n_q = std::min(kAttentionQueryChunk, bs.n_new - c);
       for (int32_t h = 0; h < hp_.n_head_kv; ++h)
-        for (int32_t p = 0; p < n_parts; ++p)
-          tasks.push_back({int32_t(s), h, t_base + c, n_q, bs.pos0 + c, p});
+        for (int32_t p = 0; p < n_parts; ++p) {
+          tasks.push_back({int32_t(s), h, t_base + c, n_q, bs.pos0 + c, n_parts > 1 ? p : -1,
+                           n_parts > 1 ? part_rows : -1});
+          if (n_parts > 1) part_rows += n_rep;
+        }
     }
     t_base += bs.n_new;
   }
+  part_out_.resize(size_t(part_rows) * hd);
+  part_lse_.resize(size_t(part_rows));
   const float scale = 1.0f / std::sqrt(float(hd));
   pool_->Run(int64_t(tasks.size()), [&](int64_t i, int worker) {
     const Task& t = tasks[i];
@@ -276,14 +271,13 @@ void Forward::Attention(const ForwardBatch& batch, int32_t layer,
     a.n_rep = n_rep;
     a.head_dim = hd;
     a.kv_head = t.kv_head;
-    if (n_parts > 1) {
+    if (t.part >= 0) {
       const std::vector<int32_t>& cuts = split_cuts_[size_t(t.seq_index)];
       a.spans = split_spans_[size_t(t.seq_index)].data() + cuts[size_t(t.part)];
       a.n_spans = cuts[size_t(t.part) + 1] - cuts[size_t(t.part)];
-      // Decode: one token per sequence, so task i's part is row block i.
-      a.out = part_out_.data() + size_t(i) * n_rep * hd;
+      a.out = part_out_.data() + size_t(t.part_row) * hd;
       a.out_stride = n_rep * hd;
-      a.lse = part_lse_.data() + size_t(i) * n_rep;
+      a.lse = part_lse_.data() + t.part_row;
     } else {
       a.spans = views[t.seq_index].data();
       a.n_spans = int32_t(views[t.seq_index].size());
@@ -294,13 +288,15 @@ void Forward::Attention(const ForwardBatch& batch, int32_t layer,
     a.scratch = attn_scratch_[worker].data();
     kernels::AttentionOverSpans(a);
   });
-  if (n_parts > 1) {
-    for (size_t i = 0; i < tasks.size(); i += size_t(n_parts)) {
-      const Task& t = tasks[i];
-      kernels::MergeAttentionParts(
-          part_out_.data() + i * n_rep * hd, part_lse_.data() + i * n_rep, n_parts, 1, n_rep, hd,
-          attn_.data() + size_t(t.t0) * q_dim + size_t(t.kv_head) * n_rep * hd, q_dim);
-    }
+  // A split task's parts are consecutive, part 0 first.
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const Task& t = tasks[i];
+    if (t.part != 0) continue;
+    int32_t n_parts = 1;
+    while (i + n_parts < tasks.size() && tasks[i + n_parts].part > 0) ++n_parts;
+    kernels::MergeAttentionParts(
+        part_out_.data() + size_t(t.part_row) * hd, part_lse_.data() + t.part_row, n_parts, 1,
+        n_rep, hd, attn_.data() + size_t(t.t0) * q_dim + size_t(t.kv_head) * n_rep * hd, q_dim);
   }
   times_.attention += Seconds(t0, Clock::now());
 }

@@ -157,10 +157,11 @@ TEST_P(ForwardTest, DecodeTokenByTokenEqualsPrefill) {
   }
 }
 
-// Decode over a long context on several threads splits each KV head's attention into parts
-// of the context that run in parallel and are joined by their softmax denominators: the
-// logits must equal those of the prefill (not split) and of one thread.
-TEST_P(ForwardTest, DecodeSplitAcrossThreadsEqualsPrefill) {
+// Decode over a long context splits each KV head's attention into parts of the context
+// that run as separate tasks and are joined by their softmax denominators: the logits must
+// equal the prefill's (not split) on any thread count, and be bit for bit the same whether
+// the sequence decodes alone or beside another one.
+TEST_P(ForwardTest, DecodeSplitIntoPartsEqualsPrefill) {
   const int n = 560, n_prompt = 556;
   auto tokens = RandomTokens(n, 7);
   const size_t V = size_t(model_->hparams().n_vocab);
@@ -173,17 +174,47 @@ TEST_P(ForwardTest, DecodeSplitAcrossThreadsEqualsPrefill) {
   }
   for (int threads : {1, 2, 3}) {
     auto engine = MakeEngine(threads, 64, 2, 576);
-    SeqId b;
+    SeqId b, other;
     ASSERT_TRUE(engine->NewSequence(&b).ok());
+    ASSERT_TRUE(engine->NewSequence(&other).ok());
     std::vector<float> one;
     ASSERT_TRUE(engine->Prefill(b, {tokens.data(), size_t(n_prompt)}, &one).ok());
+    ASSERT_TRUE(engine->Prefill(other, {tokens.data() + 100, 20}, &one).ok());
+    int32_t other_len = 20;
     for (int t = n_prompt; t < n; ++t) {
-      ASSERT_TRUE(engine->Prefill(b, {&tokens[t], 1}, &one).ok());
+      if (t % 2) {
+        ASSERT_TRUE(engine->Prefill(b, {&tokens[t], 1}, &one).ok());
+      } else {
+        // Beside another decoding sequence: b's logits come first.
+        ForwardBatch batch;
+        batch.Add(b, t, {&tokens[t], 1}, true);
+        batch.Add(other, other_len++, {&tokens[t], 1}, true);
+        ASSERT_TRUE(engine->Evaluate(batch, &one).ok());
+      }
       const double scale = MaxAbs(all.data() + t * V, V);
       EXPECT_LT(MaxDiff(one.data(), all.data() + t * V, V) / scale, 1e-4)
           << threads << " threads, position " << t;
     }
   }
+  // Alone and in a batch, the same bits.
+  std::vector<float> alone, together;
+  for (bool in_batch : {false, true}) {
+    auto engine = MakeEngine(2, 64, 2, 576);
+    SeqId b, other;
+    ASSERT_TRUE(engine->NewSequence(&b).ok());
+    ASSERT_TRUE(engine->NewSequence(&other).ok());
+    std::vector<float> logits;
+    ASSERT_TRUE(engine->Prefill(b, {tokens.data(), size_t(n_prompt)}, &logits).ok());
+    ASSERT_TRUE(engine->Prefill(other, {tokens.data() + 100, 20}, &logits).ok());
+    ForwardBatch batch;
+    batch.Add(b, n_prompt, {&tokens[n_prompt], 1}, true);
+    if (in_batch) batch.Add(other, 20, {&tokens[n_prompt], 1}, true);
+    ASSERT_TRUE(engine->Evaluate(batch, &logits).ok());
+    logits.resize(V);
+    (in_batch ? together : alone) = logits;
+  }
+  ASSERT_EQ(alone.size(), V);
+  for (size_t i = 0; i < V; ++i) ASSERT_EQ(alone[i], together[i]) << i;
 }
 
 TEST_P(ForwardTest, SequencesInOneBatchEqualSeparateRuns) {
