@@ -217,7 +217,7 @@ const std::vector<Setting>& Schema() {
         "kv.ratio", "sigma: key summary compression (adapters must hold it)",
         [dk](Config& c) -> int32_t& { return dk(c).ratio; }, 1, 4096));
     v.push_back(Int<int32_t>(
-        "kv.groups_per_step", "M: groups loaded per layer, 0 = 400/G or what fits",
+        "kv.groups_per_step", "M: groups selected per layer and step, 0 = C (every slot)",
         [dk](Config& c) -> int32_t& { return dk(c).groups_per_step; }, 0, 1 << 20));
     v.push_back(Int<int32_t>(
         "kv.reuse_slots", "C: loaded groups kept per layer, 0 = what the budget allows",

@@ -172,7 +172,6 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
     return fixed + L * (uint64_t(c) * rec + TablesPerLayer(c, m, p.sink_groups, p.recent_groups));
   };
 
-  const int32_t m_default = std::min(max_groups, (kDefaultSelectedTokens + G - 1) / G);
   const int32_t m_min = o.groups_per_step > 0 ? o.groups_per_step : 1;
   const uint64_t minimum = cost(std::max(m_min, o.reuse_slots), m_min);
   auto below = [&](uint64_t need) {
@@ -194,13 +193,18 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
     const uint64_t c = uint64_t(m) + (p.budget_bytes - cost(m, m)) / per_slot;
     return int32_t(std::min<uint64_t>(c, uint64_t(max_groups)));
   };
+  // M left at 0 is C: every slot is chosen afresh each step. Attention reads every slot
+  // anyway (kv.attend_resident), a fresh pick serves it better than a stale one, and the
+  // resident bonus keeps the reads near those of the paper's M*G ~ 400 (numbers in
+  // docs/DESIGN.md). C left at 0 is what the budget affords.
   int32_t m = o.groups_per_step;
-  if (m == 0) {
-    m = m_default;
-    while (m > 1 && cost(m, m) > p.budget_bytes) --m;
-  }
   int32_t c = o.reuse_slots;
-  if (c == 0) c = fit(m);
+  if (c == 0) c = fit(std::max(m, 1));
+  if (m == 0) {
+    if (o.reuse_slots == 0)
+      while (c > 1 && cost(c, c) > p.budget_bytes) --c;
+    m = c;
+  }
   if (c < m)
     return Status::OutOfRange("kv.reuse_slots (C) = " + std::to_string(c) +
                               " must be at least M = " + std::to_string(m) +

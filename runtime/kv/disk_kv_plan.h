@@ -28,8 +28,6 @@
 
 namespace strata {
 
-// KVSwap's default of about 400 selected tokens per layer and step (M*G ~ 400).
-constexpr int32_t kDefaultSelectedTokens = 400;
 // The paper's memory ratio against an all-in-memory server, used when no budget is given.
 constexpr int32_t kDefaultBudgetDivisor = 13;
 

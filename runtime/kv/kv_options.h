@@ -85,8 +85,13 @@ struct DiskKvOptions {
   // docs/DESIGN.md). The adapters must hold the ratio (`strata calibrate --ratios`).
   int32_t ratio = 4;
   KeySummaryType summary_type = KeySummaryType::kQ4;
-  int32_t groups_per_step = 0;  // M: groups attention loads per layer; 0 = 400/G or what fits
-  int32_t reuse_slots = 0;      // C: loaded groups kept per layer; 0 = all the budget allows
+  // M: groups selected (and read where not held) per layer and step; 0 = C, every slot
+  // chosen afresh each step. The paper's M*G ~ 400 (M = 80 at G = 5) leaves the other C - M
+  // slots to stale picks of earlier steps; on SmolLM2-135M at 1/13 of the cache M = C with
+  // a resident bonus of 3 loses 2.9% perplexity against full KV where M = 80 loses 3.3%,
+  // reading about as much (bench_kv_quality / bench_kv_speed; numbers in docs/DESIGN.md).
+  int32_t groups_per_step = 0;
+  int32_t reuse_slots = 0;  // C: loaded groups kept per layer; 0 = all the budget allows
   // Spread M and C over the layers by the adapters' attention profile (layers that spread
   // their attention wider get more groups; the totals stay L*M and L*C) when the adapters
   // have one; off, or without a profile, every layer gets M and C. Off by default: on
@@ -115,9 +120,10 @@ struct DiskKvOptions {
   // Selection prefers groups already in memory: a held group's score s counts as
   // s + resident_bonus * |s|. A sharper summary follows the query more closely and so
   // changes its picks more from step to step; this trades a little of that for fewer reads.
-  // 0 = off. At 0.5 (the default) the Q4 sigma-4 summary reads 36% fewer bytes per step for
-  // 0.3 points of perplexity (bench_kv_quality / bench_kv_speed; numbers in docs/DESIGN.md).
-  float resident_bonus = 0.5f;
+  // 0 = off. With M = C (the default) a bonus of 3 finds 92% of the picks in memory (0.5:
+  // 82%, 0: 74%) for about half a point of perplexity against 0.5, and reads 1.2x what the
+  // paper's M*G ~ 400 read at 0.5 (bench_kv_quality / bench_kv_speed; docs/DESIGN.md).
+  float resident_bonus = 3.0f;
   // FlexGen-style baseline for benchmarks: every step reads each layer's whole KV back
   // instead of predicting groups (the budget then does not bound the staging it needs).
   bool reload_all = false;

@@ -26,8 +26,9 @@ TEST(DiskKvPlanTest, DefaultBudgetIsOneThirteenthAndFillsTheSlots) {
   EXPECT_EQ(p.summary_type, KeySummaryType::kQ4);
   EXPECT_EQ(p.klr_bytes, uint64_t(30) * 8192 * 26);  // 24 bytes of nibbles + an F16 scale
   EXPECT_LE(p.total_bytes(), p.budget_bytes);
-  EXPECT_GE(p.reuse_slots, p.groups_per_step);
-  EXPECT_EQ(p.groups_per_step, 80);  // M*G ~ 400
+  // M left at 0 is C: every slot chosen afresh each step (123 groups of 5 tokens a layer).
+  EXPECT_EQ(p.groups_per_step, p.reuse_slots);
+  EXPECT_EQ(p.reuse_slots, 123);
   // Nothing more fits: one more slot per layer would break the budget.
   EXPECT_GT(p.total_bytes() + uint64_t(30) * 2048, p.budget_bytes);
 }
@@ -142,6 +143,7 @@ TEST(DiskKvPlanTest, SpreadGroupsGivesWideLayersMoreWithinTheTotal) {
 TEST(DiskKvPlanTest, CalibratedLayersKeepTheBudgetAndSayTheSpread) {
   const AttentionProfile prof = TwoKindsOfLayers();
   DiskKvOptions o;
+  o.groups_per_step = 80;  // C > M: both spread, each within its total
   DiskKvPlan uniform, spread;
   ASSERT_FALSE(o.calibrated_layers);  // off by default
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &spread, &prof).ok());
@@ -171,6 +173,30 @@ TEST(DiskKvPlanTest, CalibratedLayersKeepTheBudgetAndSayTheSpread) {
   o.calibrated_layers = false;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &spread, &prof).ok());
   EXPECT_FALSE(spread.calibrated);
+}
+
+// M left at 0 follows C, whether C is what the budget affords or set; a set M stays.
+TEST(DiskKvPlanTest, DefaultMIsEverySlot) {
+  DiskKvOptions o;
+  o.reuse_slots = 90;
+  DiskKvPlan p;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
+  EXPECT_EQ(p.reuse_slots, 90);
+  EXPECT_EQ(p.groups_per_step, 90);
+  o.reuse_slots = 0;
+  o.groups_per_step = 80;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
+  EXPECT_EQ(p.groups_per_step, 80);
+  EXPECT_GT(p.reuse_slots, 80);  // the rest of the budget: stale picks, attended at no I/O
+  // A tight budget: M = C shrinks with it, and the plan still fits.
+  o.groups_per_step = 0;
+  o.ratio = 16;
+  o.budget_bytes = int64_t(kSmol.n_layer) * kSmol.n_ctx * kSmol.row() * 4 / 34;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
+  EXPECT_EQ(p.groups_per_step, p.reuse_slots);
+  EXPECT_GT(p.reuse_slots, 40);
+  EXPECT_LE(p.total_bytes(), p.budget_bytes);
+  EXPECT_GT(p.total_bytes() + uint64_t(30) * 2048, p.budget_bytes);
 }
 
 TEST(DiskKvPlanTest, ExplicitSettingsAndPadding) {
