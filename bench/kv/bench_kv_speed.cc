@@ -196,11 +196,13 @@ Status RunMode(const Model& model, const Flags& f, char mode, bool emmc, int32_t
         std::snprintf(line, sizeof line,
                       "    bs %u depth %u: fio %.0f IOPS (%.1f MB/s), store random reads %.0f IOPS "
                       "= %.0f%% of fio; trace replay at mean request %.1f KiB = %.0f%% of fio's "
-                      "IOPS at bs %u\n      %s",
+                      "IOPS at bs %u",
                       job.block, job.depth, fio.iops, fio.mb_per_s, mine.iops,
                       100 * mine.iops / fio.iops, double(bytes) / double(requests) / 1024,
-                      100 * (double(requests) / rs) / fio.iops, job.block, FioCommand(job).c_str());
+                      100 * (double(requests) / rs) / fio.iops, job.block);
         fio_lines->push_back(line);
+        // The command on a line of its own: it is longer than any fixed buffer should be.
+        fio_lines->push_back("      " + FioCommand(job));
       }
     }
   }
