@@ -88,8 +88,8 @@ struct DiskKvOptions {
   // M: groups selected (and read where not held) per layer and step; 0 = C, every slot
   // chosen afresh each step. The paper's M*G ~ 400 (M = 80 at G = 5) leaves the other C - M
   // slots to stale picks of earlier steps; on SmolLM2-135M at 1/13 of the cache M = C with
-  // a resident bonus of 3 loses 2.9% perplexity against full KV where M = 80 loses 3.3%,
-  // reading about as much (bench_kv_quality / bench_kv_speed; numbers in docs/DESIGN.md).
+  // a resident bonus of 3 loses 2.8% perplexity against full KV where M = 80 lost 3.25%,
+  // reading 1.2x as much (bench_kv_quality / bench_kv_speed; numbers in docs/DESIGN.md).
   int32_t groups_per_step = 0;
   int32_t reuse_slots = 0;  // C: loaded groups kept per layer; 0 = all the budget allows
   // Spread M and C over the layers by the adapters' attention profile (layers that spread
