@@ -79,17 +79,32 @@ constexpr float kClearMargin = 0.5f;
 
 void Accumulate(const float* logits, int32_t n_vocab, int32_t target, Score* s) {
   const float* e = logits + n_vocab;
-  const float mx = *std::max_element(logits, e);
+  const float* best = std::max_element(logits, e);
+  const float mx = *best;
   double z = 0;
   for (const float* p = logits; p < e; ++p) z += std::exp(double(*p - mx));
   s->nll += std::log(z) - double(logits[target] - mx);
-  const float* best = std::max_element(logits, e);
   float second = -INFINITY;
   for (const float* p = logits; p < e; ++p)
     if (p != best && *p > second) second = *p;
   s->argmax.push_back(int32_t(best - logits));
   s->margin.push_back(*best - second);
   ++s->n;
+}
+
+// Decodes the scored tokens of `win` one per pass, teacher-forced, after a replayed prefix.
+Status DecodeScored(Engine* e, SeqId seq, const Flags& f, const std::vector<int32_t>& win,
+                    int32_t n_vocab, Score* s) {
+  const int32_t prefix = f.window - f.scored - 1;
+  std::vector<float> logits;
+  ForwardBatch b;
+  for (int32_t i = 0; i < f.scored; ++i) {
+    b.Clear();
+    b.Add(seq, prefix + i, std::span<const int32_t>(&win[size_t(prefix + i)], 1));
+    STRATA_RETURN_IF_ERROR(e->Evaluate(b, &logits));
+    Accumulate(logits.data(), n_vocab, win[size_t(prefix + i + 1)], s);
+  }
+  return Status::OK();
 }
 
 // Full KV in RAM (the memory policy). The reference decodes the scored tokens one per pass,
@@ -109,21 +124,12 @@ Status RunFull(const Model& model, const Flags& f, const KvCapture& cap,
   const int32_t prefix = f.window - f.scored - 1;
   STRATA_RETURN_IF_ERROR(ReplayPrefix(e->kv(), seq, cap, prefix));
   const int32_t n_vocab = model.hparams().n_vocab;
+  if (!prefill) return DecodeScored(e.get(), seq, f, win, n_vocab, s);
   std::vector<float> logits;
-  if (prefill) {
-    STRATA_RETURN_IF_ERROR(e->Prefill(
-        seq, std::span<const int32_t>(win.data() + prefix, size_t(f.scored)), &logits, true));
-    for (int32_t i = 0; i < f.scored; ++i)
-      Accumulate(logits.data() + size_t(i) * n_vocab, n_vocab, win[size_t(prefix + i + 1)], s);
-    return Status::OK();
-  }
-  ForwardBatch b;
-  for (int32_t i = 0; i < f.scored; ++i) {
-    b.Clear();
-    b.Add(seq, prefix + i, std::span<const int32_t>(&win[size_t(prefix + i)], 1));
-    STRATA_RETURN_IF_ERROR(e->Evaluate(b, &logits));
-    Accumulate(logits.data(), n_vocab, win[size_t(prefix + i + 1)], s);
-  }
+  STRATA_RETURN_IF_ERROR(e->Prefill(
+      seq, std::span<const int32_t>(win.data() + prefix, size_t(f.scored)), &logits, true));
+  for (int32_t i = 0; i < f.scored; ++i)
+    Accumulate(logits.data() + size_t(i) * n_vocab, n_vocab, win[size_t(prefix + i + 1)], s);
   return Status::OK();
 }
 
@@ -143,17 +149,9 @@ Status RunPolicy(const Model& model, const Flags& f, const DiskKvOptions& d, con
   const int32_t prefix = f.window - f.scored - 1;
   STRATA_RETURN_IF_ERROR(ReplayPrefix(kv, seq, cap, prefix));
   const KvCounters c0 = kv.counters();
-  const int32_t n_vocab = model.hparams().n_vocab;
-  std::vector<float> logits;
-  ForwardBatch b;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int32_t i = 0; i < f.scored; ++i) {
-    b.Clear();
-    b.Add(seq, prefix + i, std::span<const int32_t>(&win[size_t(prefix + i)], 1));
-    STRATA_RETURN_IF_ERROR(e->Evaluate(b, &logits));
-    Accumulate(logits.data(), n_vocab, win[size_t(prefix + i + 1)], s);
-    s->agree += s->argmax.back() == ref_argmax[size_t(i)];
-  }
+  STRATA_RETURN_IF_ERROR(DecodeScored(e.get(), seq, f, win, model.hparams().n_vocab, s));
+  for (int32_t i = 0; i < f.scored; ++i) s->agree += s->argmax[size_t(i)] == ref_argmax[size_t(i)];
   const KvCounters c = kv.counters();
   (*info)["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   (*info)["M"] = kv.plan().groups_per_step;
