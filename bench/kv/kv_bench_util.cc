@@ -144,7 +144,7 @@ Status ParseDiskSpec(const std::string& spec, const DiskKvOptions& base, int32_t
       } else if (k == "refine") {
         o.refine = v == "1";
       } else if (k == "layers") {
-        o.calibrated_layers = v == "1";
+        STRATA_RETURN_IF_ERROR(ParseAutoSwitch(v, &o.calibrated_layers));
       } else if (k == "resident") {
         o.attend_resident = v == "1";
       } else if (k == "reload") {
@@ -154,7 +154,7 @@ Status ParseDiskSpec(const std::string& spec, const DiskKvOptions& base, int32_t
       } else if (k == "type") {
         STRATA_RETURN_IF_ERROR(ParseKvRecordType(v, &o.record_type));
       } else if (k == "bonus") {
-        o.resident_bonus = std::stof(v);
+        o.resident_bonus = v == "auto" ? kAutoResidentBonus : std::stof(v);
       } else if (k == "klr") {
         STRATA_RETURN_IF_ERROR(ParseKeySummaryType(v, &o.summary_type));
       } else if (k == "scoring") {

@@ -214,8 +214,10 @@ const std::vector<Setting>& Schema() {
         "kv.group_size", "G: tokens per group record, 0 = what fills the blocks best",
         [dk](Config& c) -> int32_t& { return dk(c).group_size; }, 0, 64));
     v.push_back(Int<int32_t>(
-        "kv.ratio", "sigma: key summary compression (adapters must hold it)",
-        [dk](Config& c) -> int32_t& { return dk(c).ratio; }, 1, 4096));
+        "kv.ratio",
+        "sigma: key summary compression (adapters must hold it), 0 = the smallest whose "
+        "summary takes at most half the budget",
+        [dk](Config& c) -> int32_t& { return dk(c).ratio; }, 0, 4096));
     v.push_back(Int<int32_t>(
         "kv.groups_per_step", "M: groups selected per layer and step, 0 = C (every slot)",
         [dk](Config& c) -> int32_t& { return dk(c).groups_per_step; }, 0, 1 << 20));
@@ -231,9 +233,29 @@ const std::vector<Setting>& Schema() {
     v.push_back(Int<int32_t>(
         "kv.recent_groups", "newest full groups always resident",
         [dk](Config& c) -> int32_t& { return dk(c).recent_groups; }, 0, 64));
-    v.push_back(Float(
-        "kv.resident_bonus", "selection's preference for groups in memory, 0 = off",
-        [dk](Config& c) -> float& { return dk(c).resident_bonus; }, 0, 100));
+    {
+      // A number in [0, 100] or auto (3, or 0 where the budget is tight).
+      Setting bonus = Float(
+          "kv.resident_bonus",
+          "selection's preference for groups in memory, 0 = off, auto = 3 (0 at tight budgets)",
+          [dk](Config& c) -> float& { return dk(c).resident_bonus; }, 0, 100);
+      auto set_number = bonus.set;
+      bonus.set = [set_number](const YAML::Node& n, const Where& w, Config* c) -> Status {
+        if (n.IsScalar() && n.Scalar() == "auto") {
+          c->engine.kv.disk.resident_bonus = kAutoResidentBonus;
+          return Status::OK();
+        }
+        return set_number(n, w, c);
+      };
+      bonus.get = [](const Config& c) {
+        const float b = c.engine.kv.disk.resident_bonus;
+        if (b == kAutoResidentBonus) return std::string("auto");
+        std::ostringstream o;
+        o << b;
+        return o.str();
+      };
+      v.push_back(std::move(bonus));
+    }
     auto choice = [](std::string key, std::string help, auto parse, auto name) {
       Setting s{std::move(key), std::move(help), nullptr, nullptr};
       s.set = [parse](const YAML::Node& n, const Where& w, Config* c) -> Status {
@@ -283,9 +305,14 @@ const std::vector<Setting>& Schema() {
         [dk](Config& c) -> int32_t& { return dk(c).queue_depth; }, 1, 4096));
     v.push_back(Bool("kv.refine", "re-select each layer's groups from its exact query",
                      [dk](Config& c) -> bool& { return dk(c).refine; }));
-    v.push_back(Bool("kv.calibrated_layers",
-                     "spread M and C over layers by the adapters' attention profile",
-                     [dk](Config& c) -> bool& { return dk(c).calibrated_layers; }));
+    v.push_back(choice(
+        "kv.calibrated_layers",
+        "spread M and C over layers by the adapters' attention profile: auto (at tight "
+        "budgets), true, false",
+        [](const std::string& n, Config* c) {
+          return ParseAutoSwitch(n, &c->engine.kv.disk.calibrated_layers);
+        },
+        [](const Config& c) { return AutoSwitchName(c.engine.kv.disk.calibrated_layers); }));
     v.push_back(Bool("kv.attend_resident",
                      "attention also reads groups the reuse buffer holds from earlier steps",
                      [dk](Config& c) -> bool& { return dk(c).attend_resident; }));

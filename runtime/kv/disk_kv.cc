@@ -69,17 +69,22 @@ Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t 
   std::unique_ptr<DiskKv> kv(new DiskKv(model, options, shape));
   kv->max_sequences_ = max_sequences;
 
-  int32_t rank = 0;
-  STRATA_RETURN_IF_ERROR(RankForRatio(shape.row(), options.ratio, &rank).WithContext("kv.ratio"));
+  if (options.ratio > 0) {
+    int32_t rank = 0;
+    STRATA_RETURN_IF_ERROR(RankForRatio(shape.row(), options.ratio, &rank).WithContext("kv.ratio"));
+  }
   const std::string adapters =
       options.adapters.empty() ? DefaultAdaptersPath(model.path()) : options.adapters;
   STRATA_RETURN_IF_ERROR(Adapters::Read(adapters, &kv->adapters_));
   STRATA_RETURN_IF_ERROR(kv->adapters_.CheckModel(model, adapters));
-  const AdapterSet* set = kv->adapters_.Find(options.ratio);
-  if (!set)
+  if (options.ratio > 0 && !kv->adapters_.Find(options.ratio))
     return Status::InvalidArgument("kv.ratio = " + std::to_string(options.ratio) +
                                    " is not in adapters " + adapters + " (they hold ratios " +
                                    kv->adapters_.RatioList() + "); calibrate it with --ratios");
+  std::vector<int32_t> ratios;
+  for (const AdapterSet& a : kv->adapters_.sets) ratios.push_back(a.ratio);
+  if (ratios.empty())
+    return Status::Corruption("adapters " + adapters + " hold no ratio; calibrate them again");
 
   storage::StoreOptions so;
   so.directory = options.dir;
@@ -103,7 +108,9 @@ Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t 
     STRATA_RETURN_IF_ERROR(storage::BlockStore::Open(probe, &s).WithContext("disk KV store"));
     block = s->block_size();
   }
-  STRATA_RETURN_IF_ERROR(PlanDiskKv(shape, options, block, &kv->plan_, &kv->adapters_.profile));
+  STRATA_RETURN_IF_ERROR(
+      PlanDiskKv(shape, options, block, &kv->plan_, &kv->adapters_.profile, ratios));
+  const AdapterSet* set = kv->adapters_.Find(kv->plan_.ratio);
   if (kv->plan_.rank != set->rank)
     return Status::Corruption("adapters " + adapters + ": ratio " + std::to_string(set->ratio) +
                               " has rank " + std::to_string(set->rank) + ", expected " +
@@ -383,12 +390,12 @@ Status DiskKv::PrepareSparse(int32_t layer, const float* x, int64_t n_embd, bool
     const int32_t g_lo = std::min(plan_.sink_groups, gp);
     const int32_t g_hi = std::max(g_lo, gp - plan_.recent_groups);
     favored_.clear();
-    if (options_.resident_bonus > 0)
+    if (plan_.resident_bonus > 0)
       for (int32_t slot = 0; slot < L.reuse.capacity(); ++slot)
         if (L.reuse.group_of(slot) >= 0) favored_.push_back(L.reuse.group_of(slot));
     predictor_->SelectGroups(q_lr_.data() + j * n_head * rank, L.klr, g_lo, g_hi, G,
                              plan_.layer_groups[size_t(layer)], &L.selected, favored_,
-                             options_.resident_bonus);
+                             plan_.resident_bonus);
     L.reuse.Resolve(L.selected, &L.placed);
     AddLoads(layer, s, refining);
   }

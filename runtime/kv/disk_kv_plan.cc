@@ -91,12 +91,13 @@ std::vector<int32_t> SpreadGroups(const AttentionProfile& profile, int32_t n_lay
 std::string DiskKvPlan::Describe() const {
   char s[512];
   std::snprintf(s, sizeof s,
-                "G=%d sigma=%d (rank %d, %s) M=%d C=%d sink=%d recent=%d %s records of %u B: %s of "
-                "a %s budget per "
-                "sequence (%.1fx below the full cache of %s): K_lr %s, reuse slots %s, "
+                "G=%d sigma=%d (%srank %d, %s) M=%d C=%d%s bonus=%g sink=%d recent=%d %s "
+                "records of %u B: %s of a %s budget per sequence (%.1fx below the full cache "
+                "of %s): K_lr %s, reuse slots %s, "
                 "rolling+recent %s, sink %s, write staging %s, tables %s",
-                layout.group_size, ratio, rank, KeySummaryTypeName(summary_type), groups_per_step,
-                reuse_slots, sink_groups, recent_groups,
+                layout.group_size, ratio, ratio_auto ? "auto, " : "", rank,
+                KeySummaryTypeName(summary_type), groups_per_step, reuse_slots,
+                tight ? " (tight)" : "", double(resident_bonus), sink_groups, recent_groups,
                 layout.type == kernels::KvType::kQ8_0 ? "q8_0" : "f16", layout.record_bytes,
                 Mib(total_bytes()).c_str(), Mib(budget_bytes).c_str(),
                 double(full_cache_bytes) / double(total_bytes()), Mib(full_cache_bytes).c_str(),
@@ -126,8 +127,36 @@ int32_t AutoGroupSize(const KvShape& shape, uint32_t block_size, kernels::KvType
   return best;
 }
 
+namespace {
+
+uint64_t BudgetBytes(const KvShape& shape, const DiskKvOptions& o) {
+  const uint64_t full = uint64_t(shape.n_layer) * shape.n_ctx * shape.row() * 2 * 2;
+  return o.budget_bytes > 0 ? uint64_t(o.budget_bytes) : full / kDefaultBudgetDivisor;
+}
+
+}  // namespace
+
+int32_t AutoRatio(const KvShape& shape, const DiskKvOptions& o,
+                  std::span<const int32_t> available) {
+  static constexpr int32_t kCalibrateDefault[] = {4, 8, 16, 32};
+  std::vector<int32_t> ratios(available.begin(), available.end());
+  if (ratios.empty()) ratios.assign(std::begin(kCalibrateDefault), std::end(kCalibrateDefault));
+  std::sort(ratios.begin(), ratios.end());
+  const double allowed = kAutoSummaryShare * double(BudgetBytes(shape, o));
+  const kernels::ScoreType type = ScoreTypeOf(o.summary_type);
+  for (int32_t r : ratios) {
+    int32_t rank = 0;
+    if (!RankForRatio(shape.row(), r, &rank).ok()) continue;
+    const uint64_t klr =
+        uint64_t(shape.n_layer) * GroupPredictor::KlrBytes(shape.n_ctx, rank, type);
+    if (double(klr) <= allowed) return r;
+  }
+  return ratios.back();
+}
+
 Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_size,
-                  DiskKvPlan* out, const AttentionProfile* profile) {
+                  DiskKvPlan* out, const AttentionProfile* profile,
+                  std::span<const int32_t> ratios) {
   STRATA_RETURN_IF_ERROR(ValidateDiskKvOptions(o));
   DiskKvPlan p;
   p.n_ctx = shape.n_ctx;
@@ -142,8 +171,9 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
   const kernels::KvType type = q8 ? kernels::KvType::kQ8_0 : kernels::KvType::kF16;
   const int32_t G = o.group_size > 0 ? o.group_size : AutoGroupSize(shape, block_size, type);
   p.layout = KvRecordLayout::Make(shape, G, block_size, type);
-  STRATA_RETURN_IF_ERROR(RankForRatio(shape.row(), o.ratio, &p.rank).WithContext("kv.ratio"));
-  p.ratio = o.ratio;
+  p.ratio_auto = o.ratio == 0;
+  p.ratio = p.ratio_auto ? AutoRatio(shape, o, ratios) : o.ratio;
+  STRATA_RETURN_IF_ERROR(RankForRatio(shape.row(), p.ratio, &p.rank).WithContext("kv.ratio"));
   p.sink_groups = o.sink_groups;
   p.recent_groups = o.recent_groups;
   const int32_t max_groups = p.layout.max_groups;
@@ -157,8 +187,7 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
                               "]: a context of " + std::to_string(shape.n_ctx) + " tokens holds " +
                               std::to_string(max_groups) + " groups of " + std::to_string(G));
   p.full_cache_bytes = uint64_t(shape.n_layer) * shape.n_ctx * shape.row() * 2 * 2;
-  p.budget_bytes =
-      o.budget_bytes > 0 ? uint64_t(o.budget_bytes) : p.full_cache_bytes / kDefaultBudgetDivisor;
+  p.budget_bytes = BudgetBytes(shape, o);
 
   const uint64_t L = uint64_t(shape.n_layer), rec = p.layout.record_bytes;
   p.summary_type = o.summary_type;
@@ -178,9 +207,9 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
     return Status::ResourceExhausted(
         "KV budget of " + std::to_string(p.budget_bytes) + " bytes (" + Mib(p.budget_bytes) +
         ") per sequence is below the minimum of " + std::to_string(need) + " bytes (" + Mib(need) +
-        ") for G=" + std::to_string(G) + ", sigma=" + std::to_string(o.ratio) +
-        ", M=" + std::to_string(m_min) + " at a context of " + std::to_string(shape.n_ctx) +
-        " tokens (K_lr alone takes " + Mib(p.klr_bytes) +
+        ") for G=" + std::to_string(G) + ", sigma=" + std::to_string(p.ratio) +
+        (p.ratio_auto ? " (auto)" : "") + ", M=" + std::to_string(m_min) + " at a context of " +
+        std::to_string(shape.n_ctx) + " tokens (K_lr alone takes " + Mib(p.klr_bytes) +
         "); raise kv.budget_bytes or the ratio, or lower M or the context");
   };
   if (minimum > p.budget_bytes) return below(minimum);
@@ -214,12 +243,17 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
   p.reuse_slots = c;
   p.layer_groups.assign(size_t(L), m);
   p.layer_slots.assign(size_t(L), c);
-  if (o.calibrated_layers && profile && !profile->empty() &&
-      int32_t(profile->error.size()) == shape.n_layer) {
+  p.tight = int64_t(c) * G < kTightSlotTokens;
+  p.resident_bonus = o.resident_bonus != kAutoResidentBonus ? o.resident_bonus
+                     : p.tight                              ? 0.0f
+                                                            : kResidentBonus;
+  const bool spread = o.calibrated_layers == AutoSwitch::kOn ||
+                      (o.calibrated_layers == AutoSwitch::kAuto && p.tight);
+  if (spread && profile && !profile->empty() && int32_t(profile->error.size()) == shape.n_layer) {
     p.layer_groups = SpreadGroups(*profile, shape.n_layer, m, G, max_groups);
     p.layer_slots = SpreadSlots(p.layer_groups, m, c, max_groups);
     p.calibrated = true;
-  } else if (o.calibrated_layers) {
+  } else if (spread) {
     p.uniform_reason =
         "the adapters have no attention profile; recalibrate to spread M and C "
         "over the layers";

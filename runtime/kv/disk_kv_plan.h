@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,7 @@ struct DiskKvPlan {
   int32_t n_ctx = 0;
   int32_t rank = 0;
   int32_t ratio = 0;
+  bool ratio_auto = false;  // kv.ratio was 0: AutoRatio chose it
   KeySummaryType summary_type = KeySummaryType::kF16;
   int32_t groups_per_step = 0;  // M
   int32_t reuse_slots = 0;      // C
@@ -52,6 +54,10 @@ struct DiskKvPlan {
   // adapters' attention profile, summing to at most L*M and L*C.
   std::vector<int32_t> layer_groups, layer_slots;
   bool calibrated = false;
+  // The budget's slots hold fewer than kTightSlotTokens tokens per layer (uniform C * G):
+  // auto settings then spend them differently (calibrated layers on, resident bonus 0).
+  bool tight = false;
+  float resident_bonus = 0;    // kv.resident_bonus, auto resolved
   std::string uniform_reason;  // why not calibrated although asked for ("" otherwise)
   // Bytes per sequence at a full context.
   uint64_t klr_bytes = 0;
@@ -84,10 +90,28 @@ struct DiskKvPlan {
 constexpr int32_t kAutoGroupMin = 4, kAutoGroupMax = 8;
 int32_t AutoGroupSize(const KvShape& shape, uint32_t block_size, kernels::KvType type);
 
+// Below this many slot tokens per layer (the paper's M*G ~ 400) a budget is tight: 1/34 of
+// SmolLM2-135M's cache (52 slots of 5 tokens) is, 1/13 (123 slots) is not.
+constexpr int32_t kTightSlotTokens = 400;
+
+// The share of the budget an automatically chosen key summary may take at most: the rest
+// is reuse slots. At 1/13 of SmolLM2-135M's cache sigma 4's summary takes 44% and beat
+// sigma 8 (more slots, coarser ranking) by 2.7 points of perplexity; at 1/34 sigma 4 does
+// not fit, 8 takes 62% and 16 35%, and 16 beat both 8 and 32 (bench_kv_quality).
+constexpr double kAutoSummaryShare = 0.5;
+// kv.ratio when it is 0: of `available` (the ratios the adapters hold; empty: those
+// `strata calibrate` makes by default, 4, 8, 16, 32), the smallest whose key summary takes at
+// most kAutoSummaryShare of the budget (o.budget_bytes, 0 = the default); the largest when
+// none does (the plan then refuses a budget that still cannot hold it, naming the minimum).
+int32_t AutoRatio(const KvShape& shape, const DiskKvOptions& o,
+                  std::span<const int32_t> available = {});
+
 // block_size: the store's request alignment (records are padded to it). profile: the
 // adapters' attention profile, used when o.calibrated_layers (null or empty: uniform).
+// ratios: those the adapters hold, for an automatic kv.ratio (see AutoRatio).
 Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_size,
-                  DiskKvPlan* out, const AttentionProfile* profile = nullptr);
+                  DiskKvPlan* out, const AttentionProfile* profile = nullptr,
+                  std::span<const int32_t> ratios = {});
 
 // L*m groups spread over the layers so that the summed missed attention share of the
 // profile is least: greedy on the gain of one more group, each layer between max(1, m/4)

@@ -72,6 +72,23 @@ Status ParseGroupScoring(const std::string& name, GroupScoring* out) {
   return Status::InvalidArgument("unknown group scoring '" + name + "' (accepted: softmax, sum)");
 }
 
+const char* AutoSwitchName(AutoSwitch s) {
+  return s == AutoSwitch::kAuto ? "auto" : s == AutoSwitch::kOn ? "true" : "false";
+}
+
+Status ParseAutoSwitch(const std::string& name, AutoSwitch* out) {
+  if (name == "auto") {
+    *out = AutoSwitch::kAuto;
+  } else if (name == "true" || name == "on" || name == "yes" || name == "1") {
+    *out = AutoSwitch::kOn;
+  } else if (name == "false" || name == "off" || name == "no" || name == "0") {
+    *out = AutoSwitch::kOff;
+  } else {
+    return Status::InvalidArgument("'" + name + "' is not auto, true or false");
+  }
+  return Status::OK();
+}
+
 const char* KvRecordTypeName(KvRecordType t) {
   switch (t) {
     case KvRecordType::kAuto:
@@ -120,16 +137,17 @@ Status ValidateDiskKvOptions(const DiskKvOptions& o) {
   // G above 64 makes a record of a big model larger than the store's largest request unit
   // and defeats the point of prediction; the paper uses 4 to 8.
   STRATA_RETURN_IF_ERROR(Range("kv.group_size (G)", o.group_size, 0, 64));
-  STRATA_RETURN_IF_ERROR(Range("kv.ratio (sigma)", o.ratio, 1, 4096));
+  STRATA_RETURN_IF_ERROR(Range("kv.ratio (sigma)", o.ratio, 0, 4096));
   STRATA_RETURN_IF_ERROR(Range("kv.groups_per_step (M)", o.groups_per_step, 0, 1 << 20));
   STRATA_RETURN_IF_ERROR(Range("kv.reuse_slots (C)", o.reuse_slots, 0, 1 << 20));
   STRATA_RETURN_IF_ERROR(Range("kv.budget_bytes", o.budget_bytes, 0, int64_t(1) << 50));
   STRATA_RETURN_IF_ERROR(Range("kv.sink_groups", o.sink_groups, 0, 64));
   STRATA_RETURN_IF_ERROR(Range("kv.recent_groups", o.recent_groups, 0, 64));
   STRATA_RETURN_IF_ERROR(Range("kv.queue_depth", o.queue_depth, 1, 4096));
-  if (!(o.resident_bonus >= 0.0f && o.resident_bonus <= 100.0f))
+  if (o.resident_bonus != kAutoResidentBonus &&
+      !(o.resident_bonus >= 0.0f && o.resident_bonus <= 100.0f))
     return Status::OutOfRange("kv.resident_bonus = " + std::to_string(o.resident_bonus) +
-                              " is out of range [0, 100]");
+                              " is out of range [0, 100] (or auto)");
   if (o.backend != "auto" && o.backend != "io_uring" && o.backend != "pread")
     return Status::InvalidArgument("kv.backend = '" + o.backend +
                                    "' is not a block store backend (accepted: auto, io_uring, "

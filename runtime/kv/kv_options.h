@@ -43,6 +43,12 @@ enum class GroupScoring {
 const char* GroupScoringName(GroupScoring s);
 Status ParseGroupScoring(const std::string& name, GroupScoring* out);
 
+// A switch whose default the disk policy's plan decides (see DiskKvPlan's tight budgets).
+enum class AutoSwitch { kAuto, kOff, kOn };
+const char* AutoSwitchName(AutoSwitch s);  // "auto", "false", "true"
+// "auto"; "true", "on", "yes", "1"; "false", "off", "no", "0". The error lists them.
+Status ParseAutoSwitch(const std::string& name, AutoSwitch* out);
+
 // How group records store K and V, on disk and in the reuse slots.
 enum class KvRecordType {
   kAuto,  // Q8_0 where the head dimension is a multiple of 32 (Q8_0's block), else F16
@@ -66,6 +72,9 @@ Status ParseKeySummaryType(const std::string& name, KeySummaryType* out);
 // The disk-backed sparse policy (KVSwap): the full KV on disk in group records, a low-rank
 // key summary and a few loaded groups in memory. Defaults follow the paper (M*G ~ 400,
 // G = 4 on NVMe) unless a measurement here says otherwise (see bench/kv).
+constexpr float kAutoResidentBonus = -1.0f;
+constexpr float kResidentBonus = 3.0f;
+
 struct DiskKvOptions {
   std::string dir = "/var/tmp";  // directory of the KV store file (deleted on close)
   // Adapters file from `strata calibrate`; "" = the model's path with ".gguf" replaced by
@@ -83,7 +92,10 @@ struct DiskKvOptions {
   // takes 1.08x the memory of F16 at sigma 16 and, on SmolLM2-135M at 1/13 of the cache,
   // cuts the perplexity loss against full KV by about 3x (bench_kv_quality; numbers in
   // docs/DESIGN.md). The adapters must hold the ratio (`strata calibrate --ratios`).
-  int32_t ratio = 4;
+  // 0 = auto: the smallest ratio the adapters hold whose K_lr takes at most half the budget
+  // (AutoRatio: 4 at 1/13 of SmolLM2-135M's cache, 16 at 1/34, where sigma 4 alone would
+  // not fit and 16 measured best of 8, 16 and 32).
+  int32_t ratio = 0;
   KeySummaryType summary_type = KeySummaryType::kQ4;
   // M: groups selected (and read where not held) per layer and step; 0 = C, every slot
   // chosen afresh each step. The paper's M*G ~ 400 (M = 80 at G = 5) leaves the other C - M
@@ -94,10 +106,11 @@ struct DiskKvOptions {
   int32_t reuse_slots = 0;  // C: loaded groups kept per layer; 0 = all the budget allows
   // Spread M and C over the layers by the adapters' attention profile (layers that spread
   // their attention wider get more groups; the totals stay L*M and L*C) when the adapters
-  // have one; off, or without a profile, every layer gets M and C. Off by default: on
-  // SmolLM2-135M it buys 9 points of perplexity at 1/34 of the cache but nothing at 1/13,
-  // where it costs 15% of the batch-1 decode speed (more reads in the first layers).
-  bool calibrated_layers = false;
+  // have one; off, or without a profile, every layer gets M and C. Auto: on where the budget
+  // is tight (DiskKvPlan::tight). On SmolLM2-135M it buys 1.7 points of perplexity at 1/34
+  // of the cache (4 windows) but nothing at 1/13, where it costs 15% of the batch-1 decode
+  // speed (more reads in the first layers).
+  AutoSwitch calibrated_layers = AutoSwitch::kAuto;
   // Resident bytes per sequence (key summary, rolling/recent/sink records, reuse slots,
   // tables); 0 = 1/13 of the full F16 cache at the context length (the paper's ratio).
   int64_t budget_bytes = 0;
@@ -123,7 +136,10 @@ struct DiskKvOptions {
   // 0 = off. With M = C (the default) a bonus of 3 finds 92% of the picks in memory (0.5:
   // 82%, 0: 74%) for about half a point of perplexity against 0.5, and reads 1.2x what the
   // paper's M*G ~ 400 read at 0.5 (bench_kv_quality / bench_kv_speed; docs/DESIGN.md).
-  float resident_bonus = 3.0f;
+  // kAutoResidentBonus: 3 (kResidentBonus), or 0 where the budget is tight: with few slots
+  // each stale one costs more (at 1/34, 4 windows: bonus 3 +23.6% perplexity, 1 +21.9%,
+  // 0 +20.9%) and the reads stay as few as 1/13's at bonus 3.
+  float resident_bonus = kAutoResidentBonus;
   // FlexGen-style baseline for benchmarks: every step reads each layer's whole KV back
   // instead of predicting groups (the budget then does not bound the staging it needs).
   bool reload_all = false;

@@ -107,6 +107,19 @@ TEST(ConfigTest, WrongTypesAreErrors) {
   EXPECT_NE(s.message().find("kv.resident_bonus"), std::string::npos) << s.message();
   ASSERT_TRUE(Parse("kv:\n  resident_bonus: 0.5\n", &c).ok());
   EXPECT_EQ(c.engine.kv.disk.resident_bonus, 0.5f);
+  ASSERT_TRUE(Parse("kv:\n  resident_bonus: auto\n", &c).ok());
+  EXPECT_EQ(c.engine.kv.disk.resident_bonus, kAutoResidentBonus);
+  s = Parse("kv:\n  resident_bonus: lots\n", &c);
+  EXPECT_NE(s.message().find("'lots' is not a finite number"), std::string::npos) << s.message();
+  ASSERT_TRUE(Parse("kv:\n  calibrated_layers: true\n  ratio: 0\n", &c).ok());
+  EXPECT_EQ(c.engine.kv.disk.calibrated_layers, AutoSwitch::kOn);
+  EXPECT_EQ(c.engine.kv.disk.ratio, 0);
+  ASSERT_TRUE(Parse("kv:\n  calibrated_layers: auto\n", &c).ok());
+  EXPECT_EQ(c.engine.kv.disk.calibrated_layers, AutoSwitch::kAuto);
+  s = Parse("kv:\n  calibrated_layers: maybe\n", &c);
+  EXPECT_NE(s.message().find("kv.calibrated_layers"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'maybe' is not auto, true or false"), std::string::npos)
+      << s.message();
   EXPECT_EQ(c.engine.kv.disk.summary_type, KeySummaryType::kQ8);
   s = Parse("- a\n- b\n", &c);
   EXPECT_NE(s.message().find("top level must be a map"), std::string::npos) << s.message();

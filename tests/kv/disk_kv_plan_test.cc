@@ -23,6 +23,9 @@ TEST(DiskKvPlanTest, DefaultBudgetIsOneThirteenthAndFillsTheSlots) {
   EXPECT_EQ(p.layout.payload_bytes, 2040u);  // 5 tokens x 6 blocks of 34 bytes x K,V
   EXPECT_EQ(p.layout.record_bytes, 2048u);
   EXPECT_EQ(p.rank, 48);
+  EXPECT_EQ(p.ratio, 4);  // kv.ratio 0: the summary fits in half of this budget at sigma 4
+  EXPECT_TRUE(p.ratio_auto);
+  EXPECT_NE(p.Describe().find("sigma=4 (auto, rank 48, q4)"), std::string::npos) << p.Describe();
   EXPECT_EQ(p.summary_type, KeySummaryType::kQ4);
   EXPECT_EQ(p.klr_bytes, uint64_t(30) * 8192 * 26);  // 24 bytes of nibbles + an F16 scale
   EXPECT_LE(p.total_bytes(), p.budget_bytes);
@@ -145,10 +148,11 @@ TEST(DiskKvPlanTest, CalibratedLayersKeepTheBudgetAndSayTheSpread) {
   DiskKvOptions o;
   o.groups_per_step = 80;  // C > M: both spread, each within its total
   DiskKvPlan uniform, spread;
-  ASSERT_FALSE(o.calibrated_layers);  // off by default
+  ASSERT_EQ(o.calibrated_layers, AutoSwitch::kAuto);  // on at tight budgets only
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &spread, &prof).ok());
+  EXPECT_FALSE(spread.tight);
   EXPECT_FALSE(spread.calibrated);
-  o.calibrated_layers = true;
+  o.calibrated_layers = AutoSwitch::kOn;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &uniform).ok());
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &spread, &prof).ok());
   EXPECT_FALSE(uniform.calibrated);
@@ -170,9 +174,42 @@ TEST(DiskKvPlanTest, CalibratedLayersKeepTheBudgetAndSayTheSpread) {
   EXPECT_NE(spread.Describe().find("per layer (attention profile) M 20.."), std::string::npos)
       << spread.Describe();
   // Off by option.
-  o.calibrated_layers = false;
+  o.calibrated_layers = AutoSwitch::kOff;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &spread, &prof).ok());
   EXPECT_FALSE(spread.calibrated);
+}
+
+// A budget whose slots hold fewer than kTightSlotTokens tokens per layer is tight: the auto
+// settings spread the slots over the layers and drop the resident bonus; explicit ones stay.
+TEST(DiskKvPlanTest, TightBudgetsSpreadTheLayersAndDropTheBonus) {
+  const AttentionProfile prof = TwoKindsOfLayers();
+  const int64_t full = int64_t(kSmol.n_layer) * kSmol.n_ctx * kSmol.row() * 4;
+  DiskKvOptions o;
+  DiskKvPlan p;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, &prof).ok());  // 1/13: 123 slots of 5 tokens
+  EXPECT_FALSE(p.tight);
+  EXPECT_FALSE(p.calibrated);
+  EXPECT_EQ(p.resident_bonus, kResidentBonus);
+  EXPECT_NE(p.Describe().find("C=123 bonus=3 "), std::string::npos) << p.Describe();
+  o.budget_bytes = full / 34;  // sigma 16: 52 slots of 5 tokens
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, &prof).ok());
+  EXPECT_TRUE(p.tight);
+  EXPECT_LT(p.reuse_slots * p.layout.group_size, kTightSlotTokens);
+  EXPECT_TRUE(p.calibrated);
+  EXPECT_EQ(p.resident_bonus, 0.0f);
+  EXPECT_NE(p.Describe().find(" (tight) bonus=0 "), std::string::npos) << p.Describe();
+  EXPECT_LE(p.total_bytes(), p.budget_bytes);
+  // Without a profile the layers stay uniform, and the plan says why.
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
+  EXPECT_FALSE(p.calibrated);
+  EXPECT_NE(p.Describe().find("no attention profile"), std::string::npos) << p.Describe();
+  // Explicit settings win over the tight defaults.
+  o.calibrated_layers = AutoSwitch::kOff;
+  o.resident_bonus = 0.5f;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, &prof).ok());
+  EXPECT_TRUE(p.tight);
+  EXPECT_FALSE(p.calibrated);
+  EXPECT_EQ(p.resident_bonus, 0.5f);
 }
 
 // M left at 0 follows C, whether C is what the budget affords or set; a set M stays.
@@ -199,6 +236,45 @@ TEST(DiskKvPlanTest, DefaultMIsEverySlot) {
   EXPECT_GT(p.total_bytes() + uint64_t(30) * 2048, p.budget_bytes);
 }
 
+// kv.ratio 0: the smallest ratio the adapters hold whose Q4 summary takes at most half the
+// budget. Per token and layer the summary takes 26 bytes at sigma 4, 14 at 8, 8 at 16 and 5
+// at 32 (6.09, 3.28, 1.88 and 1.17 MiB at 8K).
+TEST(DiskKvPlanTest, AutoRatioFollowsTheBudget) {
+  const int64_t full = int64_t(kSmol.n_layer) * kSmol.n_ctx * kSmol.row() * 4;
+  struct Case {
+    int64_t divisor;
+    int32_t ratio;
+  };
+  // 1/80: even sigma 32 takes more than half (1.17 of 2.25 MiB); the largest is taken and
+  // the rest still affords slots.
+  for (const Case c : {Case{13, 4}, Case{20, 8}, Case{34, 16}, Case{50, 32}, Case{80, 32}}) {
+    DiskKvOptions o;
+    o.budget_bytes = full / c.divisor;
+    EXPECT_EQ(AutoRatio(kSmol, o), c.ratio) << "1/" << c.divisor;
+    DiskKvPlan p;
+    ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok()) << "1/" << c.divisor;
+    EXPECT_EQ(p.ratio, c.ratio) << "1/" << c.divisor;
+    EXPECT_EQ(p.rank, 192 / c.ratio);
+    EXPECT_LE(p.total_bytes(), p.budget_bytes);
+    EXPECT_GE(p.reuse_slots, 10) << "1/" << c.divisor;
+    if (c.divisor < 80) {
+      EXPECT_LE(p.klr_bytes * 2, p.budget_bytes) << "1/" << c.divisor;
+    }
+  }
+  // Only what the adapters hold is chosen.
+  DiskKvOptions o;
+  const int32_t held[] = {16, 8};
+  EXPECT_EQ(AutoRatio(kSmol, o, held), 8);
+  DiskKvPlan p;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, nullptr, held).ok());
+  EXPECT_EQ(p.ratio, 8);
+  // An explicit ratio is kept, even where the automatic choice would differ.
+  o.ratio = 16;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, nullptr, held).ok());
+  EXPECT_EQ(p.ratio, 16);
+  EXPECT_FALSE(p.ratio_auto);
+}
+
 TEST(DiskKvPlanTest, ExplicitSettingsAndPadding) {
   DiskKvOptions o;
   o.group_size = 1;
@@ -218,9 +294,10 @@ TEST(DiskKvPlanTest, ExplicitSettingsAndPadding) {
 TEST(DiskKvPlanTest, RefusalsNameTheValueAndTheLimit) {
   DiskKvPlan p;
   DiskKvOptions o;
-  o.budget_bytes = int64_t(1) << 20;  // below K_lr alone (6.1 MiB at sigma 4 in Q4)
+  o.budget_bytes = int64_t(1) << 20;  // below K_lr alone, even at sigma 32 (1.17 MiB in Q4)
   Status st = PlanDiskKv(kSmol, o, 512, &p);
   EXPECT_EQ(st.code(), Status::Code::kResourceExhausted);
+  EXPECT_NE(st.message().find("sigma=32 (auto)"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("1048576 bytes"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("minimum of"), std::string::npos) << st.message();
   o = DiskKvOptions();

@@ -245,7 +245,7 @@ TEST_F(DiskKvTest, AttentionProfileSpreadsGroupsOverLayers) {
   STRATA_ASSERT_OK(a.Write(profiled));
   EngineOptions o = Options();
   o.kv.disk.adapters = profiled;
-  o.kv.disk.calibrated_layers = true;
+  o.kv.disk.calibrated_layers = AutoSwitch::kOn;
   o.kv.disk.groups_per_step = 12;
   o.kv.disk.reuse_slots = 16;
   std::unique_ptr<Engine> e;
