@@ -154,7 +154,7 @@ Status ParseDiskSpec(const std::string& spec, const DiskKvOptions& base, int32_t
       } else if (k == "type") {
         STRATA_RETURN_IF_ERROR(ParseKvRecordType(v, &o.record_type));
       } else if (k == "bonus") {
-        o.resident_bonus = v == "auto" ? kAutoResidentBonus : std::stof(v);
+        o.resident_bonus = std::stof(v);
       } else if (k == "klr") {
         STRATA_RETURN_IF_ERROR(ParseKeySummaryType(v, &o.summary_type));
       } else if (k == "scoring") {

@@ -233,29 +233,9 @@ const std::vector<Setting>& Schema() {
     v.push_back(Int<int32_t>(
         "kv.recent_groups", "newest full groups always resident",
         [dk](Config& c) -> int32_t& { return dk(c).recent_groups; }, 0, 64));
-    {
-      // A number in [0, 100] or auto (3, or 0 where the budget is tight).
-      Setting bonus = Float(
-          "kv.resident_bonus",
-          "selection's preference for groups in memory, 0 = off, auto = 3 (0 at tight budgets)",
-          [dk](Config& c) -> float& { return dk(c).resident_bonus; }, 0, 100);
-      auto set_number = bonus.set;
-      bonus.set = [set_number](const YAML::Node& n, const Where& w, Config* c) -> Status {
-        if (n.IsScalar() && n.Scalar() == "auto") {
-          c->engine.kv.disk.resident_bonus = kAutoResidentBonus;
-          return Status::OK();
-        }
-        return set_number(n, w, c);
-      };
-      bonus.get = [](const Config& c) {
-        const float b = c.engine.kv.disk.resident_bonus;
-        if (b == kAutoResidentBonus) return std::string("auto");
-        std::ostringstream o;
-        o << b;
-        return o.str();
-      };
-      v.push_back(std::move(bonus));
-    }
+    v.push_back(Float(
+        "kv.resident_bonus", "selection's preference for groups in memory, 0 = off",
+        [dk](Config& c) -> float& { return dk(c).resident_bonus; }, 0, 100));
     auto choice = [](std::string key, std::string help, auto parse, auto name) {
       Setting s{std::move(key), std::move(help), nullptr, nullptr};
       s.set = [parse](const YAML::Node& n, const Where& w, Config* c) -> Status {

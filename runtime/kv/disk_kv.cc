@@ -390,12 +390,12 @@ Status DiskKv::PrepareSparse(int32_t layer, const float* x, int64_t n_embd, bool
     const int32_t g_lo = std::min(plan_.sink_groups, gp);
     const int32_t g_hi = std::max(g_lo, gp - plan_.recent_groups);
     favored_.clear();
-    if (plan_.resident_bonus > 0)
+    if (options_.resident_bonus > 0)
       for (int32_t slot = 0; slot < L.reuse.capacity(); ++slot)
         if (L.reuse.group_of(slot) >= 0) favored_.push_back(L.reuse.group_of(slot));
     predictor_->SelectGroups(q_lr_.data() + j * n_head * rank, L.klr, g_lo, g_hi, G,
                              plan_.layer_groups[size_t(layer)], &L.selected, favored_,
-                             plan_.resident_bonus);
+                             options_.resident_bonus);
     L.reuse.Resolve(L.selected, &L.placed);
     AddLoads(layer, s, refining);
   }

@@ -91,13 +91,13 @@ std::vector<int32_t> SpreadGroups(const AttentionProfile& profile, int32_t n_lay
 std::string DiskKvPlan::Describe() const {
   char s[512];
   std::snprintf(s, sizeof s,
-                "G=%d sigma=%d (%srank %d, %s) M=%d C=%d%s bonus=%g sink=%d recent=%d %s "
+                "G=%d sigma=%d (%srank %d, %s) M=%d C=%d%s sink=%d recent=%d %s "
                 "records of %u B: %s of a %s budget per sequence (%.1fx below the full cache "
                 "of %s): K_lr %s, reuse slots %s, "
                 "rolling+recent %s, sink %s, write staging %s, tables %s",
                 layout.group_size, ratio, ratio_auto ? "auto, " : "", rank,
                 KeySummaryTypeName(summary_type), groups_per_step, reuse_slots,
-                tight ? " (tight)" : "", double(resident_bonus), sink_groups, recent_groups,
+                tight ? " (tight)" : "", sink_groups, recent_groups,
                 layout.type == kernels::KvType::kQ8_0 ? "q8_0" : "f16", layout.record_bytes,
                 Mib(total_bytes()).c_str(), Mib(budget_bytes).c_str(),
                 double(full_cache_bytes) / double(total_bytes()), Mib(full_cache_bytes).c_str(),
@@ -244,9 +244,6 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
   p.layer_groups.assign(size_t(L), m);
   p.layer_slots.assign(size_t(L), c);
   p.tight = int64_t(c) * G < kTightSlotTokens;
-  p.resident_bonus = o.resident_bonus != kAutoResidentBonus ? o.resident_bonus
-                     : p.tight                              ? 0.0f
-                                                            : kResidentBonus;
   const bool spread = o.calibrated_layers == AutoSwitch::kOn ||
                       (o.calibrated_layers == AutoSwitch::kAuto && p.tight);
   if (spread && profile && !profile->empty() && int32_t(profile->error.size()) == shape.n_layer) {

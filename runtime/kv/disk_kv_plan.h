@@ -55,9 +55,8 @@ struct DiskKvPlan {
   std::vector<int32_t> layer_groups, layer_slots;
   bool calibrated = false;
   // The budget's slots hold fewer than kTightSlotTokens tokens per layer (uniform C * G):
-  // auto settings then spend them differently (calibrated layers on, resident bonus 0).
+  // kv.calibrated_layers auto then spreads them over the layers.
   bool tight = false;
-  float resident_bonus = 0;    // kv.resident_bonus, auto resolved
   std::string uniform_reason;  // why not calibrated although asked for ("" otherwise)
   // Bytes per sequence at a full context.
   uint64_t klr_bytes = 0;

@@ -144,10 +144,9 @@ Status ValidateDiskKvOptions(const DiskKvOptions& o) {
   STRATA_RETURN_IF_ERROR(Range("kv.sink_groups", o.sink_groups, 0, 64));
   STRATA_RETURN_IF_ERROR(Range("kv.recent_groups", o.recent_groups, 0, 64));
   STRATA_RETURN_IF_ERROR(Range("kv.queue_depth", o.queue_depth, 1, 4096));
-  if (o.resident_bonus != kAutoResidentBonus &&
-      !(o.resident_bonus >= 0.0f && o.resident_bonus <= 100.0f))
+  if (!(o.resident_bonus >= 0.0f && o.resident_bonus <= 100.0f))
     return Status::OutOfRange("kv.resident_bonus = " + std::to_string(o.resident_bonus) +
-                              " is out of range [0, 100] (or auto)");
+                              " is out of range [0, 100]");
   if (o.backend != "auto" && o.backend != "io_uring" && o.backend != "pread")
     return Status::InvalidArgument("kv.backend = '" + o.backend +
                                    "' is not a block store backend (accepted: auto, io_uring, "

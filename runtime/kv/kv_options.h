@@ -72,9 +72,6 @@ Status ParseKeySummaryType(const std::string& name, KeySummaryType* out);
 // The disk-backed sparse policy (KVSwap): the full KV on disk in group records, a low-rank
 // key summary and a few loaded groups in memory. Defaults follow the paper (M*G ~ 400,
 // G = 4 on NVMe) unless a measurement here says otherwise (see bench/kv).
-constexpr float kAutoResidentBonus = -1.0f;
-constexpr float kResidentBonus = 3.0f;
-
 struct DiskKvOptions {
   std::string dir = "/var/tmp";  // directory of the KV store file (deleted on close)
   // Adapters file from `strata calibrate`; "" = the model's path with ".gguf" replaced by
@@ -136,10 +133,9 @@ struct DiskKvOptions {
   // 0 = off. With M = C (the default) a bonus of 3 finds 92% of the picks in memory (0.5:
   // 82%, 0: 74%) for about half a point of perplexity against 0.5, and reads 1.2x what the
   // paper's M*G ~ 400 read at 0.5 (bench_kv_quality / bench_kv_speed; docs/DESIGN.md).
-  // kAutoResidentBonus: 3 (kResidentBonus), or 0 where the budget is tight: with few slots
-  // each stale one costs more (at 1/34, 4 windows: bonus 3 +23.6% perplexity, 1 +21.9%,
-  // 0 +20.9%) and the reads stay as few as 1/13's at bonus 3.
-  float resident_bonus = kAutoResidentBonus;
+  // At 1/34 (52 slots) a bonus of 0 gained 2.7 points over 3 on the 4 hardest windows but
+  // nothing over 16 (+15.32% either way) while missing twice the groups.
+  float resident_bonus = 3.0f;
   // FlexGen-style baseline for benchmarks: every step reads each layer's whole KV back
   // instead of predicting groups (the budget then does not bound the staging it needs).
   bool reload_all = false;

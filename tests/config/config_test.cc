@@ -107,10 +107,6 @@ TEST(ConfigTest, WrongTypesAreErrors) {
   EXPECT_NE(s.message().find("kv.resident_bonus"), std::string::npos) << s.message();
   ASSERT_TRUE(Parse("kv:\n  resident_bonus: 0.5\n", &c).ok());
   EXPECT_EQ(c.engine.kv.disk.resident_bonus, 0.5f);
-  ASSERT_TRUE(Parse("kv:\n  resident_bonus: auto\n", &c).ok());
-  EXPECT_EQ(c.engine.kv.disk.resident_bonus, kAutoResidentBonus);
-  s = Parse("kv:\n  resident_bonus: lots\n", &c);
-  EXPECT_NE(s.message().find("'lots' is not a finite number"), std::string::npos) << s.message();
   ASSERT_TRUE(Parse("kv:\n  calibrated_layers: true\n  ratio: 0\n", &c).ok());
   EXPECT_EQ(c.engine.kv.disk.calibrated_layers, AutoSwitch::kOn);
   EXPECT_EQ(c.engine.kv.disk.ratio, 0);

@@ -179,9 +179,9 @@ TEST(DiskKvPlanTest, CalibratedLayersKeepTheBudgetAndSayTheSpread) {
   EXPECT_FALSE(spread.calibrated);
 }
 
-// A budget whose slots hold fewer than kTightSlotTokens tokens per layer is tight: the auto
-// settings spread the slots over the layers and drop the resident bonus; explicit ones stay.
-TEST(DiskKvPlanTest, TightBudgetsSpreadTheLayersAndDropTheBonus) {
+// A budget whose slots hold fewer than kTightSlotTokens tokens per layer is tight: the
+// automatic kv.calibrated_layers spreads the slots over the layers there; explicit stays.
+TEST(DiskKvPlanTest, TightBudgetsSpreadTheLayers) {
   const AttentionProfile prof = TwoKindsOfLayers();
   const int64_t full = int64_t(kSmol.n_layer) * kSmol.n_ctx * kSmol.row() * 4;
   DiskKvOptions o;
@@ -189,27 +189,23 @@ TEST(DiskKvPlanTest, TightBudgetsSpreadTheLayersAndDropTheBonus) {
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, &prof).ok());  // 1/13: 123 slots of 5 tokens
   EXPECT_FALSE(p.tight);
   EXPECT_FALSE(p.calibrated);
-  EXPECT_EQ(p.resident_bonus, kResidentBonus);
-  EXPECT_NE(p.Describe().find("C=123 bonus=3 "), std::string::npos) << p.Describe();
+  EXPECT_NE(p.Describe().find("C=123 sink="), std::string::npos) << p.Describe();
   o.budget_bytes = full / 34;  // sigma 16: 52 slots of 5 tokens
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, &prof).ok());
   EXPECT_TRUE(p.tight);
   EXPECT_LT(p.reuse_slots * p.layout.group_size, kTightSlotTokens);
   EXPECT_TRUE(p.calibrated);
-  EXPECT_EQ(p.resident_bonus, 0.0f);
-  EXPECT_NE(p.Describe().find(" (tight) bonus=0 "), std::string::npos) << p.Describe();
+  EXPECT_NE(p.Describe().find("C=52 (tight) sink="), std::string::npos) << p.Describe();
   EXPECT_LE(p.total_bytes(), p.budget_bytes);
   // Without a profile the layers stay uniform, and the plan says why.
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
   EXPECT_FALSE(p.calibrated);
   EXPECT_NE(p.Describe().find("no attention profile"), std::string::npos) << p.Describe();
-  // Explicit settings win over the tight defaults.
+  // An explicit setting wins over the tight default.
   o.calibrated_layers = AutoSwitch::kOff;
-  o.resident_bonus = 0.5f;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, &prof).ok());
   EXPECT_TRUE(p.tight);
   EXPECT_FALSE(p.calibrated);
-  EXPECT_EQ(p.resident_bonus, 0.5f);
 }
 
 // M left at 0 follows C, whether C is what the budget affords or set; a set M stays.
