@@ -19,6 +19,16 @@ std::string Mib(uint64_t b) {
   return s;
 }
 
+// F16 K and V of the whole context, all layers: what the memory policy holds.
+uint64_t FullCacheBytes(const KvShape& shape) {
+  return uint64_t(shape.n_layer) * shape.n_ctx * shape.row() * 2 * 2;
+}
+
+uint64_t BudgetBytes(const KvShape& shape, const DiskKvOptions& o) {
+  return o.budget_bytes > 0 ? uint64_t(o.budget_bytes)
+                            : FullCacheBytes(shape) / kDefaultBudgetDivisor;
+}
+
 // Tables per layer and sequence besides the slot table: the view's spans, this step's
 // selection and its placements.
 uint64_t TablesPerLayer(int32_t c, int32_t m, int32_t sink, int32_t recent) {
@@ -127,15 +137,6 @@ int32_t AutoGroupSize(const KvShape& shape, uint32_t block_size, kernels::KvType
   return best;
 }
 
-namespace {
-
-uint64_t BudgetBytes(const KvShape& shape, const DiskKvOptions& o) {
-  const uint64_t full = uint64_t(shape.n_layer) * shape.n_ctx * shape.row() * 2 * 2;
-  return o.budget_bytes > 0 ? uint64_t(o.budget_bytes) : full / kDefaultBudgetDivisor;
-}
-
-}  // namespace
-
 int32_t AutoRatio(const KvShape& shape, const DiskKvOptions& o,
                   std::span<const int32_t> available) {
   static constexpr int32_t kCalibrateDefault[] = {4, 8, 16, 32};
@@ -186,7 +187,7 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
                               " is out of range [1, " + std::to_string(max_groups) +
                               "]: a context of " + std::to_string(shape.n_ctx) + " tokens holds " +
                               std::to_string(max_groups) + " groups of " + std::to_string(G));
-  p.full_cache_bytes = uint64_t(shape.n_layer) * shape.n_ctx * shape.row() * 2 * 2;
+  p.full_cache_bytes = FullCacheBytes(shape);
   p.budget_bytes = BudgetBytes(shape, o);
 
   const uint64_t L = uint64_t(shape.n_layer), rec = p.layout.record_bytes;
