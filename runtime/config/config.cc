@@ -265,6 +265,14 @@ const std::vector<Setting>& Schema() {
         },
         [](const Config& c) { return KeySummaryTypeName(c.engine.kv.disk.summary_type); }));
     v.push_back(choice(
+        "kv.group_summary",
+        "one key-summary row per group (its mean key) instead of per token: auto (at tight "
+        "budgets), true, false",
+        [](const std::string& n, Config* c) {
+          return ParseAutoSwitch(n, &c->engine.kv.disk.group_summary);
+        },
+        [](const Config& c) { return AutoSwitchName(c.engine.kv.disk.group_summary); }));
+    v.push_back(choice(
         "kv.scoring", "how heads' scores combine: softmax, sum",
         [](const std::string& n, Config* c) {
           return ParseGroupScoring(n, &c->engine.kv.disk.scoring);

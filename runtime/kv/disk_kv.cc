@@ -137,6 +137,7 @@ Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t 
   kv->decode_writes_ = std::make_unique<storage::IoBatch>();
   for (int32_t r = max_sequences - 1; r >= 0; --r) kv->free_regions_.push_back(r);
   kv->q_lr_.resize(size_t(max_sequences) * hp.n_head * kv->plan_.rank);
+  kv->group_keys_.resize(size_t(kv->layout_.group_size) * size_t(kv->layout_.row));
   kv->favored_.reserve(
       size_t(*std::max_element(kv->plan_.layer_slots.begin(), kv->plan_.layer_slots.end())));
   kv->sparse_x_.resize(size_t(max_sequences) * hp.n_embd);
@@ -164,8 +165,8 @@ Status DiskKv::AddSequence(SeqId* out) {
   for (int32_t l = 0; l < shape_.n_layer; ++l) records += size_t(plan_.arena_records(l));
   STRATA_RETURN_IF_ERROR(
       storage::AlignedBuffer::Allocate(records * rec, store_->block_size(), &s->arena));
-  const size_t klr_layer_bytes =
-      size_t(GroupPredictor::KlrBytes(shape_.n_ctx, plan_.rank, plan_.summary_score_type()));
+  const size_t klr_layer_bytes = size_t(GroupPredictor::KlrBytes(
+      plan_.SummaryRows(shape_.n_ctx), plan_.rank, plan_.summary_score_type()));
   s->klr_map_bytes = size_t(shape_.n_layer) * klr_layer_bytes;
   void* p = mmap(nullptr, s->klr_map_bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -391,9 +392,9 @@ Status DiskKv::PrepareSparse(int32_t layer, const float* x, int64_t n_embd, bool
     if (options_.resident_bonus > 0)
       for (int32_t slot = 0; slot < L.reuse.capacity(); ++slot)
         if (L.reuse.group_of(slot) >= 0) favored_.push_back(L.reuse.group_of(slot));
-    predictor_->SelectGroups(q_lr_.data() + j * n_head * rank, L.klr, g_lo, g_hi, G,
-                             plan_.layer_groups[size_t(layer)], &L.selected, favored_,
-                             options_.resident_bonus);
+    predictor_->SelectGroups(q_lr_.data() + j * n_head * rank, L.klr, g_lo, g_hi,
+                             plan_.summary_group_size(), plan_.layer_groups[size_t(layer)],
+                             &L.selected, favored_, options_.resident_bonus);
     L.reuse.Resolve(L.selected, &L.placed);
     AddLoads(layer, s, refining);
   }
@@ -453,6 +454,12 @@ Status DiskKv::SettleBatch(int32_t layer, size_t batch) {
   return st.WithContext("disk KV: reading layer " + std::to_string(layer) + " records");
 }
 
+void DiskKv::SummarizeGroup(int32_t layer, const std::byte* record, int32_t g, uint8_t* klr) {
+  // From the record, not the F32 keys, so that prefill and decode give a group the same row.
+  layout_.GetKeysF32(record, layout_.group_size, group_keys_.data());
+  predictor_->ProjectGroup(layer, group_keys_.data(), layout_.group_size, g, klr);
+}
+
 Status DiskKv::Append(int32_t layer, SeqId seq, const float* k, const float* v) {
   Sequence* s = Find(seq);
   if (!s || layer < 0 || layer >= shape_.n_layer || s->pending == 0)
@@ -469,8 +476,9 @@ void DiskKv::AppendDecode(int32_t layer, Sequence& s, const float* k, const floa
   const uint32_t rec = layout_.record_bytes;
   std::byte* r = L.ring + size_t(g % plan_.ring_records()) * rec;
   layout_.PutF32(r, t, k, v, 1);
-  predictor_->ProjectKeys(layer, k, 1, p, L.klr);
+  if (!plan_.group_summary) predictor_->ProjectKeys(layer, k, 1, p, L.klr);
   if (t == G - 1) {
+    if (plan_.group_summary) SummarizeGroup(layer, r, g, L.klr);
     // The write leaves at EndBatch from its own copy, so the ring slot can take the next
     // group while it is in flight.
     std::memcpy(L.write, r, layout_.payload_bytes);
@@ -594,8 +602,8 @@ void DiskKv::AbortBatch() {
 
 uint64_t DiskKv::SequenceResident(const Sequence& s) const {
   uint64_t b = s.arena.size();
-  b += uint64_t(shape_.n_layer) *
-       GroupPredictor::KlrBytes(s.length + s.pending, plan_.rank, plan_.summary_score_type());
+  b += uint64_t(shape_.n_layer) * GroupPredictor::KlrBytes(plan_.SummaryRows(s.length + s.pending),
+                                                           plan_.rank, plan_.summary_score_type());
   for (const Layer& L : s.layers)
     b += ReuseBuffer::TableBytes(L.reuse.capacity()) + L.selected.capacity() * sizeof(int32_t) +
          L.placed.capacity() * sizeof(ReuseBuffer::Placement) +

@@ -100,6 +100,8 @@ class DiskKv final : public KvPolicy {
   Status SettleBatch(int32_t layer, size_t batch);
   Status SettleDecodeWrites();
   void AppendDecode(int32_t layer, Sequence& s, const float* k, const float* v);
+  // The per-group summary row (kv.group_summary) of group g from its full record.
+  void SummarizeGroup(int32_t layer, const std::byte* record, int32_t g, uint8_t* klr);
   Status AppendExact(int32_t layer, Sequence& s, const float* k, const float* v);
   void ViewDecode(int32_t layer, Sequence& s);
   void ViewExact(int32_t layer, Sequence& s);
@@ -134,6 +136,7 @@ class DiskKv final : public KvPolicy {
   std::unique_ptr<storage::IoBatch> decode_writes_;  // submitted at EndBatch
   std::vector<int32_t> sparse_rows_, sparse_pos_, favored_;
   std::vector<float> sparse_x_, q_lr_;
+  std::vector<float> group_keys_;  // one group's keys as F32 (SummarizeGroup)
 
   KvCounters c_;
   std::chrono::steady_clock::time_point pass_start_;

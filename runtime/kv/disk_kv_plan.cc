@@ -101,13 +101,13 @@ std::vector<int32_t> SpreadGroups(const AttentionProfile& profile, int32_t n_lay
 std::string DiskKvPlan::Describe() const {
   char s[512];
   std::snprintf(s, sizeof s,
-                "G=%d sigma=%d (%srank %d, %s) M=%d C=%d%s sink=%d recent=%d %s "
+                "G=%d sigma=%d (%srank %d, %s%s) M=%d C=%d%s sink=%d recent=%d %s "
                 "records of %u B: %s of a %s budget per sequence (%.1fx below the full cache "
                 "of %s): K_lr %s, reuse slots %s, "
                 "rolling+recent %s, sink %s, write staging %s, tables %s",
                 layout.group_size, ratio, ratio_auto ? "auto, " : "", rank,
-                KeySummaryTypeName(summary_type), groups_per_step, reuse_slots,
-                tight ? " (tight)" : "", sink_groups, recent_groups,
+                KeySummaryTypeName(summary_type), group_summary ? ", a row per group" : "",
+                groups_per_step, reuse_slots, tight ? " (tight)" : "", sink_groups, recent_groups,
                 layout.type == kernels::KvType::kQ8_0 ? "q8_0" : "f16", layout.record_bytes,
                 Mib(total_bytes()).c_str(), Mib(budget_bytes).c_str(),
                 double(full_cache_bytes) / double(total_bytes()), Mib(full_cache_bytes).c_str(),
@@ -137,8 +137,8 @@ int32_t AutoGroupSize(const KvShape& shape, uint32_t block_size, kernels::KvType
   return best;
 }
 
-int32_t AutoRatio(const KvShape& shape, const DiskKvOptions& o,
-                  std::span<const int32_t> available) {
+int32_t AutoRatio(const KvShape& shape, const DiskKvOptions& o, std::span<const int32_t> available,
+                  int32_t row_tokens) {
   static constexpr int32_t kCalibrateDefault[] = {4, 8, 16, 32};
   std::vector<int32_t> ratios(available.begin(), available.end());
   if (ratios.empty()) ratios.assign(std::begin(kCalibrateDefault), std::end(kCalibrateDefault));
@@ -149,17 +149,22 @@ int32_t AutoRatio(const KvShape& shape, const DiskKvOptions& o,
     int32_t rank = 0;
     if (!RankForRatio(shape.row(), r, &rank).ok()) continue;
     const uint64_t klr =
-        uint64_t(shape.n_layer) * GroupPredictor::KlrBytes(shape.n_ctx, rank, type);
+        uint64_t(shape.n_layer) *
+        GroupPredictor::KlrBytes(shape.n_ctx / std::max(row_tokens, 1), rank, type);
     if (double(klr) <= allowed) return r;
   }
   return ratios.back();
 }
 
-Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_size,
-                  DiskKvPlan* out, const AttentionProfile* profile,
-                  std::span<const int32_t> ratios) {
-  STRATA_RETURN_IF_ERROR(ValidateDiskKvOptions(o));
+namespace {
+
+// One plan with the summary per group or per token; tight_as: the tightness to assume (the
+// per-token plan's, when auto chose the per-group summary), null = this plan's own.
+Status PlanOnce(const KvShape& shape, const DiskKvOptions& o, uint32_t block_size,
+                const AttentionProfile* profile, std::span<const int32_t> ratios,
+                bool group_summary, const bool* tight_as, DiskKvPlan* out) {
   DiskKvPlan p;
+  p.group_summary = group_summary;
   p.n_ctx = shape.n_ctx;
   const bool q8_fits = shape.head_dim % 32 == 0;
   if (o.record_type == KvRecordType::kQ8_0 && !q8_fits)
@@ -173,7 +178,7 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
   const int32_t G = o.group_size > 0 ? o.group_size : AutoGroupSize(shape, block_size, type);
   p.layout = KvRecordLayout::Make(shape, G, block_size, type);
   p.ratio_auto = o.ratio == 0;
-  p.ratio = p.ratio_auto ? AutoRatio(shape, o, ratios) : o.ratio;
+  p.ratio = p.ratio_auto ? AutoRatio(shape, o, ratios, group_summary ? G : 1) : o.ratio;
   STRATA_RETURN_IF_ERROR(RankForRatio(shape.row(), p.ratio, &p.rank).WithContext("kv.ratio"));
   p.sink_groups = o.sink_groups;
   p.recent_groups = o.recent_groups;
@@ -192,7 +197,8 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
 
   const uint64_t L = uint64_t(shape.n_layer), rec = p.layout.record_bytes;
   p.summary_type = o.summary_type;
-  p.klr_bytes = L * GroupPredictor::KlrBytes(shape.n_ctx, p.rank, p.summary_score_type());
+  p.klr_bytes =
+      L * GroupPredictor::KlrBytes(p.SummaryRows(shape.n_ctx), p.rank, p.summary_score_type());
   p.ring_bytes = L * uint64_t(p.ring_records()) * rec;
   p.sink_bytes = L * uint64_t(p.sink_groups) * rec;
   p.write_bytes = L * rec;
@@ -209,8 +215,9 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
         "KV budget of " + std::to_string(p.budget_bytes) + " bytes (" + Mib(p.budget_bytes) +
         ") per sequence is below the minimum of " + std::to_string(need) + " bytes (" + Mib(need) +
         ") for G=" + std::to_string(G) + ", sigma=" + std::to_string(p.ratio) +
-        (p.ratio_auto ? " (auto)" : "") + ", M=" + std::to_string(m_min) + " at a context of " +
-        std::to_string(shape.n_ctx) + " tokens (K_lr alone takes " + Mib(p.klr_bytes) +
+        (p.ratio_auto ? " (auto)" : "") + (group_summary ? " (K_lr per group)" : "") +
+        ", M=" + std::to_string(m_min) + " at a context of " + std::to_string(shape.n_ctx) +
+        " tokens (K_lr alone takes " + Mib(p.klr_bytes) +
         "); raise kv.budget_bytes or the ratio, or lower M or the context");
   };
   if (minimum > p.budget_bytes) return below(minimum);
@@ -244,7 +251,8 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
   p.reuse_slots = c;
   p.layer_groups.assign(size_t(L), m);
   p.layer_slots.assign(size_t(L), c);
-  p.tight = int64_t(c) * G < kTightSlotTokens;
+  // Slots that hold the whole context are not tight, however few tokens that is.
+  p.tight = tight_as ? *tight_as : int64_t(c) * G < kTightSlotTokens && c < max_groups;
   const bool spread = o.calibrated_layers == AutoSwitch::kOn ||
                       (o.calibrated_layers == AutoSwitch::kAuto && p.tight);
   if (spread && profile && !profile->empty() && int32_t(profile->error.size()) == shape.n_layer) {
@@ -264,6 +272,36 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
   }
   if (p.total_bytes() > p.budget_bytes) return below(p.total_bytes());
   *out = p;
+  return Status::OK();
+}
+
+}  // namespace
+
+Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_size,
+                  DiskKvPlan* out, const AttentionProfile* profile,
+                  std::span<const int32_t> ratios) {
+  STRATA_RETURN_IF_ERROR(ValidateDiskKvOptions(o));
+  if (o.group_summary != AutoSwitch::kAuto)
+    return PlanOnce(shape, o, block_size, profile, ratios, o.group_summary == AutoSwitch::kOn,
+                    nullptr, out);
+  DiskKvPlan per_token;
+  const Status st = PlanOnce(shape, o, block_size, profile, ratios, false, nullptr, &per_token);
+  if (st.ok() && !per_token.tight) {
+    *out = per_token;
+    return st;
+  }
+  if (!st.ok() && st.code() != Status::Code::kResourceExhausted) return st;
+  // Tight, or refused for want of memory: a summary G times smaller leaves more for slots.
+  const bool tight = true;
+  DiskKvPlan per_group;
+  const Status gs = PlanOnce(shape, o, block_size, profile, ratios, true, &tight, &per_group);
+  if (!gs.ok()) {
+    if (!st.ok()) return gs;  // refused either way: the per-group minimum is the smaller
+    *out = per_token;
+    return st;
+  }
+  per_group.group_summary_auto = true;
+  *out = per_group;
   return Status::OK();
 }
 

@@ -46,6 +46,10 @@ struct DiskKvPlan {
   int32_t ratio = 0;
   bool ratio_auto = false;  // kv.ratio was 0: AutoRatio chose it
   KeySummaryType summary_type = KeySummaryType::kF16;
+  // K_lr holds one row per group (the mean of its keys) instead of one per token
+  // (kv.group_summary); group_summary_auto: chosen by the plan (auto at a tight budget).
+  bool group_summary = false;
+  bool group_summary_auto = false;
   int32_t groups_per_step = 0;  // M
   int32_t reuse_slots = 0;      // C
   int32_t sink_groups = 0;
@@ -54,8 +58,9 @@ struct DiskKvPlan {
   // adapters' attention profile, summing to at most L*M and L*C.
   std::vector<int32_t> layer_groups, layer_slots;
   bool calibrated = false;
-  // The budget's slots hold fewer than kTightSlotTokens tokens per layer (uniform C * G):
-  // kv.calibrated_layers auto then spreads them over the layers.
+  // The budget's slots hold fewer than kTightSlotTokens tokens per layer (uniform C * G)
+  // and not the whole context: kv.calibrated_layers auto then spreads them over the layers,
+  // and kv.group_summary auto takes a per-group summary.
   bool tight = false;
   std::string uniform_reason;  // why not calibrated although asked for ("" otherwise)
   // Bytes per sequence at a full context.
@@ -77,6 +82,10 @@ struct DiskKvPlan {
     return layer_slots[size_t(layer)] + ring_records() + sink_groups + 1;
   }
   kernels::ScoreType summary_score_type() const { return ScoreTypeOf(summary_type); }
+  // Rows of K_lr for a sequence of n tokens: one per token, or one per complete group.
+  int64_t SummaryRows(int64_t n) const { return group_summary ? n / layout.group_size : n; }
+  // Tokens one K_lr row stands for: what the predictor takes a group's rows to be.
+  int32_t summary_group_size() const { return group_summary ? 1 : layout.group_size; }
   // One line: "G=4 sigma=16 (rank 12, f16) M=100 C=125 sink=1 recent=0 f16 records of 3072 B:
   // 14.2 MiB of a 14.5 MiB budget ... (K_lr ...)".
   std::string Describe() const;
@@ -102,12 +111,15 @@ constexpr double kAutoSummaryShare = 0.5;
 // `strata calibrate` makes by default, 4, 8, 16, 32), the smallest whose key summary takes at
 // most kAutoSummaryShare of the budget (o.budget_bytes, 0 = the default); the largest when
 // none does (the plan then refuses a budget that still cannot hold it, naming the minimum).
+// row_tokens: tokens per summary row (1, or G for a per-group summary).
 int32_t AutoRatio(const KvShape& shape, const DiskKvOptions& o,
-                  std::span<const int32_t> available = {});
+                  std::span<const int32_t> available = {}, int32_t row_tokens = 1);
 
 // block_size: the store's request alignment (records are padded to it). profile: the
 // adapters' attention profile, used when o.calibrated_layers (null or empty: uniform).
 // ratios: those the adapters hold, for an automatic kv.ratio (see AutoRatio).
+// kv.group_summary auto plans a per-token summary first and takes a per-group one where
+// that plan is tight or does not fit.
 Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_size,
                   DiskKvPlan* out, const AttentionProfile* profile = nullptr,
                   std::span<const int32_t> ratios = {});

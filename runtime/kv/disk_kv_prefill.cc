@@ -37,7 +37,7 @@ Status DiskKv::AppendExact(int32_t layer, Sequence& s, const float* k, const flo
   if (head > 0) layout_.GetF16(L.ring + size_t(gp0 % R) * rec, 0, head, fk, fv);
   kernels::F32ToF16Row(k, fk + size_t(head) * row, int64_t(n) * row);
   kernels::F32ToF16Row(v, fv + size_t(head) * row, int64_t(n) * row);
-  if (!options_.reload_all) predictor_->ProjectKeys(layer, k, n, p0, L.klr);
+  if (!options_.reload_all && !plan_.group_summary) predictor_->ProjectKeys(layer, k, n, p0, L.klr);
 
   auto fill = [&](std::byte* r, int32_t g) {  // record of group g from the fresh tokens
     const int32_t first = (g - gp0) * G;
@@ -53,6 +53,7 @@ Status DiskKv::AppendExact(int32_t layer, Sequence& s, const float* k, const flo
     for (int32_t i = 0; i < n_full; ++i) {
       std::byte* r = recs + size_t(i) * rec;
       fill(r, gp0 + i);
+      if (plan_.group_summary && !options_.reload_all) SummarizeGroup(layer, r, gp0 + i, L.klr);
       if (gp0 + i < plan_.sink_groups)
         std::memcpy(L.sink + size_t(gp0 + i) * rec, r, layout_.payload_bytes);
     }

@@ -67,6 +67,7 @@ Status GroupPredictor::Create(const Model& model, const AdapterSet& set, GroupSc
   p->token_score_.resize(n);
   p->group_score_.resize(n);
   p->key_acc_.resize(size_t(set.rank));
+  p->key_mean_.resize(size_t(p->row_));
   p->q_scaled_.resize(size_t(hp.n_head) * set.rank);
   *out = std::move(p);
   return Status::OK();
@@ -75,7 +76,7 @@ Status GroupPredictor::Create(const Model& model, const AdapterSet& set, GroupSc
 uint64_t GroupPredictor::scratch_bytes() const {
   uint64_t b = 0;
   for (const auto* v : {&xn_, &q_, &cos_sin_, &chunk_scores_, &group_heads_, &token_score_,
-                        &group_score_, &key_acc_, &q_scaled_})
+                        &group_score_, &key_acc_, &key_mean_, &q_scaled_})
     b += v->capacity() * sizeof(float);
   return b + xq_.capacity();
 }
@@ -105,6 +106,17 @@ void GroupPredictor::ProjectKeys(int32_t layer, const float* k, int64_t n, int64
     }
     kernels::StoreScoreRow(type_, acc, r, p0 + t, klr);
   }
+}
+
+void GroupPredictor::ProjectGroup(int32_t layer, const float* k, int32_t n, int64_t row,
+                                  uint8_t* klr) {
+  // The projection is linear, so the mean of the keys' rows is the row of their mean.
+  float* mean = key_mean_.data();
+  std::fill(mean, mean + row_, 0.0f);
+  for (int32_t t = 0; t < n; ++t) kernels::Add(mean, k + int64_t(t) * row_, row_);
+  const float inv = 1.0f / float(std::max(n, 1));
+  for (int32_t i = 0; i < row_; ++i) mean[i] *= inv;
+  ProjectKeys(layer, mean, 1, row, klr);
 }
 
 void GroupPredictor::LowRankQueries(int32_t layer, const float* x, int64_t n,

@@ -44,9 +44,12 @@ class GroupPredictor {
   // go into `klr`, the layer's summary in tiles of the predictor's type (kernels::ScoreTiles),
   // which must hold KlrBytes(p0 + n, ...).
   void ProjectKeys(int32_t layer, const float* k, int64_t n, int64_t p0, uint8_t* klr);
-  // Tokens a tiled summary of n tokens takes room for (n rounded up to whole tiles).
+  // The summary row of a whole group (kv.group_summary): n keys ([n][row] F32) averaged,
+  // projected like ProjectKeys, and stored as row `row` of the layer's summary.
+  void ProjectGroup(int32_t layer, const float* k, int32_t n, int64_t row, uint8_t* klr);
+  // Rows a tiled summary of n rows (tokens, or groups) takes room for (whole tiles).
   static int64_t KlrTokens(int64_t n);
-  // Bytes of one layer's summary of n tokens at `rank`.
+  // Bytes of one layer's summary of n rows at `rank`.
   static uint64_t KlrBytes(int64_t n, int32_t rank, kernels::ScoreType type);
 
   // Approximate low-rank queries of `layer` for n rows of x (n_embd floats each, the
@@ -82,7 +85,7 @@ class GroupPredictor {
   std::vector<float> inv_freq_;  // per rotated pair, as the forward pass computes it
 
   // Scratch.
-  std::vector<float> xn_, q_, cos_sin_, token_score_, group_score_, key_acc_, q_scaled_;
+  std::vector<float> xn_, q_, cos_sin_, token_score_, group_score_, key_acc_, key_mean_, q_scaled_;
   // Token scores of one scoring task, per pool worker: [worker][head][chunk_scores_stride_].
   std::vector<float> chunk_scores_;
   int64_t chunk_scores_stride_ = 0;

@@ -94,6 +94,13 @@ struct DiskKvOptions {
   // not fit and 16 measured best of 8, 16 and 32).
   int32_t ratio = 0;
   KeySummaryType summary_type = KeySummaryType::kQ4;
+  // One K_lr row per group (the summary of the mean of its G keys) instead of one per token:
+  // G times less summary memory and scoring, for a coarser ranking (a group scores as its
+  // mean key, not its best token). Auto: on where the budget is tight (DiskKvPlan::tight),
+  // where the memory it frees buys more slots than the ranking loses: on SmolLM2-135M at
+  // 1/34 of the cache (bench_kv_quality; numbers in docs/DESIGN.md); at 1/13 per-token
+  // rows rank better for the same budget.
+  AutoSwitch group_summary = AutoSwitch::kAuto;
   // M: groups selected (and read where not held) per layer and step; 0 = C, every slot
   // chosen afresh each step. The paper's M*G ~ 400 (M = 80 at G = 5) leaves the other C - M
   // slots to stale picks of earlier steps; on SmolLM2-135M at 1/13 of the cache M = C with

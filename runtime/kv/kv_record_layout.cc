@@ -71,6 +71,17 @@ void KvRecordLayout::GetF16(const void* record, int32_t t0, int32_t n, uint16_t*
   }
 }
 
+void KvRecordLayout::GetKeysF32(const void* record, int32_t n, float* k) const {
+  void* r = const_cast<void*>(record);
+  for (int32_t i = 0; i < n; ++i) {
+    if (type == kernels::KvType::kQ8_0)
+      kernels::DequantizeRow(kernels::DType::kQ8_0, KeyRow(r, i), k + size_t(i) * row, row);
+    else
+      kernels::F16ToF32Row(reinterpret_cast<const uint16_t*>(KeyRow(r, i)), k + size_t(i) * row,
+                           row);
+  }
+}
+
 kernels::KvSpan KvRecordLayout::Span(const void* record, int32_t group, int32_t n_tokens) const {
   const int32_t pos0 = group * group_size;
   if (type == kernels::KvType::kQ8_0) {

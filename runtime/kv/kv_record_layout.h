@@ -54,6 +54,8 @@ struct KvRecordLayout {
   void PutF16(void* record, int32_t t0, const uint16_t* k, const uint16_t* v, int32_t n) const;
   // Tokens t0.. of a record as F16 rows.
   void GetF16(const void* record, int32_t t0, int32_t n, uint16_t* k, uint16_t* v) const;
+  // The keys of the first n tokens of a record as F32 rows ([n][row]).
+  void GetKeysF32(const void* record, int32_t n, float* k) const;
   // The span of the first n_tokens tokens of a record holding group `group`.
   kernels::KvSpan Span(const void* record, int32_t group, int32_t n_tokens) const;
 };

@@ -117,6 +117,13 @@ TEST(ConfigTest, WrongTypesAreErrors) {
   EXPECT_NE(s.message().find("'maybe' is not auto, true or false"), std::string::npos)
       << s.message();
   EXPECT_EQ(c.engine.kv.disk.summary_type, KeySummaryType::kQ8);
+  EXPECT_EQ(c.engine.kv.disk.group_summary, AutoSwitch::kAuto);
+  ASSERT_TRUE(Parse("kv:\n  group_summary: false\n", &c).ok());
+  EXPECT_EQ(c.engine.kv.disk.group_summary, AutoSwitch::kOff);
+  s = Parse("kv:\n  group_summary: mean\n", &c);
+  EXPECT_NE(s.message().find("kv.group_summary"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'mean' is not auto, true or false"), std::string::npos)
+      << s.message();
   s = Parse("- a\n- b\n", &c);
   EXPECT_NE(s.message().find("top level must be a map"), std::string::npos) << s.message();
 }

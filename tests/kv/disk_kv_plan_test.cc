@@ -46,6 +46,7 @@ TEST(DiskKvPlanTest, AutoGroupSizeFillsTheBlocks) {
   EXPECT_EQ(AutoGroupSize(kSmol, 4096, kernels::KvType::kQ8_0), 8);
   DiskKvOptions o;
   o.record_type = KvRecordType::kF16;
+  o.group_summary = AutoSwitch::kOff;  // per-token rows: F16's slots are tight at 1/13
   DiskKvPlan p;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
   EXPECT_EQ(p.layout.group_size, 4);
@@ -57,6 +58,7 @@ TEST(DiskKvPlanTest, AutoGroupSizeFillsTheBlocks) {
 TEST(DiskKvPlanTest, Q8RecordsHoldMoreGroupsInTheSameBudget) {
   DiskKvOptions o;
   o.group_size = 4;
+  o.group_summary = AutoSwitch::kOff;  // the same summary in every plan here
   o.record_type = KvRecordType::kF16;
   DiskKvPlan f16, q8, q8_g5;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &f16).ok());
@@ -86,6 +88,7 @@ TEST(DiskKvPlanTest, Q8RecordsHoldMoreGroupsInTheSameBudget) {
 // of F16 at sigma 16, and the slots take what is left.
 TEST(DiskKvPlanTest, Q8SummaryDoublesTheRankForAboutTheSameBytes) {
   DiskKvOptions o;
+  o.group_summary = AutoSwitch::kOff;  // rows per token, as the sizes below count
   o.summary_type = KeySummaryType::kF16;
   o.ratio = 16;
   DiskKvPlan f16, q8;
@@ -190,12 +193,19 @@ TEST(DiskKvPlanTest, TightBudgetsSpreadTheLayers) {
   EXPECT_FALSE(p.tight);
   EXPECT_FALSE(p.calibrated);
   EXPECT_NE(p.Describe().find("C=123 sink="), std::string::npos) << p.Describe();
-  o.budget_bytes = full / 34;  // sigma 16: 52 slots of 5 tokens
+  o.budget_bytes = full / 34;  // per token, sigma 16: 52 slots of 5 tokens
+  o.group_summary = AutoSwitch::kOff;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, &prof).ok());
   EXPECT_TRUE(p.tight);
   EXPECT_LT(p.reuse_slots * p.layout.group_size, kTightSlotTokens);
   EXPECT_TRUE(p.calibrated);
   EXPECT_NE(p.Describe().find("C=52 (tight) sink="), std::string::npos) << p.Describe();
+  // The default summary there is per group (63 slots), and the budget is as tight.
+  o.group_summary = AutoSwitch::kAuto;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, &prof).ok());
+  EXPECT_TRUE(p.tight);
+  EXPECT_TRUE(p.calibrated);
+  EXPECT_NE(p.Describe().find("C=63 (tight) sink="), std::string::npos) << p.Describe();
   EXPECT_LE(p.total_bytes(), p.budget_bytes);
   // Without a profile the layers stay uniform, and the plan says why.
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
@@ -245,6 +255,7 @@ TEST(DiskKvPlanTest, AutoRatioFollowsTheBudget) {
   // the rest still affords slots.
   for (const Case c : {Case{13, 4}, Case{20, 8}, Case{34, 16}, Case{50, 32}, Case{80, 32}}) {
     DiskKvOptions o;
+    o.group_summary = AutoSwitch::kOff;  // per-token rows (per group: GroupSummary... below)
     o.budget_bytes = full / c.divisor;
     EXPECT_EQ(AutoRatio(kSmol, o), c.ratio) << "1/" << c.divisor;
     DiskKvPlan p;
@@ -271,6 +282,52 @@ TEST(DiskKvPlanTest, AutoRatioFollowsTheBudget) {
   EXPECT_FALSE(p.ratio_auto);
 }
 
+// kv.group_summary: one K_lr row per group instead of per token. Auto takes it where the
+// per-token plan is tight (1/34 here), where the 5x smaller summary buys slots; at 1/13 the
+// per-token summary stays. Rows are the context's complete groups (8192 / 5 = 1638, tiled
+// to 1648), 26 bytes each at sigma 4 in Q4.
+TEST(DiskKvPlanTest, GroupSummaryAtTightBudgets) {
+  const int64_t full = int64_t(kSmol.n_layer) * kSmol.n_ctx * kSmol.row() * 4;
+  DiskKvOptions o;
+  DiskKvPlan p13, p34, token34, group13;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p13).ok());
+  EXPECT_FALSE(p13.group_summary);
+  EXPECT_EQ(p13.reuse_slots, 123);
+  EXPECT_EQ(p13.Describe().find("per group"), std::string::npos) << p13.Describe();
+  o.budget_bytes = full / 34;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p34).ok());
+  EXPECT_TRUE(p34.group_summary);
+  EXPECT_TRUE(p34.group_summary_auto);
+  EXPECT_TRUE(p34.tight);
+  EXPECT_EQ(p34.ratio, 4);  // sigma 4 per group takes 1.23 of the 5.29 MiB
+  EXPECT_EQ(AutoRatio(kSmol, o, {}, 5), 4);
+  EXPECT_EQ(p34.SummaryRows(8192), 1638);
+  EXPECT_EQ(p34.summary_group_size(), 1);
+  EXPECT_EQ(p34.klr_bytes, uint64_t(30) * 1648 * 26);
+  EXPECT_LE(p34.total_bytes(), p34.budget_bytes);
+  EXPECT_NE(p34.Describe().find("sigma=4 (auto, rank 48, q4, a row per group) M=63 C=63"),
+            std::string::npos)
+      << p34.Describe();
+  o.group_summary = AutoSwitch::kOff;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &token34).ok());
+  EXPECT_FALSE(token34.group_summary);
+  EXPECT_EQ(token34.ratio, 16);
+  EXPECT_EQ(token34.summary_group_size(), 5);
+  EXPECT_LT(token34.reuse_slots, p34.reuse_slots);  // 52 slots
+  // Forced on at 1/13: the summary is a fifth of sigma 4's per-token one.
+  o.budget_bytes = 0;
+  o.group_summary = AutoSwitch::kOn;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &group13).ok());
+  EXPECT_TRUE(group13.group_summary);
+  EXPECT_FALSE(group13.group_summary_auto);
+  EXPECT_EQ(group13.ratio, 4);
+  EXPECT_GT(group13.reuse_slots, p13.reuse_slots + 70);
+  // At 1/80 sigma 4 per group takes more than half: sigma 8 (14 bytes a row).
+  o.group_summary = AutoSwitch::kAuto;
+  o.budget_bytes = full / 80;
+  EXPECT_EQ(AutoRatio(kSmol, o, {}, 5), 8);
+}
+
 TEST(DiskKvPlanTest, ExplicitSettingsAndPadding) {
   DiskKvOptions o;
   o.group_size = 1;
@@ -291,11 +348,23 @@ TEST(DiskKvPlanTest, RefusalsNameTheValueAndTheLimit) {
   DiskKvPlan p;
   DiskKvOptions o;
   o.budget_bytes = int64_t(1) << 20;  // below K_lr alone, even at sigma 32 (1.17 MiB in Q4)
+  o.group_summary = AutoSwitch::kOff;
   Status st = PlanDiskKv(kSmol, o, 512, &p);
   EXPECT_EQ(st.code(), Status::Code::kResourceExhausted);
   EXPECT_NE(st.message().find("sigma=32 (auto)"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("1048576 bytes"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("minimum of"), std::string::npos) << st.message();
+  // Per group the summary is 5x smaller: auto plans what per token cannot, and below even
+  // that the refusal names the per-group minimum.
+  o.group_summary = AutoSwitch::kAuto;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
+  EXPECT_TRUE(p.group_summary);
+  EXPECT_LE(p.total_bytes(), p.budget_bytes);
+  o.budget_bytes = int64_t(256) << 10;
+  st = PlanDiskKv(kSmol, o, 512, &p);
+  EXPECT_EQ(st.code(), Status::Code::kResourceExhausted);
+  EXPECT_NE(st.message().find("(K_lr per group)"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("262144 bytes"), std::string::npos) << st.message();
   o = DiskKvOptions();
   o.group_size = 4;
   o.groups_per_step = 2049;

@@ -74,11 +74,15 @@ TEST_F(DiskKvTest, SelectingEveryGroupMatchesFullKv) {
     int32_t g, sink, recent;
     bool refine;
     KeySummaryType summary = KeySummaryType::kF16;
+    bool group_summary = false;
   };
   for (Variant v : {Variant{4, 1, 0, false}, Variant{1, 0, 0, false}, Variant{3, 2, 3, true},
-                    Variant{8, 0, 1, false}, Variant{4, 1, 0, true, KeySummaryType::kQ8}}) {
+                    Variant{8, 0, 1, false}, Variant{4, 1, 0, true, KeySummaryType::kQ8},
+                    Variant{5, 1, 0, true, KeySummaryType::kQ4, true},
+                    Variant{3, 0, 2, false, KeySummaryType::kF16, true}}) {
     EngineOptions o = Options();
     o.kv.disk.summary_type = v.summary;
+    o.kv.disk.group_summary = v.group_summary ? AutoSwitch::kOn : AutoSwitch::kOff;
     o.kv.disk.refine = v.refine;
     o.kv.disk.group_size = v.g;
     o.kv.disk.sink_groups = v.sink;
@@ -88,7 +92,8 @@ TEST_F(DiskKvTest, SelectingEveryGroupMatchesFullKv) {
     const auto got = Run(o, &c);
     ASSERT_EQ(got.size(), ref.size());
     EXPECT_LT(MaxRelativeDiff(got, ref), 1e-4)
-        << "G=" << v.g << " sink=" << v.sink << " recent=" << v.recent;
+        << "G=" << v.g << " sink=" << v.sink << " recent=" << v.recent
+        << " group summary=" << v.group_summary;
     EXPECT_GT(c.bytes_read, 0u);
     EXPECT_GT(c.bytes_written, 0u);
   }
@@ -344,27 +349,31 @@ TEST_F(DiskKvTest, ResidentMemoryStaysWithinBudgetOverALongGeneration) {
   struct Variant {
     KeySummaryType type;
     int32_t ratio;
+    bool group_summary = false;
   };
   for (Variant v : {Variant{KeySummaryType::kF16, 8}, Variant{KeySummaryType::kQ8, 4},
-                    Variant{KeySummaryType::kQ4, 2}}) {
-    SCOPED_TRACE(KeySummaryTypeName(v.type));
+                    Variant{KeySummaryType::kQ4, 2}, Variant{KeySummaryType::kQ4, 1, true}}) {
+    SCOPED_TRACE(std::string(KeySummaryTypeName(v.type)) + (v.group_summary ? " per group" : ""));
     EngineOptions o = Options();
     o.kv.disk.group_size = 2;
     o.kv.disk.ratio = v.ratio;
     o.kv.disk.summary_type = v.type;
+    o.kv.disk.group_summary = v.group_summary ? AutoSwitch::kOn : AutoSwitch::kOff;
     o.kv.disk.recent_groups = 2;
     o.kv.disk.groups_per_step = 12;
     // Tight: the key summary at full context plus about 20 slots per layer.
     const HParams& hp = model_->hparams();
     const int32_t rank = hp.n_head_kv * hp.head_dim / v.ratio;
     const int64_t rec = 512;  // 2 tokens x 32 values x K,V x 2 bytes = 256, padded to the block
+    const int64_t rows = v.group_summary ? kCtx / 2 : kCtx;
     o.kv.disk.budget_bytes =
         int64_t(hp.n_layer) *
-        (int64_t(GroupPredictor::KlrBytes(kCtx, rank, ScoreTypeOf(v.type))) + 30 * rec);
+        (int64_t(GroupPredictor::KlrBytes(rows, rank, ScoreTypeOf(v.type))) + 30 * rec);
     std::unique_ptr<Engine> e;
     STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
     auto& kv = static_cast<DiskKv&>(e->kv());
     EXPECT_EQ(kv.plan().rank, rank);
+    EXPECT_EQ(kv.plan().group_summary, v.group_summary);
     EXPECT_GT(kv.plan().reuse_slots, kv.plan().groups_per_step);
     EXPECT_LE(kv.plan().total_bytes(), uint64_t(o.kv.disk.budget_bytes));
     SeqId seq;

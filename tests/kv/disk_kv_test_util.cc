@@ -71,6 +71,9 @@ EngineOptions DiskEngineOptions(const std::string& dir, const std::string& adapt
   o.kv.disk.dir = dir;
   o.kv.disk.adapters = adapters;
   o.kv.disk.ratio = 4;
+  // Per-token summary rows unless a test asks for per-group ones (auto would take them
+  // wherever a test sets few slots).
+  o.kv.disk.group_summary = AutoSwitch::kOff;
   o.kv.disk.budget_bytes = int64_t(1) << 30;
   return o;
 }

@@ -227,6 +227,50 @@ TEST_F(GroupPredictorTest, FavoredGroupsWinNearTies) {
   EXPECT_EQ(kept, M - 1);
 }
 
+// A per-group summary (kv.group_summary) holds one row per group: the projection of the
+// group's mean key. Scored with a group size of 1 it selects exactly what a per-token
+// summary selects when every token's row is its group's mean; and it is not what the
+// per-token summary of the real keys selects (the best token, not the mean, decides there).
+TEST_F(GroupPredictorTest, GroupSummaryRowsAreTheGroupsMeanKey) {
+  const HParams& hp = model_->hparams();
+  const AdapterSet& set = *adapters_.Find(4);
+  const int32_t n = 512, G = 4, M = 12, row = hp.n_head_kv * hp.head_dim;
+  Gaussians draw{std::mt19937(21), {}};
+  const std::vector<float> keys = draw(size_t(n) * row, 1);
+  const std::vector<float> q = draw(size_t(hp.n_head) * set.rank, 2);
+  for (kernels::ScoreType type : {kernels::ScoreType::kF16, kernels::ScoreType::kQ4}) {
+    std::unique_ptr<GroupPredictor> p;
+    STRATA_ASSERT_OK(
+        GroupPredictor::Create(*model_, set, GroupScoring::kSoftmax, type, n, 1, &pool_, &p));
+    std::vector<uint8_t> per_group(GroupPredictor::KlrBytes(n / G, set.rank, type));
+    for (int32_t g = 0; g < n / G; ++g)
+      p->ProjectGroup(0, keys.data() + size_t(g) * G * row, G, g, per_group.data());
+    // The same means, projected as tokens: once per group, and once for each of its tokens.
+    std::vector<float> means(size_t(n / G) * row, 0.0f), spread(size_t(n) * row);
+    for (int32_t g = 0; g < n / G; ++g) {
+      float* m = means.data() + size_t(g) * row;
+      for (int32_t t = 0; t < G; ++t)
+        for (int32_t i = 0; i < row; ++i) m[i] += keys[(size_t(g) * G + t) * row + i];
+      for (int32_t i = 0; i < row; ++i) m[i] *= 1.0f / G;
+      for (int32_t t = 0; t < G; ++t)
+        std::memcpy(spread.data() + (size_t(g) * G + t) * row, m, size_t(row) * sizeof(float));
+    }
+    std::vector<uint8_t> of_means(per_group.size()),
+        of_spread(GroupPredictor::KlrBytes(n, set.rank, type)), of_keys(of_spread.size());
+    p->ProjectKeys(0, means.data(), n / G, 0, of_means.data());
+    EXPECT_EQ(per_group, of_means);
+    p->ProjectKeys(0, spread.data(), n, 0, of_spread.data());
+    p->ProjectKeys(0, keys.data(), n, 0, of_keys.data());
+    std::vector<int32_t> by_group, by_spread, by_keys;
+    p->SelectGroups(q.data(), per_group.data(), 1, n / G, 1, M, &by_group);
+    p->SelectGroups(q.data(), of_spread.data(), 1, n / G, G, M, &by_spread);
+    p->SelectGroups(q.data(), of_keys.data(), 1, n / G, G, M, &by_keys);
+    ASSERT_EQ(by_group.size(), size_t(M));
+    EXPECT_EQ(by_group, by_spread);
+    EXPECT_NE(by_group, by_keys);
+  }
+}
+
 TEST_F(GroupPredictorTest, FewerCandidatesThanMSelectsThemAll) {
   std::unique_ptr<GroupPredictor> p;
   STRATA_ASSERT_OK(GroupPredictor::Create(*model_, *adapters_.Find(4), GroupScoring::kSoftmax,
