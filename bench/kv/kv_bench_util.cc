@@ -155,6 +155,8 @@ Status ParseDiskSpec(const std::string& spec, const DiskKvOptions& base, int32_t
         STRATA_RETURN_IF_ERROR(ParseKvRecordType(v, &o.record_type));
       } else if (k == "bonus") {
         o.resident_bonus = std::stof(v);
+      } else if (k == "spread") {
+        o.group_spread = std::stof(v);
       } else if (k == "gsum") {
         STRATA_RETURN_IF_ERROR(ParseAutoSwitch(v, &o.group_summary));
       } else if (k == "klr") {

@@ -236,6 +236,10 @@ const std::vector<Setting>& Schema() {
     v.push_back(Float(
         "kv.resident_bonus", "selection's preference for groups in memory, 0 = off",
         [dk](Config& c) -> float& { return dk(c).resident_bonus; }, 0, 100));
+    v.push_back(Float(
+        "kv.group_spread",
+        "weight of a group's key spread in its score with a per-group summary (0: mean key)",
+        [dk](Config& c) -> float& { return dk(c).group_spread; }, 0, 4));
     auto choice = [](std::string key, std::string help, auto parse, auto name) {
       Setting s{std::move(key), std::move(help), nullptr, nullptr};
       s.set = [parse](const YAML::Node& n, const Where& w, Config* c) -> Status {

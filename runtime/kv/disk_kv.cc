@@ -165,9 +165,12 @@ Status DiskKv::AddSequence(SeqId* out) {
   for (int32_t l = 0; l < shape_.n_layer; ++l) records += size_t(plan_.arena_records(l));
   STRATA_RETURN_IF_ERROR(
       storage::AlignedBuffer::Allocate(records * rec, store_->block_size(), &s->arena));
-  const size_t klr_layer_bytes = size_t(GroupPredictor::KlrBytes(
-      plan_.SummaryRows(shape_.n_ctx), plan_.rank, plan_.summary_score_type()));
-  s->klr_map_bytes = size_t(shape_.n_layer) * klr_layer_bytes;
+  const int64_t rows = plan_.SummaryRows(shape_.n_ctx);
+  const size_t klr_layer_bytes =
+      size_t(GroupPredictor::KlrBytes(rows, plan_.rank, plan_.summary_score_type()));
+  const size_t spread_layer_bytes =
+      plan_.group_summary ? size_t(GroupPredictor::SpreadBytes(rows)) : 0;
+  s->klr_map_bytes = size_t(shape_.n_layer) * (klr_layer_bytes + spread_layer_bytes);
   void* p = mmap(nullptr, s->klr_map_bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
@@ -186,6 +189,10 @@ Status DiskKv::AddSequence(SeqId* out) {
     L.sink = L.ring + size_t(plan_.ring_records()) * rec;
     L.write = L.sink + size_t(plan_.sink_groups) * rec;
     L.klr = static_cast<uint8_t*>(p) + size_t(l) * klr_layer_bytes;
+    if (plan_.group_summary)
+      L.spread = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(p) +
+                                             size_t(shape_.n_layer) * klr_layer_bytes) +
+                 size_t(l) * spread_layer_bytes / sizeof(uint16_t);
     L.reuse = ReuseBuffer(slots, options_.reuse);
     L.selected.reserve(size_t(m));
     L.placed.reserve(size_t(m));
@@ -394,7 +401,8 @@ Status DiskKv::PrepareSparse(int32_t layer, const float* x, int64_t n_embd, bool
         if (L.reuse.group_of(slot) >= 0) favored_.push_back(L.reuse.group_of(slot));
     predictor_->SelectGroups(q_lr_.data() + j * n_head * rank, L.klr, g_lo, g_hi,
                              plan_.summary_group_size(), plan_.layer_groups[size_t(layer)],
-                             &L.selected, favored_, options_.resident_bonus);
+                             &L.selected, favored_, options_.resident_bonus,
+                             RowSpread{L.spread, options_.group_spread});
     L.reuse.Resolve(L.selected, &L.placed);
     AddLoads(layer, s, refining);
   }
@@ -454,10 +462,11 @@ Status DiskKv::SettleBatch(int32_t layer, size_t batch) {
   return st.WithContext("disk KV: reading layer " + std::to_string(layer) + " records");
 }
 
-void DiskKv::SummarizeGroup(int32_t layer, const std::byte* record, int32_t g, uint8_t* klr) {
+void DiskKv::SummarizeGroup(int32_t layer, const std::byte* record, int32_t g, uint8_t* klr,
+                            uint16_t* spread) {
   // From the record, not the F32 keys, so that prefill and decode give a group the same row.
   layout_.GetKeysF32(record, layout_.group_size, group_keys_.data());
-  predictor_->ProjectGroup(layer, group_keys_.data(), layout_.group_size, g, klr);
+  predictor_->ProjectGroup(layer, group_keys_.data(), layout_.group_size, g, klr, spread);
 }
 
 Status DiskKv::Append(int32_t layer, SeqId seq, const float* k, const float* v) {
@@ -478,7 +487,7 @@ void DiskKv::AppendDecode(int32_t layer, Sequence& s, const float* k, const floa
   layout_.PutF32(r, t, k, v, 1);
   if (!plan_.group_summary) predictor_->ProjectKeys(layer, k, 1, p, L.klr);
   if (t == G - 1) {
-    if (plan_.group_summary) SummarizeGroup(layer, r, g, L.klr);
+    if (plan_.group_summary) SummarizeGroup(layer, r, g, L.klr, L.spread);
     // The write leaves at EndBatch from its own copy, so the ring slot can take the next
     // group while it is in flight.
     std::memcpy(L.write, r, layout_.payload_bytes);
@@ -604,6 +613,9 @@ uint64_t DiskKv::SequenceResident(const Sequence& s) const {
   uint64_t b = s.arena.size();
   b += uint64_t(shape_.n_layer) * GroupPredictor::KlrBytes(plan_.SummaryRows(s.length + s.pending),
                                                            plan_.rank, plan_.summary_score_type());
+  if (plan_.group_summary)
+    b += uint64_t(shape_.n_layer) *
+         GroupPredictor::SpreadBytes(plan_.SummaryRows(s.length + s.pending));
   for (const Layer& L : s.layers)
     b += ReuseBuffer::TableBytes(L.reuse.capacity()) + L.selected.capacity() * sizeof(int32_t) +
          L.placed.capacity() * sizeof(ReuseBuffer::Placement) +

@@ -101,7 +101,8 @@ class DiskKv final : public KvPolicy {
   Status SettleDecodeWrites();
   void AppendDecode(int32_t layer, Sequence& s, const float* k, const float* v);
   // The per-group summary row (kv.group_summary) of group g from its full record.
-  void SummarizeGroup(int32_t layer, const std::byte* record, int32_t g, uint8_t* klr);
+  void SummarizeGroup(int32_t layer, const std::byte* record, int32_t g, uint8_t* klr,
+                      uint16_t* spread);
   Status AppendExact(int32_t layer, Sequence& s, const float* k, const float* v);
   void ViewDecode(int32_t layer, Sequence& s);
   void ViewExact(int32_t layer, Sequence& s);

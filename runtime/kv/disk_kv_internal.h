@@ -41,6 +41,7 @@ struct DiskKv::Layer {
   std::byte* sink = nullptr;   // sink records: group g at g
   std::byte* write = nullptr;  // one record: a full group waiting for EndBatch
   uint8_t* klr = nullptr;      // n_ctx tokens of rank values, tiled (kernels::ScoreTiles)
+  uint16_t* spread = nullptr;  // a per-group summary's row spreads (GroupPredictor::RowSpread)
   int32_t write_group = -1;
   std::vector<int32_t> selected;
   std::vector<ReuseBuffer::Placement> placed;

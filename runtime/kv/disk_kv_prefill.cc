@@ -53,7 +53,8 @@ Status DiskKv::AppendExact(int32_t layer, Sequence& s, const float* k, const flo
     for (int32_t i = 0; i < n_full; ++i) {
       std::byte* r = recs + size_t(i) * rec;
       fill(r, gp0 + i);
-      if (plan_.group_summary && !options_.reload_all) SummarizeGroup(layer, r, gp0 + i, L.klr);
+      if (plan_.group_summary && !options_.reload_all)
+        SummarizeGroup(layer, r, gp0 + i, L.klr, L.spread);
       if (gp0 + i < plan_.sink_groups)
         std::memcpy(L.sink + size_t(gp0 + i) * rec, r, layout_.payload_bytes);
     }

@@ -108,8 +108,10 @@ void GroupPredictor::ProjectKeys(int32_t layer, const float* k, int64_t n, int64
   }
 }
 
+uint64_t GroupPredictor::SpreadBytes(int64_t n) { return uint64_t(KlrTokens(n)) * 2; }
+
 void GroupPredictor::ProjectGroup(int32_t layer, const float* k, int32_t n, int64_t row,
-                                  uint8_t* klr) {
+                                  uint8_t* klr, uint16_t* spread) {
   // The projection is linear, so the mean of the keys' rows is the row of their mean.
   float* mean = key_mean_.data();
   std::fill(mean, mean + row_, 0.0f);
@@ -117,6 +119,27 @@ void GroupPredictor::ProjectGroup(int32_t layer, const float* k, int32_t n, int6
   const float inv = 1.0f / float(std::max(n, 1));
   for (int32_t i = 0; i < row_; ++i) mean[i] *= inv;
   ProjectKeys(layer, mean, 1, row, klr);
+  // The spread: each key's own projection against the mean's.
+  const float* a = set_.layers[size_t(layer)].data();
+  const int32_t r = rank_;
+  if (group_rows_.size() < size_t(r) * 2) group_rows_.resize(size_t(r) * 2);
+  float* pm = group_rows_.data();
+  float* pt = pm + r;
+  std::fill(pm, pm + r, 0.0f);
+  for (int32_t i = 0; i < row_; ++i)
+    for (int32_t j = 0; j < r; ++j) pm[j] += mean[i] * a[size_t(i) * r + j];
+  float worst = 0.0f;
+  for (int32_t t = 0; t < n; ++t) {
+    std::fill(pt, pt + r, 0.0f);
+    const float* kt = k + int64_t(t) * row_;
+    for (int32_t i = 0; i < row_; ++i)
+      for (int32_t j = 0; j < r; ++j) pt[j] += kt[i] * a[size_t(i) * r + j];
+    float d2 = 0.0f;
+    for (int32_t j = 0; j < r; ++j) d2 += (pt[j] - pm[j]) * (pt[j] - pm[j]);
+    worst = std::max(worst, d2);
+  }
+  const float dist = std::sqrt(worst);
+  kernels::F32ToF16Row(&dist, spread + row, 1);
 }
 
 void GroupPredictor::LowRankQueries(int32_t layer, const float* x, int64_t n,
@@ -210,7 +233,7 @@ static void GroupMax(const float* x, int64_t n_groups, int32_t group_size, float
 }
 
 void GroupPredictor::ScoreGroups(const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
-                                 int32_t group_size) {
+                                 int32_t group_size, RowSpread spread) {
   const int64_t n_groups = g1 - g0, G = group_size;
   const int64_t t0 = g0 * G, t1 = g1 * G;
   constexpr int64_t T = kernels::kScoreTile;
@@ -264,6 +287,19 @@ void GroupPredictor::ScoreGroups(const float* q_lr, const uint8_t* klr, int32_t 
   } else {
     for (int64_t c = 0; c < n_chunks; ++c) run_chunk(c, 0);
   }
+  if (spread.f16 && spread.weight != 0.0f) {
+    // Each head's (or the summed query's) norm, weighted, times each row's spread.
+    float* sp = token_score_.data();  // the rows' spreads as F32
+    kernels::F16ToF32Row(spread.f16 + g0, sp, n_groups);
+    for (int64_t h = 0; h < n_x; ++h) {
+      const float* xh = x + h * rank_;
+      float nn = 0.0f;
+      for (int32_t j = 0; j < rank_; ++j) nn += xh[j] * xh[j];
+      const float w = spread.weight * std::sqrt(nn);
+      float* row = rows + h * row_stride;
+      for (int64_t g = 0; g < n_groups; ++g) row[g] += w * sp[g];
+    }
+  }
   if (sum) return;
   // Per head: the group's best token, then a softmax over groups. A group matters when any
   // of its tokens matters to any head, so the max is taken per head before heads are
@@ -281,7 +317,7 @@ void GroupPredictor::ScoreGroups(const float* q_lr, const uint8_t* klr, int32_t 
 
 void GroupPredictor::SelectGroups(const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
                                   int32_t group_size, int32_t m, std::vector<int32_t>* out,
-                                  std::span<const int32_t> favored, float bonus) {
+                                  std::span<const int32_t> favored, float bonus, RowSpread spread) {
   out->clear();
   const int32_t n_groups = g1 - g0;
   if (n_groups <= 0 || m <= 0) return;
@@ -289,7 +325,7 @@ void GroupPredictor::SelectGroups(const float* q_lr, const uint8_t* klr, int32_t
     for (int32_t g = g0; g < g1; ++g) out->push_back(g);
     return;
   }
-  ScoreGroups(q_lr, klr, g0, g1, group_size);
+  ScoreGroups(q_lr, klr, g0, g1, group_size, spread);
   if (bonus != 0.0f)
     for (int32_t g : favored)
       if (g >= g0 && g < g1) {

@@ -28,6 +28,14 @@ namespace strata {
 class Model;
 class ThreadPool;
 
+// The spread of a per-group summary's rows (ProjectGroup) and its weight in a group's score:
+// a row scores q.mean + weight * |q| * spread, between the mean key's score (weight 0) and
+// an upper bound on its best token's (weight 1, Cauchy-Schwarz).
+struct RowSpread {
+  const uint16_t* f16 = nullptr;  // one F16 per summary row; null: scores are q.row alone
+  float weight = 0.0f;
+};
+
 class GroupPredictor {
  public:
   // max_rows: most tokens LowRankQueries takes at once; n_ctx: most K_lr rows scored;
@@ -44,9 +52,13 @@ class GroupPredictor {
   // go into `klr`, the layer's summary in tiles of the predictor's type (kernels::ScoreTiles),
   // which must hold KlrBytes(p0 + n, ...).
   void ProjectKeys(int32_t layer, const float* k, int64_t n, int64_t p0, uint8_t* klr);
-  // The summary row of a whole group (kv.group_summary): n keys ([n][row] F32) averaged,
-  // projected like ProjectKeys, and stored as row `row` of the layer's summary.
-  void ProjectGroup(int32_t layer, const float* k, int32_t n, int64_t row, uint8_t* klr);
+  // The summary row of a whole group (kv.group_summary): n keys ([n][row] F32) projected
+  // like ProjectKeys, their mean stored as row `row` of the layer's summary, and the largest
+  // distance of a key's projection from that mean as spread[row] (F16; see RowSpread).
+  void ProjectGroup(int32_t layer, const float* k, int32_t n, int64_t row, uint8_t* klr,
+                    uint16_t* spread);
+  // Bytes of the spreads of n rows (whole tiles, like the summary).
+  static uint64_t SpreadBytes(int64_t n);
   // Rows a tiled summary of n rows (tokens, or groups) takes room for (whole tiles).
   static int64_t KlrTokens(int64_t n);
   // Bytes of one layer's summary of n rows at `rank`.
@@ -60,10 +72,12 @@ class GroupPredictor {
   // The M best groups among groups [g0, g1) for one token's q_lr ([n_head][rank]) scored
   // against the layer's tiled summary `klr`. Writes min(M, g1-g0) group ids, ascending.
   // Groups in `favored` (e.g. those already in memory; any order, ids outside [g0, g1)
-  // ignored) have their score s raised to s + bonus * |s| first.
+  // ignored) have their score s raised to s + bonus * |s| first. `spread`: a per-group
+  // summary's row spreads (group_size is then 1).
   void SelectGroups(const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
                     int32_t group_size, int32_t m, std::vector<int32_t>* out,
-                    std::span<const int32_t> favored = {}, float bonus = 0.0f);
+                    std::span<const int32_t> favored = {}, float bonus = 0.0f,
+                    RowSpread spread = {});
 
   // Bytes of scratch and adapter copies (shared by all sequences).
   uint64_t scratch_bytes() const;
@@ -73,7 +87,7 @@ class GroupPredictor {
                  kernels::ScoreType type, ThreadPool* pool);
   // group_score_[g - g0] for groups [g0, g1) of klr.
   void ScoreGroups(const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
-                   int32_t group_size);
+                   int32_t group_size, RowSpread spread);
 
   const Model& model_;
   const AdapterSet& set_;
@@ -85,7 +99,8 @@ class GroupPredictor {
   std::vector<float> inv_freq_;  // per rotated pair, as the forward pass computes it
 
   // Scratch.
-  std::vector<float> xn_, q_, cos_sin_, token_score_, group_score_, key_acc_, key_mean_, q_scaled_;
+  std::vector<float> xn_, q_, cos_sin_, token_score_, group_score_, key_acc_, key_mean_, q_scaled_,
+      group_rows_;
   // Token scores of one scoring task, per pool worker: [worker][head][chunk_scores_stride_].
   std::vector<float> chunk_scores_;
   int64_t chunk_scores_stride_ = 0;

@@ -147,6 +147,9 @@ Status ValidateDiskKvOptions(const DiskKvOptions& o) {
   if (!(o.resident_bonus >= 0.0f && o.resident_bonus <= 100.0f))
     return Status::OutOfRange("kv.resident_bonus = " + std::to_string(o.resident_bonus) +
                               " is out of range [0, 100]");
+  if (!(o.group_spread >= 0.0f && o.group_spread <= 4.0f))
+    return Status::OutOfRange("kv.group_spread = " + std::to_string(o.group_spread) +
+                              " is out of range [0, 4]");
   if (o.backend != "auto" && o.backend != "io_uring" && o.backend != "pread")
     return Status::InvalidArgument("kv.backend = '" + o.backend +
                                    "' is not a block store backend (accepted: auto, io_uring, "

@@ -102,6 +102,10 @@ struct DiskKvOptions {
   // full KV over 16 windows where sigma 16 per token (1.88 MiB, 52 slots) gave +15.3%
   // (bench_kv_quality; docs/DESIGN.md); at 1/13 per-token rows rank better for the budget.
   AutoSwitch group_summary = AutoSwitch::kAuto;
+  // With a per-group summary a group scores q.mean + group_spread * |q| * spread, spread
+  // being the largest distance of one of its keys from the mean (in the summary's space): 0
+  // ranks by the mean key alone, 1 by an upper bound on the group's best token.
+  float group_spread = 0.25f;
   // M: groups selected (and read where not held) per layer and step; 0 = C, every slot
   // chosen afresh each step. The paper's M*G ~ 400 (M = 80 at G = 5) leaves the other C - M
   // slots to stale picks of earlier steps; on SmolLM2-135M at 1/13 of the cache M = C with

@@ -102,9 +102,12 @@ double StoredValue(kernels::ScoreType type, const std::vector<uint8_t>& tiles, i
 // Brute force over the same stored summary (klr: [n][rank] row-major values). softmax: per
 // head, each group's best token, a softmax over groups, summed over heads; sum: raw scores
 // summed over heads, max per group.
+// spread (softmax only): a per-group summary's row spreads (G = 1), each group's score
+// raised by weight * |q_h| * spread.
 std::vector<int32_t> BruteForce(const std::vector<double>& klr, const std::vector<float>& q,
                                 int n_head, int rank, int n, int G, int M, bool softmax,
-                                float scale, int g0) {
+                                float scale, int g0, const std::vector<double>* spread = nullptr,
+                                double weight = 0) {
   const int n_groups = n / G;
   std::vector<double> gs(static_cast<size_t>(n_groups), 0.0), tok(static_cast<size_t>(n), 0.0);
   for (int h = 0; h < n_head; ++h) {
@@ -118,6 +121,12 @@ std::vector<int32_t> BruteForce(const std::vector<double>& klr, const std::vecto
     std::vector<double> best(static_cast<size_t>(n_groups));
     for (int g = 0; g < n_groups; ++g)
       best[g] = *std::max_element(s.begin() + g * G, s.begin() + (g + 1) * G);
+    if (spread) {
+      double qn = 0;
+      for (int j = 0; j < rank; ++j)
+        qn += double(q[size_t(h) * rank + j]) * q[size_t(h) * rank + j];
+      for (int g = 0; g < n_groups; ++g) best[g] += weight * std::sqrt(qn) * (*spread)[g];
+    }
     const double m = *std::max_element(best.begin(), best.end());
     double z = 0;
     for (double& v : best) z += (v = std::exp((v - m) * scale));
@@ -243,8 +252,9 @@ TEST_F(GroupPredictorTest, GroupSummaryRowsAreTheGroupsMeanKey) {
     STRATA_ASSERT_OK(
         GroupPredictor::Create(*model_, set, GroupScoring::kSoftmax, type, n, 1, &pool_, &p));
     std::vector<uint8_t> per_group(GroupPredictor::KlrBytes(n / G, set.rank, type));
+    std::vector<uint16_t> spreads(GroupPredictor::SpreadBytes(n / G) / 2);
     for (int32_t g = 0; g < n / G; ++g)
-      p->ProjectGroup(0, keys.data() + size_t(g) * G * row, G, g, per_group.data());
+      p->ProjectGroup(0, keys.data() + size_t(g) * G * row, G, g, per_group.data(), spreads.data());
     // The same means, projected as tokens: once per group, and once for each of its tokens.
     std::vector<float> means(size_t(n / G) * row, 0.0f), spread(size_t(n) * row);
     for (int32_t g = 0; g < n / G; ++g) {
@@ -268,6 +278,57 @@ TEST_F(GroupPredictorTest, GroupSummaryRowsAreTheGroupsMeanKey) {
     ASSERT_EQ(by_group.size(), size_t(M));
     EXPECT_EQ(by_group, by_spread);
     EXPECT_NE(by_group, by_keys);
+  }
+}
+
+// A per-group summary's spread is the largest distance of a group's key from its mean (in
+// the summary's space; the full-rank identity adapters make that the keys' own space), and
+// selection adds weight * |q_h| * spread to each head's group score, as a brute force does.
+TEST_F(GroupPredictorTest, GroupSpreadsRaiseTheScoresOfWideGroups) {
+  const HParams& hp = model_->hparams();
+  const AdapterSet& set = *adapters_.Find(1);
+  const int32_t n = 600, G = 5, M = 15, row = hp.n_head_kv * hp.head_dim, rows = n / G;
+  Gaussians draw{std::mt19937(31), {}};
+  const std::vector<float> keys = draw(size_t(n) * row, 1);
+  const std::vector<float> q = draw(size_t(hp.n_head) * set.rank, 3);
+  std::unique_ptr<GroupPredictor> p;
+  STRATA_ASSERT_OK(GroupPredictor::Create(*model_, set, GroupScoring::kSoftmax,
+                                          kernels::ScoreType::kF16, n, 1, &pool_, &p));
+  std::vector<uint8_t> tiled(GroupPredictor::KlrBytes(rows, set.rank, kernels::ScoreType::kF16));
+  std::vector<uint16_t> spread(GroupPredictor::SpreadBytes(rows) / 2);
+  for (int32_t g = 0; g < rows; ++g)
+    p->ProjectGroup(0, keys.data() + size_t(g) * G * row, G, g, tiled.data(), spread.data());
+  std::vector<double> klr(size_t(rows) * set.rank), sp(static_cast<size_t>(rows));
+  for (int32_t g = 0; g < rows; ++g) {
+    std::vector<double> mean(static_cast<size_t>(row), 0.0);
+    for (int32_t t = 0; t < G; ++t)
+      for (int32_t i = 0; i < row; ++i) mean[i] += keys[(size_t(g) * G + t) * row + i] / G;
+    double worst = 0;
+    for (int32_t t = 0; t < G; ++t) {
+      double d2 = 0;
+      for (int32_t i = 0; i < row; ++i) {
+        const double d = keys[(size_t(g) * G + t) * row + i] - mean[i];
+        d2 += d * d;
+      }
+      worst = std::max(worst, std::sqrt(d2));
+    }
+    sp[g] = kernels::F16ToF32(spread[g]);
+    EXPECT_NEAR(sp[g], worst, worst * 2e-3) << "group " << g;
+    for (int32_t j = 0; j < set.rank; ++j)
+      klr[size_t(g) * set.rank + j] = StoredValue(kernels::ScoreType::kF16, tiled, g, j, set.rank);
+  }
+  const float scale = 1.0f / std::sqrt(float(hp.head_dim));
+  std::vector<int32_t> plain;
+  p->SelectGroups(q.data(), tiled.data(), 0, rows, 1, M, &plain);
+  EXPECT_EQ(plain, BruteForce(klr, q, hp.n_head, set.rank, rows, 1, M, true, scale, 0));
+  for (float weight : {0.25f, 1.0f}) {
+    SCOPED_TRACE(weight);
+    std::vector<int32_t> got;
+    p->SelectGroups(q.data(), tiled.data(), 0, rows, 1, M, &got, {}, 0.0f,
+                    RowSpread{spread.data(), weight});
+    EXPECT_EQ(got,
+              BruteForce(klr, q, hp.n_head, set.rank, rows, 1, M, true, scale, 0, &sp, weight));
+    EXPECT_NE(got, plain);
   }
 }
 
