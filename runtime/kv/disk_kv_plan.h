@@ -107,7 +107,7 @@ constexpr int32_t kTightSlotTokens = 400;
 // is reuse slots. At 1/13 of SmolLM2-135M's cache sigma 4's summary takes 44% and beat
 // sigma 8 (more slots, coarser ranking) by 2.7 points of perplexity; at 1/34 a per-token
 // sigma 4 does not fit, 8 takes 62% and 16 35%, and 16 beat both 8 and 32; a per-group
-// sigma 4 takes 23% there (bench_kv_quality).
+// sigma 4 takes 25% there with its spreads (bench_kv_quality).
 constexpr double kAutoSummaryShare = 0.5;
 // kv.ratio when it is 0: of `available` (the ratios the adapters hold; empty: those
 // `strata calibrate` makes by default, 4, 8, 16, 32), the smallest whose key summary takes at

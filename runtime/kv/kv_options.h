@@ -98,13 +98,15 @@ struct DiskKvOptions {
   // G times less summary memory and scoring, for a coarser ranking (a group scores as its
   // mean key, not its best token). Auto: on where the budget is tight (DiskKvPlan::tight),
   // where the memory it frees buys more slots than the ranking loses: on SmolLM2-135M at
-  // 1/34 of the cache sigma 4 per group (1.23 MiB, 63 slots) gives +9.85% perplexity against
-  // full KV over 16 windows where sigma 16 per token (1.88 MiB, 52 slots) gave +15.3%
+  // 1/34 of the cache sigma 4 per group (1.32 MiB with the spreads, 61 slots) gives +9.51%
+  // perplexity against full KV over 16 windows where sigma 16 per token (1.88 MiB, 52
+  // slots) gave +15.3%
   // (bench_kv_quality; docs/DESIGN.md); at 1/13 per-token rows rank better for the budget.
   AutoSwitch group_summary = AutoSwitch::kAuto;
   // With a per-group summary a group scores q.mean + group_spread * |q| * spread, spread
   // being the largest distance of one of its keys from the mean (in the summary's space): 0
-  // ranks by the mean key alone, 1 by an upper bound on the group's best token.
+  // ranks by the mean key alone, 1 by an upper bound on the group's best token. At 1/34 of
+  // SmolLM2-135M's cache (4 windows): 0 +15.4%, 0.125 +13.7%, 0.25 +13.6%, 0.5 +15.7%.
   float group_spread = 0.25f;
   // M: groups selected (and read where not held) per layer and step; 0 = C, every slot
   // chosen afresh each step. The paper's M*G ~ 400 (M = 80 at G = 5) leaves the other C - M
