@@ -68,6 +68,7 @@ Status GroupPredictor::Create(const Model& model, const AdapterSet& set, GroupSc
   p->group_score_.resize(n);
   p->key_acc_.resize(size_t(set.rank));
   p->key_mean_.resize(size_t(p->row_));
+  p->key_row_.resize(size_t(set.rank));
   p->q_scaled_.resize(size_t(hp.n_head) * set.rank);
   *out = std::move(p);
   return Status::OK();
@@ -76,7 +77,7 @@ Status GroupPredictor::Create(const Model& model, const AdapterSet& set, GroupSc
 uint64_t GroupPredictor::scratch_bytes() const {
   uint64_t b = 0;
   for (const auto* v : {&xn_, &q_, &cos_sin_, &chunk_scores_, &group_heads_, &token_score_,
-                        &group_score_, &key_acc_, &key_mean_, &q_scaled_})
+                        &group_score_, &key_acc_, &key_mean_, &key_row_, &q_scaled_})
     b += v->capacity() * sizeof(float);
   return b + xq_.capacity();
 }
@@ -91,20 +92,23 @@ uint64_t GroupPredictor::KlrBytes(int64_t n, int32_t rank, kernels::ScoreType ty
          uint64_t(kernels::ScoreTileBytes(type, rank));
 }
 
-void GroupPredictor::ProjectKeys(int32_t layer, const float* k, int64_t n, int64_t p0,
-                                 uint8_t* klr) {
+void GroupPredictor::ProjectRow(int32_t layer, const float* k, float* out) const {
   const float* a = set_.layers[size_t(layer)].data();
   const int32_t r = rank_;
+  std::fill(out, out + r, 0.0f);
+  for (int32_t i = 0; i < row_; ++i) {
+    const float ki = k[i];
+    const float* ai = a + size_t(i) * r;
+    for (int32_t j = 0; j < r; ++j) out[j] += ki * ai[j];
+  }
+}
+
+void GroupPredictor::ProjectKeys(int32_t layer, const float* k, int64_t n, int64_t p0,
+                                 uint8_t* klr) {
   float* acc = key_acc_.data();
   for (int64_t t = 0; t < n; ++t) {
-    std::fill(acc, acc + r, 0.0f);
-    const float* kt = k + t * row_;
-    for (int32_t i = 0; i < row_; ++i) {
-      const float ki = kt[i];
-      const float* ai = a + size_t(i) * r;
-      for (int32_t j = 0; j < r; ++j) acc[j] += ki * ai[j];
-    }
-    kernels::StoreScoreRow(type_, acc, r, p0 + t, klr);
+    ProjectRow(layer, k + t * row_, acc);
+    kernels::StoreScoreRow(type_, acc, rank_, p0 + t, klr);
   }
 }
 
@@ -118,24 +122,16 @@ void GroupPredictor::ProjectGroup(int32_t layer, const float* k, int32_t n, int6
   for (int32_t t = 0; t < n; ++t) kernels::Add(mean, k + int64_t(t) * row_, row_);
   const float inv = 1.0f / float(std::max(n, 1));
   for (int32_t i = 0; i < row_; ++i) mean[i] *= inv;
-  ProjectKeys(layer, mean, 1, row, klr);
+  float* pm = key_acc_.data();
+  ProjectRow(layer, mean, pm);
+  kernels::StoreScoreRow(type_, pm, rank_, row, klr);
   // The spread: each key's own projection against the mean's.
-  const float* a = set_.layers[size_t(layer)].data();
-  const int32_t r = rank_;
-  if (group_rows_.size() < size_t(r) * 2) group_rows_.resize(size_t(r) * 2);
-  float* pm = group_rows_.data();
-  float* pt = pm + r;
-  std::fill(pm, pm + r, 0.0f);
-  for (int32_t i = 0; i < row_; ++i)
-    for (int32_t j = 0; j < r; ++j) pm[j] += mean[i] * a[size_t(i) * r + j];
+  float* pt = key_row_.data();
   float worst = 0.0f;
   for (int32_t t = 0; t < n; ++t) {
-    std::fill(pt, pt + r, 0.0f);
-    const float* kt = k + int64_t(t) * row_;
-    for (int32_t i = 0; i < row_; ++i)
-      for (int32_t j = 0; j < r; ++j) pt[j] += kt[i] * a[size_t(i) * r + j];
+    ProjectRow(layer, k + int64_t(t) * row_, pt);
     float d2 = 0.0f;
-    for (int32_t j = 0; j < r; ++j) d2 += (pt[j] - pm[j]) * (pt[j] - pm[j]);
+    for (int32_t j = 0; j < rank_; ++j) d2 += (pt[j] - pm[j]) * (pt[j] - pm[j]);
     worst = std::max(worst, d2);
   }
   const float dist = std::sqrt(worst);

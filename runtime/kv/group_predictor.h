@@ -85,6 +85,8 @@ class GroupPredictor {
  private:
   GroupPredictor(const Model& model, const AdapterSet& set, GroupScoring scoring,
                  kernels::ScoreType type, ThreadPool* pool);
+  // out[0..rank) = k ([row] F32) through the layer's adapter.
+  void ProjectRow(int32_t layer, const float* k, float* out) const;
   // group_score_[g - g0] for groups [g0, g1) of klr.
   void ScoreGroups(const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
                    int32_t group_size, RowSpread spread);
@@ -99,8 +101,8 @@ class GroupPredictor {
   std::vector<float> inv_freq_;  // per rotated pair, as the forward pass computes it
 
   // Scratch.
-  std::vector<float> xn_, q_, cos_sin_, token_score_, group_score_, key_acc_, key_mean_, q_scaled_,
-      group_rows_;
+  std::vector<float> xn_, q_, cos_sin_, token_score_, group_score_, key_acc_, key_mean_, key_row_,
+      q_scaled_;
   // Token scores of one scoring task, per pool worker: [worker][head][chunk_scores_stride_].
   std::vector<float> chunk_scores_;
   int64_t chunk_scores_stride_ = 0;
