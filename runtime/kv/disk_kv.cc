@@ -611,11 +611,9 @@ void DiskKv::AbortBatch() {
 
 uint64_t DiskKv::SequenceResident(const Sequence& s) const {
   uint64_t b = s.arena.size();
-  b += uint64_t(shape_.n_layer) * GroupPredictor::KlrBytes(plan_.SummaryRows(s.length + s.pending),
-                                                           plan_.rank, plan_.summary_score_type());
-  if (plan_.group_summary)
-    b += uint64_t(shape_.n_layer) *
-         GroupPredictor::SpreadBytes(plan_.SummaryRows(s.length + s.pending));
+  b += uint64_t(shape_.n_layer) *
+       GroupPredictor::SummaryBytes(plan_.SummaryRows(s.length + s.pending), plan_.rank,
+                                    plan_.summary_score_type(), plan_.group_summary);
   for (const Layer& L : s.layers)
     b += ReuseBuffer::TableBytes(L.reuse.capacity()) + L.selected.capacity() * sizeof(int32_t) +
          L.placed.capacity() * sizeof(ReuseBuffer::Placement) +

@@ -150,8 +150,7 @@ int32_t AutoRatio(const KvShape& shape, const DiskKvOptions& o, std::span<const 
     if (!RankForRatio(shape.row(), r, &rank).ok()) continue;
     const int64_t rows = shape.n_ctx / std::max(row_tokens, 1);
     const uint64_t klr =
-        uint64_t(shape.n_layer) * (GroupPredictor::KlrBytes(rows, rank, type) +
-                                   (row_tokens > 1 ? GroupPredictor::SpreadBytes(rows) : 0));
+        uint64_t(shape.n_layer) * GroupPredictor::SummaryBytes(rows, rank, type, row_tokens > 1);
     if (double(klr) <= allowed) return r;
   }
   return ratios.back();
@@ -198,9 +197,8 @@ Status PlanOnce(const KvShape& shape, const DiskKvOptions& o, uint32_t block_siz
 
   const uint64_t L = uint64_t(shape.n_layer), rec = p.layout.record_bytes;
   p.summary_type = o.summary_type;
-  const int64_t rows = p.SummaryRows(shape.n_ctx);
-  p.klr_bytes = L * (GroupPredictor::KlrBytes(rows, p.rank, p.summary_score_type()) +
-                     (group_summary ? GroupPredictor::SpreadBytes(rows) : 0));
+  p.klr_bytes = L * GroupPredictor::SummaryBytes(p.SummaryRows(shape.n_ctx), p.rank,
+                                                 p.summary_score_type(), group_summary);
   p.ring_bytes = L * uint64_t(p.ring_records()) * rec;
   p.sink_bytes = L * uint64_t(p.sink_groups) * rec;
   p.write_bytes = L * rec;

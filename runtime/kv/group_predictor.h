@@ -59,6 +59,10 @@ class GroupPredictor {
                     uint16_t* spread);
   // Bytes of the spreads of n rows (whole tiles, like the summary).
   static uint64_t SpreadBytes(int64_t n);
+  // Bytes of one layer's summary of n rows with, per_group, its spreads.
+  static uint64_t SummaryBytes(int64_t n, int32_t rank, kernels::ScoreType type, bool per_group) {
+    return KlrBytes(n, rank, type) + (per_group ? SpreadBytes(n) : 0);
+  }
   // Rows a tiled summary of n rows (tokens, or groups) takes room for (whole tiles).
   static int64_t KlrTokens(int64_t n);
   // Bytes of one layer's summary of n rows at `rank`.
