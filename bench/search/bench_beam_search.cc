@@ -11,6 +11,7 @@
 //   bench_beam_search --quick                        # a smoke run, about a minute
 //   bench_beam_search --beams 16,32,64 --steps 32,64 --gen 512 --threads 2
 //   bench_beam_search --cuda 0 ...                   # on a GPU, pinned host RAM as slow tier
+//   bench_beam_search --cuda 0 --cuda-slow-disk ...  # on a GPU, the block store as slow tier
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -51,7 +52,8 @@ struct Flags {
   std::vector<std::string> also_emulate_schedules;  // empty: --schedules
   uint64_t seed = 42;
   bool quick = false;
-  int32_t cuda_device = -1;  // >= 0: on this GPU, slow tier in pinned host RAM
+  int32_t cuda_device = -1;     // >= 0: on this GPU, slow tier in pinned host RAM
+  bool cuda_slow_disk = false;  // on the GPU, the block store (staged) as the slow tier
 };
 
 struct Row {
@@ -207,6 +209,7 @@ int Run(Flags& f) {
     p.n_threads = f.threads;
     p.slow_dir = f.slow_dir;
     p.cuda_device = f.cuda_device;
+    p.gpu_slow_on_disk = f.cuda_slow_disk;
     if (emulate_mbps > 0) {
       p.slow_disk.enabled = true;
       p.slow_disk.bandwidth_bytes_per_second = emulate_mbps * 1e6;
@@ -341,6 +344,9 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", f.quick, "smoke run: 8 beams, steps of 16, 128 tokens, budget 60%");
   app.add_option("--cuda", f.cuda_device,
                  "run on this CUDA GPU (KV in its memory, slow tier in pinned host RAM)");
+  app.add_flag("--cuda-slow-disk", f.cuda_slow_disk,
+               "on the GPU, the slow tier is the block store in --slow-dir, staged through "
+               "pinned host RAM (a Jetson's NVMe) instead of pinned host RAM");
   CLI11_PARSE(app, argc, argv);
   return strata::bench::Run(f);
 }

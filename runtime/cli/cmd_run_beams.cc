@@ -24,6 +24,9 @@ void AddBeamFlags(CLI::App* cmd, BeamFlags* f) {
                   "GGUF model scoring each step (default: the generator's mean log-probability)");
   cmd->add_option("--beam-slow-dir", f->slow_dir, "directory of the slow tier's file");
   cmd->add_flag("--beam-slow-ram", f->slow_ram, "keep the slow tier in host RAM instead");
+  cmd->add_flag("--beam-slow-disk", f->slow_disk,
+                "on a GPU: the slow tier is the block store in --beam-slow-dir, staged through "
+                "pinned host RAM, instead of pinned host RAM");
   f->device_opt = cmd->add_option(
       "--beam-device", f->device,
       "cpu or cuda[:N] (default: --device): KV in GPU memory, slow tier in pinned host RAM");
@@ -66,6 +69,7 @@ Status RunBeamSearchCommand(const BeamFlags& f, const Config& cfg, const Model& 
   p.n_threads = cfg.engine.n_threads;
   p.slow_dir = f.slow_dir;
   p.slow_in_ram = f.slow_ram;
+  p.gpu_slow_on_disk = f.slow_disk;
   // --beam-device, else the engine's device (--device or the config's `device`).
   p.cuda_device = cfg.engine.cuda_device;
   if (f.device_opt && f.device_opt->count())

@@ -23,7 +23,8 @@ struct BeamFlags {
   std::string scorer_model;
   std::string slow_dir;
   bool slow_ram = false;
-  std::string device;  // cpu, cuda or cuda:N; default: the engine's device
+  bool slow_disk = false;  // on a GPU: the block store (staged) instead of pinned host RAM
+  std::string device;      // cpu, cuda or cuda:N; default: the engine's device
   CLI::Option* beams_opt = nullptr;
   CLI::Option* device_opt = nullptr;
 };

@@ -13,9 +13,9 @@ Status SlowTier::RegisterMemory(void*, size_t) { return Status::OK(); }
 namespace {
 
 // A RAM transfer has already happened when it is handed out.
-class FinishedTransfer final : public TierTransfer {
+class EndedTransfer final : public TierTransfer {
  public:
-  explicit FinishedTransfer(Status s) : status_(std::move(s)) {}
+  explicit EndedTransfer(Status s) : status_(std::move(s)) {}
   bool Done() override { return true; }
   Status Wait() override { return status_; }
 
@@ -85,6 +85,10 @@ class BlockStoreTier final : public SlowTier {
 
 }  // namespace
 
+std::unique_ptr<TierTransfer> FinishedTransfer(Status status) {
+  return std::make_unique<EndedTransfer>(std::move(status));
+}
+
 Status RamSlowTier::Create(uint64_t capacity, std::unique_ptr<RamSlowTier>* out,
                            uint32_t alignment) {
   if (capacity == 0) return Status::InvalidArgument("RAM slow tier: capacity is 0");
@@ -121,7 +125,7 @@ Status RamSlowTier::Read(std::span<const TierExtent> extents, std::unique_ptr<Ti
   Status s = Check(extents, "read");
   if (s.ok())
     for (const TierExtent& e : extents) std::memcpy(e.buffer, data_.get() + e.offset, e.length);
-  *out = std::make_unique<FinishedTransfer>(s);
+  *out = FinishedTransfer(s);
   return Status::OK();
 }
 
@@ -129,7 +133,7 @@ Status RamSlowTier::Write(std::span<const TierExtent> extents, std::unique_ptr<T
   Status s = Check(extents, "write");
   if (s.ok())
     for (const TierExtent& e : extents) std::memcpy(data_.get() + e.offset, e.buffer, e.length);
-  *out = std::make_unique<FinishedTransfer>(s);
+  *out = FinishedTransfer(s);
   return Status::OK();
 }
 

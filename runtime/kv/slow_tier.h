@@ -40,6 +40,9 @@ class TierTransfer {
   virtual Status Wait() = 0;
 };
 
+// A transfer that already ended with `status` (tiers that copy synchronously, and errors).
+std::unique_ptr<TierTransfer> FinishedTransfer(Status status);
+
 class SlowTier {
  public:
   virtual ~SlowTier() = default;

@@ -10,6 +10,7 @@
 
 #include "platforms/cuda_device.h"
 #include "runtime/engine/engine.h"
+#include "runtime/kv/cuda_disk_tier.h"
 #include "runtime/kv/cuda_host_tier.h"
 #include "runtime/model/chat_template.h"
 
@@ -86,6 +87,8 @@ class Search {
   ~Search() { ReleaseAll(); }
 
   Status Setup(int32_t prompt_tokens);
+  // The block store as a slow tier of slow_bytes (slow_dir, slow_disk).
+  Status OpenDiskTier(uint64_t slow_bytes, std::unique_ptr<SlowTier>* out) const;
   Status Run(std::span<const int32_t> prompt, std::vector<BeamResult>* results);
   void ReleaseAll();
   PrefixTreeKv* kv() const { return kv_; }
@@ -143,28 +146,25 @@ Status Search::Setup(int32_t prompt_tokens) {
   if (p_.cuda_device >= 0) {
     STRATA_RETURN_IF_ERROR(CudaDevice::Open(p_.cuda_device, &gpu));
     ko.memory = gpu->memory();
-    Status s = OpenCudaHostTier(gpu, slow_bytes, kSlowAlignment, &slow);
+    Status s;
+    if (p_.gpu_slow_on_disk) {
+      std::unique_ptr<SlowTier> disk;
+      s = OpenDiskTier(slow_bytes, &disk);
+      // Staging holds what is in flight at once: a group's blocks, a layer of the streamed
+      // ones, the writes behind them.
+      if (s.ok())
+        s = OpenCudaDiskTier(gpu, std::move(disk), std::min<uint64_t>(slow_bytes, 256ull << 20),
+                             &slow);
+    } else {
+      s = OpenCudaHostTier(gpu, slow_bytes, kSlowAlignment, &slow);
+    }
     if (!s.ok()) return s.WithContext("beam search slow tier");
   } else if (p_.slow_in_ram || p_.fast_budget_bytes == 0) {
     std::unique_ptr<RamSlowTier> ram;
     STRATA_RETURN_IF_ERROR(RamSlowTier::Create(slow_bytes, &ram, kSlowAlignment));
     slow = std::move(ram);
   } else {
-    static std::atomic<uint64_t> counter{0};
-    storage::StoreOptions so;
-    const char* tmp = std::getenv("TMPDIR");
-    so.directory = !p_.slow_dir.empty() ? p_.slow_dir : (tmp && *tmp ? tmp : "/tmp");
-    so.file_name = "strata-beams-" + std::to_string(getpid()) + "-" +
-                   std::to_string(counter.fetch_add(1)) + ".kv";
-    so.capacity = slow_bytes;
-    so.block_size = kSlowAlignment;
-    // The baseline reads one layer of every block it streams per request (thousands per
-    // pass at 64 beams); requests beyond the queue depth only start when the engine thread
-    // reaps, which it does not do while a layer computes, so the depth must cover a layer.
-    so.queue_depth = 4096;
-    so.slow_disk = p_.slow_disk;
-    so.report = [](std::string_view) {};  // the fallback reason shows in the description
-    Status s = OpenBlockStoreTier(so, &slow);
+    Status s = OpenDiskTier(slow_bytes, &slow);
     if (!s.ok()) return s.WithContext("beam search slow tier");
   }
   std::unique_ptr<PrefixTreeKv> kv;
@@ -178,6 +178,24 @@ Status Search::Setup(int32_t prompt_tokens) {
   eo.max_sequences = ko.max_sequences;
   eo.cuda = gpu;
   return Engine::Create(model_, eo, std::move(kv), &engine_);
+}
+
+Status Search::OpenDiskTier(uint64_t slow_bytes, std::unique_ptr<SlowTier>* out) const {
+  static std::atomic<uint64_t> counter{0};
+  storage::StoreOptions so;
+  const char* tmp = std::getenv("TMPDIR");
+  so.directory = !p_.slow_dir.empty() ? p_.slow_dir : (tmp && *tmp ? tmp : "/tmp");
+  so.file_name = "strata-beams-" + std::to_string(getpid()) + "-" +
+                 std::to_string(counter.fetch_add(1)) + ".kv";
+  so.capacity = slow_bytes;
+  so.block_size = kSlowAlignment;
+  // The baseline reads one layer of every block it streams per request (thousands per
+  // pass at 64 beams); requests beyond the queue depth only start when the engine thread
+  // reaps, which it does not do while a layer computes, so the depth must cover a layer.
+  so.queue_depth = 4096;
+  so.slow_disk = p_.slow_disk;
+  so.report = [](std::string_view) {};  // the fallback reason shows in the description
+  return OpenBlockStoreTier(so, out);
 }
 
 void Search::ReleaseAll() {
@@ -517,6 +535,8 @@ Status ValidateBeamSearchParams(const BeamSearchParams& p, const HParams& hp,
                " beams with distinct tokens, the vocabulary has " + std::to_string(hp.n_vocab));
   STRATA_RETURN_IF_ERROR(ValidateSamplingParams(p.sampling));
   if (p.slow_disk.enabled) STRATA_RETURN_IF_ERROR(p.slow_disk.Validate());
+  if (p.slow_in_ram && p.gpu_slow_on_disk)
+    return bad("the slow tier is asked to be both host RAM and the disk");
   const uint64_t min = MinFastBudgetBytes(p, hp, prompt_tokens);
   if (p.fast_budget_bytes != 0 && p.fast_budget_bytes < min)
     return Status::ResourceExhausted(

@@ -53,8 +53,11 @@ struct BeamSearchParams {
   storage::SlowDiskOptions slow_disk;  // bandwidth/latency emulation of the block store
   // >= 0: run on this CUDA GPU. The fast tier is then the GPU's memory and the slow tier
   // pinned host RAM moved by the GPU (a desktop GPU's PCIe host tier; slow_dir, slow_in_ram
-  // and slow_disk do not apply). -1: on the CPU.
+  // and slow_disk do not apply), or, with gpu_slow_on_disk, the block store in slow_dir
+  // staged through pinned host RAM (a Jetson's NVMe or eMMC; slow_disk applies). -1: on the
+  // CPU.
   int32_t cuda_device = -1;
+  bool gpu_slow_on_disk = false;
 };
 
 enum class BeamStop { kEndOfGeneration, kMaxTokens, kStepLimit };

@@ -263,28 +263,32 @@ TEST_F(CudaBackendTest, BeamSearchOnTheGpuIsIdenticalUnderEveryScheduleAndBudget
   STRATA_ASSERT_OK(RunBeamSearch(model(), prompt, p, nullptr, &ref, &st));
   ASSERT_FALSE(ref.empty());
   EXPECT_TRUE(st.slow_tier.find("pinned host RAM via cuda:0") != std::string::npos) << st.slow_tier;
-  for (BeamSchedule s : {BeamSchedule::kTokenwise, BeamSchedule::kGrouped, BeamSchedule::kPrefix,
-                         BeamSchedule::kBalanced}) {
-    p.schedule = s;
-    p.fast_budget_bytes =
-        std::max<uint64_t>(st.peak_tree_bytes * 2 / 5,
-                           MinFastBudgetBytes(p, model().hparams(), int32_t(prompt.size())));
-    ASSERT_LT(p.fast_budget_bytes, st.peak_tree_bytes);
-    std::vector<BeamResult> got;
-    BeamSearchStats gs;
-    STRATA_ASSERT_OK(RunBeamSearch(model(), prompt, p, nullptr, &got, &gs));
-    const std::string what = BeamScheduleName(s);
-    ASSERT_EQ(got.size(), ref.size()) << what;
-    for (size_t i = 0; i < ref.size(); ++i) {
-      EXPECT_EQ(got[i].beam_id, ref[i].beam_id) << what << " rank " << i;
-      EXPECT_EQ(got[i].tokens, ref[i].tokens) << what << " rank " << i;
-      EXPECT_EQ(got[i].score, ref[i].score) << what << " rank " << i;
+  // Both slow tiers of a GPU: pinned host RAM, and the block store staged through it.
+  for (bool on_disk : {false, true})
+    for (BeamSchedule s : {BeamSchedule::kTokenwise, BeamSchedule::kGrouped, BeamSchedule::kPrefix,
+                           BeamSchedule::kBalanced}) {
+      p.schedule = s;
+      p.gpu_slow_on_disk = on_disk;
+      p.fast_budget_bytes =
+          std::max<uint64_t>(st.peak_tree_bytes * 2 / 5,
+                             MinFastBudgetBytes(p, model().hparams(), int32_t(prompt.size())));
+      ASSERT_LT(p.fast_budget_bytes, st.peak_tree_bytes);
+      std::vector<BeamResult> got;
+      BeamSearchStats gs;
+      STRATA_ASSERT_OK(RunBeamSearch(model(), prompt, p, nullptr, &got, &gs));
+      const std::string what = std::string(BeamScheduleName(s)) + (on_disk ? " (disk)" : "");
+      EXPECT_EQ(gs.slow_tier.find("staged through") != std::string::npos, on_disk) << gs.slow_tier;
+      ASSERT_EQ(got.size(), ref.size()) << what;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        EXPECT_EQ(got[i].beam_id, ref[i].beam_id) << what << " rank " << i;
+        EXPECT_EQ(got[i].tokens, ref[i].tokens) << what << " rank " << i;
+        EXPECT_EQ(got[i].score, ref[i].score) << what << " rank " << i;
+      }
+      EXPECT_LE(gs.kv.peak_fast_bytes, p.fast_budget_bytes) << what;
+      EXPECT_GT(gs.kv.bytes_read, 0u) << what;
+      EXPECT_GT(gs.kv.bytes_written, 0u) << what;
+      EXPECT_EQ(gs.kv.live_blocks, 0u) << what;
     }
-    EXPECT_LE(gs.kv.peak_fast_bytes, p.fast_budget_bytes) << what;
-    EXPECT_GT(gs.kv.bytes_read, 0u) << what;
-    EXPECT_GT(gs.kv.bytes_written, 0u) << what;
-    EXPECT_EQ(gs.kv.live_blocks, 0u) << what;
-  }
 }
 
 TEST(CudaRealModelTest, GpuAgreesWithTheCpuAndBeamsAreIdenticalUnderEverySchedule) {
@@ -331,6 +335,7 @@ TEST(CudaRealModelTest, GpuAgreesWithTheCpuAndBeamsAreIdenticalUnderEverySchedul
   STRATA_ASSERT_OK(RunBeamSearch(*model, prompt, p, nullptr, &ref, &st));
   for (BeamSchedule s : {BeamSchedule::kBalanced, BeamSchedule::kTokenwise}) {
     p.schedule = s;
+    p.gpu_slow_on_disk = s == BeamSchedule::kBalanced;
     p.fast_budget_bytes =
         std::max<uint64_t>(st.peak_tree_bytes * 2 / 5,
                            MinFastBudgetBytes(p, model->hparams(), int32_t(prompt.size())));

@@ -4,11 +4,14 @@
 // was appended, through the views the attention kernel would read.
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 
 #include <gtest/gtest.h>
 
+#include "platforms/cuda_device.h"
+#include "runtime/kv/cuda_disk_tier.h"
 #include "runtime/kv/prefix_tree_kv.h"
 
 namespace strata {
@@ -337,6 +340,223 @@ TEST(PrefixTreeKvTest, AbortDropsTheBatchesNewBlocks) {
   EXPECT_EQ(f.kv->Length(a), 3);
   EXPECT_TRUE(f.kv->CheckInvariants().ok());
   ASSERT_OK(f.Append({a}, 2, 2));
+}
+
+// A CudaDevice whose "GPU memory" is host memory and whose streams run every copy at once:
+// the disk tier's staging, stages and ordering can be checked on any machine. It records the
+// order of the calls the tier makes, so the tests can see that each copy was ordered after
+// the compute stream.
+class HostBackedDevice final : public CudaDevice {
+ public:
+  const std::string& name() const override { return name_; }
+  void* stream(Stream) const override { return nullptr; }
+  TierMemory* memory() override { return HostMemory(); }
+  Status FlushStores() override { return Status::OK(); }
+  Status Malloc(size_t bytes, void** out) override {
+    *out = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    return Status::OK();
+  }
+  void Free(void* p) override { std::free(p); }
+  Status HostAlloc(size_t bytes, void** host, void** device) override {
+    ++host_allocs;
+    host_bytes += bytes;
+    *host = *device = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    return Status::OK();
+  }
+  void HostFree(void* host) override { std::free(host); }
+  Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return Status::OK();
+  }
+  Status CopyToDeviceAsync(void* dst, const void* src, size_t bytes, Stream) override {
+    return CopyToDevice(dst, src, bytes);
+  }
+  Status CopyToHostAsync(void* dst, const void* src, size_t bytes, Stream) override {
+    return CopyToDevice(dst, src, bytes);
+  }
+  Status CopyOnDeviceAsync(void* dst, const void* src, size_t bytes, Stream) override {
+    return CopyToDevice(dst, src, bytes);
+  }
+  Status Upload(const void*, size_t, Stream, void**) override {
+    return Status::Internal("not used by the tier");
+  }
+  Status Synchronize(Stream) override { return Status::OK(); }
+  Status CheckLaunch(const char*) override { return Status::OK(); }
+  void OrderCopyAfterCompute() override { calls += 'o'; }
+  Status CopyExtents(std::span<const kernels::cuda::CopyOp> ops, Stream s) override {
+    if (s != Stream::kCopy) return Status::Internal("a transfer on the compute stream");
+    calls += 'c';
+    for (const auto& op : ops) {
+      if (op.bytes % 16 != 0) return Status::Internal("a copy of a length the kernel refuses");
+      std::memcpy(op.dst, op.src, op.bytes);
+    }
+    return Status::OK();
+  }
+  class DoneEvent final : public Event {
+   public:
+    bool Done() override { return true; }
+    Status Wait() override { return Status::OK(); }
+  };
+  Status Record(Stream, std::unique_ptr<Event>* out) override {
+    calls += 'e';
+    *out = std::make_unique<DoneEvent>();
+    return Status::OK();
+  }
+
+  std::string calls;  // o: ordered after compute, c: copy kernel, e: event
+  int host_allocs = 0;
+  size_t host_bytes = 0;
+
+ private:
+  std::string name_ = "cuda:test (host-backed)";
+};
+
+// Device buffers of `n` extents of `len` bytes each, filled with a pattern of `seed`.
+std::vector<std::vector<uint8_t>> Pattern(int n, uint32_t len, int seed) {
+  std::vector<std::vector<uint8_t>> b(static_cast<size_t>(n), std::vector<uint8_t>(len));
+  for (int i = 0; i < n; ++i)
+    for (uint32_t j = 0; j < len; ++j) b[size_t(i)][j] = uint8_t((i * 131 + j * 7 + seed) & 255);
+  return b;
+}
+
+std::vector<TierExtent> Extents(std::vector<std::vector<uint8_t>>& bufs, uint64_t first) {
+  std::vector<TierExtent> e;
+  for (size_t i = 0; i < bufs.size(); ++i)
+    e.push_back({first + i * bufs[i].size(), bufs[i].data(), uint32_t(bufs[i].size())});
+  return e;
+}
+
+TEST(CudaDiskTierTest, WritesAndReadsRoundTripThroughStagingInEveryOrder) {
+  auto dev = std::make_shared<HostBackedDevice>();
+  std::unique_ptr<RamSlowTier> ram;
+  ASSERT_OK(RamSlowTier::Create(1 << 20, &ram, 4096));
+  std::unique_ptr<SlowTier> tier;
+  // Staging for three 8 KiB extents at once.
+  ASSERT_OK(OpenCudaDiskTier(dev, std::move(ram), 24 << 10, &tier));
+  EXPECT_TRUE(tier->moves_device_memory());
+  EXPECT_EQ(tier->alignment(), 4096u);
+  EXPECT_NE(tier->Describe().find("staged through"), std::string::npos) << tier->Describe();
+  EXPECT_NE(tier->Describe().find("cuda:test"), std::string::npos) << tier->Describe();
+
+  // Four writes of two extents each, none waited for: the third and fourth need staging the
+  // first two hold, so the tier finishes those first.
+  std::vector<std::vector<std::vector<uint8_t>>> src;
+  std::vector<std::unique_ptr<TierTransfer>> writes;
+  for (int w = 0; w < 4; ++w) {
+    src.push_back(Pattern(2, 8192, w));
+    std::unique_ptr<TierTransfer> t;
+    ASSERT_OK(tier->Write(Extents(src.back(), uint64_t(w) * 16384), &t));
+    writes.push_back(std::move(t));
+  }
+  for (auto& t : writes) ASSERT_OK(t->Wait());
+  // Each copy kernel came after an ordering on the compute stream and before its event.
+  size_t copies = 0;
+  for (size_t i = 0; i < dev->calls.size(); ++i)
+    if (dev->calls[i] == 'c') {
+      ++copies;
+      ASSERT_GT(i, 0u);
+      EXPECT_EQ(dev->calls[i - 1], 'o') << dev->calls;
+      ASSERT_LT(i + 1, dev->calls.size());
+      EXPECT_EQ(dev->calls[i + 1], 'e') << dev->calls;
+    }
+  EXPECT_EQ(copies, 4u);
+
+  // Read everything back in one transfer larger than the whole staging region (in pieces),
+  // and a single extent again through Done() polling.
+  auto back = Pattern(8, 8192, 99);
+  std::unique_ptr<TierTransfer> r;
+  ASSERT_OK(tier->Read(Extents(back, 0), &r));
+  ASSERT_OK(r->Wait());
+  for (int w = 0; w < 4; ++w)
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(back[size_t(w * 2 + i)], src[size_t(w)][size_t(i)]);
+  auto one = Pattern(1, 8192, 7);
+  ASSERT_OK(tier->Read(Extents(one, 3 * 16384 + 8192), &r));
+  while (!r->Done()) {
+  }
+  ASSERT_OK(r->Wait());
+  EXPECT_EQ(one[0], src[3][1]);
+  EXPECT_EQ(dev->host_allocs, 1);  // staging is allocated once
+}
+
+TEST(CudaDiskTierTest, ErrorsNameTheTierAndReleaseTheStaging) {
+  auto dev = std::make_shared<HostBackedDevice>();
+  std::unique_ptr<RamSlowTier> ram;
+  ASSERT_OK(RamSlowTier::Create(1 << 20, &ram, 4096));
+  RamSlowTier* inner = ram.get();
+  std::unique_ptr<SlowTier> tier;
+  ASSERT_OK(OpenCudaDiskTier(dev, std::move(ram), 16 << 10, &tier));
+  auto data = Pattern(2, 8192, 1);
+  std::unique_ptr<TierTransfer> t;
+  // A failing disk write: the error names the tier, the device and the direction.
+  inner->FailTransferAfter(0);
+  ASSERT_OK(tier->Write(Extents(data, 0), &t));
+  Status s = t->Wait();
+  EXPECT_EQ(s.code(), Status::Code::kIOError) << s.ToString();
+  EXPECT_NE(s.message().find("disk tier behind cuda:test"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("write"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("injected"), std::string::npos) << s.message();
+  // A failing read leaves the staging free: the whole region serves the next transfer.
+  inner->FailTransferAfter(0);
+  ASSERT_OK(tier->Read(Extents(data, 0), &t));
+  EXPECT_EQ(t->Wait().code(), Status::Code::kIOError);
+  ASSERT_OK(tier->Write(Extents(data, 0), &t));
+  ASSERT_OK(t->Wait());
+  auto back = Pattern(2, 8192, 5);
+  ASSERT_OK(tier->Read(Extents(back, 0), &t));
+  ASSERT_OK(t->Wait());
+  EXPECT_EQ(back, data);
+  // One extent larger than all the staging, and extents past the inner tier's capacity.
+  std::vector<uint8_t> big(32 << 10);
+  TierExtent e{0, big.data(), uint32_t(big.size())};
+  s = tier->Read({&e, 1}, &t);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("larger than the 16384 bytes of staging"), std::string::npos)
+      << s.message();
+  ASSERT_OK(tier->Read(Extents(back, (1 << 20) - 8192), &t));
+  EXPECT_EQ(t->Wait().code(), Status::Code::kOutOfRange);
+  // A tier that already moves GPU memory cannot be staged again.
+  std::unique_ptr<SlowTier> twice;
+  s = OpenCudaDiskTier(dev, std::move(tier), 16 << 10, &twice);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("already moves GPU memory"), std::string::npos) << s.message();
+}
+
+TEST(CudaDiskTierTest, ThePrefixTreeKeepsEveryValueWithTheBlockStoreBehindStaging) {
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  storage::StoreOptions so;
+  so.directory = dir;
+  so.file_name = "strata_tree_staged_test_" + std::to_string(getpid()) + ".kv";
+  KvShape deep = kShape;
+  deep.n_layer = 12;
+  const uint64_t block = PrefixTreeKv::BlockBytes(deep, kB, 4096);
+  so.capacity = 64ull * block;
+  so.block_size = 4096;
+  so.report = [](std::string_view) {};
+  std::unique_ptr<SlowTier> store, tier;
+  ASSERT_OK(OpenBlockStoreTier(so, &store));
+  auto dev = std::make_shared<HostBackedDevice>();
+  // Staging for two blocks: loads of a group and layer streaming both overflow it.
+  ASSERT_OK(OpenCudaDiskTier(dev, std::move(store), 2 * block, &tier));
+  TreeFixture f;
+  ASSERT_OK(f.Make(10, KvResidency::kLayerStreaming, std::move(tier), 12));
+  std::vector<SeqId> s(3);
+  for (SeqId& x : s) ASSERT_OK(f.kv->AddSequence(&x));
+  for (int t = 0; t < 5; ++t) ASSERT_OK(f.Append(s, 4, t)) << t;
+  f.kv->set_residency(KvResidency::kWholeBlocks);
+  for (int round = 0; round < 2; ++round)
+    for (SeqId x : s) {
+      ASSERT_OK(f.kv->Pin({&x, 1}, 1));
+      ASSERT_OK(f.Append({x}, 1, 9 + round));
+      f.kv->Unpin();
+    }
+  const PrefixTreeCounters c = f.kv->tree_counters();
+  EXPECT_GT(c.layer_reads, 0u);
+  EXPECT_GT(c.blocks_loaded, 0u);
+  EXPECT_GT(c.bytes_written, 0u);
+  EXPECT_LE(c.peak_fast_bytes, c.fast_budget_bytes);
+  EXPECT_TRUE(f.kv->CheckInvariants().ok());
+  f.kv.reset();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/" + so.file_name));
 }
 
 }  // namespace
