@@ -201,12 +201,16 @@ Status CudaDiskTier::Start(std::span<const TierExtent> extents, bool read,
   const uint64_t a = inner_->alignment();
   uint64_t total = 0;
   for (const TierExtent& e : extents) {
-    const uint64_t staged = RoundUp(e.length, a);
-    if (staged > staging_bytes_)
+    if (e.offset % a != 0 || e.length % a != 0)
+      return Status::InvalidArgument("disk tier behind " + d_->name() + ": " +
+                                     (read ? "read" : "write") + " of " + std::to_string(e.length) +
+                                     " bytes at offset " + std::to_string(e.offset) +
+                                     " is not aligned to " + std::to_string(a));
+    if (e.length > staging_bytes_)
       return Status::InvalidArgument("disk tier behind " + d_->name() + ": an extent of " +
                                      std::to_string(e.length) + " bytes is larger than the " +
                                      std::to_string(staging_bytes_) + " bytes of staging");
-    total += staged;
+    total += e.length;
   }
   if (total > staging_bytes_) {
     // More than the whole staging region: in pieces that fit, each finished before the next.
@@ -214,8 +218,8 @@ Status CudaDiskTier::Start(std::span<const TierExtent> extents, bool read,
     while (begin < extents.size()) {
       size_t end = begin;
       uint64_t bytes = 0;
-      while (end < extents.size() && bytes + RoundUp(extents[end].length, a) <= staging_bytes_)
-        bytes += RoundUp(extents[end++].length, a);
+      while (end < extents.size() && bytes + extents[end].length <= staging_bytes_)
+        bytes += extents[end++].length;
       std::unique_ptr<TierTransfer> piece;
       STRATA_RETURN_IF_ERROR(Start(extents.subspan(begin, end - begin), read, &piece));
       Status s = piece->Wait();
@@ -241,7 +245,7 @@ Status CudaDiskTier::Start(std::span<const TierExtent> extents, bool read,
       t->copies.push_back({e.buffer, dev, e.length});
     else
       t->copies.push_back({dev, e.buffer, e.length});
-    at += RoundUp(e.length, a);
+    at += e.length;
   }
   t->Start();
   *out = std::move(t);

@@ -514,6 +514,11 @@ TEST(CudaDiskTierTest, ErrorsNameTheTierAndReleaseTheStaging) {
       << s.message();
   ASSERT_OK(tier->Read(Extents(back, (1 << 20) - 8192), &t));
   EXPECT_EQ(t->Wait().code(), Status::Code::kOutOfRange);
+  // Offsets and lengths in the inner tier's alignment (direct I/O needs it).
+  TierExtent odd{4096, back[0].data(), 100};
+  s = tier->Write({&odd, 1}, &t);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("not aligned to 4096"), std::string::npos) << s.message();
   // A tier that already moves GPU memory cannot be staged again.
   std::unique_ptr<SlowTier> twice;
   s = OpenCudaDiskTier(dev, std::move(tier), 16 << 10, &twice);
