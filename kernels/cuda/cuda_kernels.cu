@@ -39,11 +39,9 @@ __device__ void Unpack8(const uint4& u, float* f) {
 // result for (t, r) depends on neither n_tok nor the chunking.
 constexpr int kRowsPerBlock = 8;
 constexpr int kTokChunk = 8;
-__global__ void MatmulF16Kernel(const __half* __restrict__ w, int64_t rows, int64_t k,
-                                const float* __restrict__ x, int64_t n_tok, float* __restrict__ y) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + warp;
-  if (r >= rows) return;
+__device__ void MatmulRow(const __half* __restrict__ w, int64_t rows, int64_t k,
+                          const float* __restrict__ x, int64_t n_tok, float* __restrict__ y,
+                          int64_t r, int lane) {
   const uint4* wr = reinterpret_cast<const uint4*>(w + r * k);
   const int64_t groups = k / 8;
   for (int64_t t0 = 0; t0 < n_tok; t0 += kTokChunk) {
@@ -82,13 +80,49 @@ __global__ void MatmulF16Kernel(const __half* __restrict__ w, int64_t rows, int6
   }
 }
 
-// One block per row: strided squares, warp sums, then warp 0 sums the warps in order.
-__global__ void RmsNormKernel(const float* x, const float* weight, float* y, int64_t n, float eps) {
+__global__ void MatmulF16Kernel(const __half* __restrict__ w, int64_t rows, int64_t k,
+                                const float* __restrict__ x, int64_t n_tok, float* __restrict__ y) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + warp;
+  if (r < rows) MatmulRow(w, rows, k, x, n_tok, y, r, lane);
+}
+
+// Each part has whole blocks of its own, so a block's warps all work for one part.
+struct MatmulPartsArg {
+  MatmulPart part[kMaxMatmulParts];
+  unsigned first_block[kMaxMatmulParts + 1];
+  int n;
+};
+
+__global__ void MatmulF16PartsKernel(const MatmulPartsArg a, int64_t k, const float* __restrict__ x,
+                                     int64_t n_tok) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int p = 0;
+  while (p + 1 < a.n && blockIdx.x >= a.first_block[p + 1]) ++p;
+  const MatmulPart& part = a.part[p];
+  const int64_t r = int64_t(blockIdx.x - a.first_block[p]) * kRowsPerBlock + warp;
+  if (r < part.rows)
+    MatmulRow(reinterpret_cast<const __half*>(part.w), part.rows, k, x, n_tok, part.y, r, lane);
+}
+
+// One block per row: strided squares, warp sums, then warp 0 sums the warps in order. With
+// kAdd, the row first takes d's row (x += d) and is normed as Add then RmsNormRows would
+// norm it: the same values, summed in the same order.
+template <bool kAdd>
+__global__ void RmsNormKernel(float* x, const float* d, const float* weight, float* y, int64_t n,
+                              float eps) {
   __shared__ float part[32];
-  const float* xr = x + int64_t(blockIdx.x) * n;
+  float* xr = x + int64_t(blockIdx.x) * n;
   float* yr = y + int64_t(blockIdx.x) * n;
   float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    float v = xr[i];
+    if (kAdd) {
+      v += d[int64_t(blockIdx.x) * n + i];
+      xr[i] = v;
+    }
+    ss = fmaf(v, v, ss);
+  }
   ss = WarpSum(ss);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (lane == 0) part[warp] = ss;
@@ -105,15 +139,9 @@ __global__ void RmsNormKernel(const float* x, const float* weight, float* y, int
     yr[i] = xr[i] * scale * (weight ? weight[i] : 1.f);
 }
 
-__global__ void RopeKernel(float* x, int64_t n_tok, int64_t stride, int n_heads, int head_dim,
-                           int rot_dim, const int32_t* pos, const float* inv_freq, bool neox) {
-  const int half = rot_dim / 2;
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t total = n_tok * n_heads * half;
-  if (i >= total) return;
-  const int j = int(i % half);
-  const int h = int((i / half) % n_heads);
-  const int64_t t = i / (int64_t(half) * n_heads);
+// Rotates element pair j of head h of token t of one tensor (see RopeRows).
+__device__ void RopePair(float* x, int64_t t, int64_t stride, int h, int head_dim, int half, int j,
+                         const int32_t* pos, const float* inv_freq, bool neox) {
   const double a = double(pos[t]) * double(inv_freq[j]);
   const float c = float(cos(a)), s = float(sin(a));
   float* v = x + t * stride + int64_t(h) * head_dim;
@@ -121,6 +149,34 @@ __global__ void RopeKernel(float* x, int64_t n_tok, int64_t stride, int n_heads,
   const float p = v[i0], q = v[i1];
   v[i0] = p * c - q * s;
   v[i1] = p * s + q * c;
+}
+
+__global__ void RopeKernel(float* x, int64_t n_tok, int64_t stride, int n_heads, int head_dim,
+                           int rot_dim, const int32_t* pos, const float* inv_freq, bool neox) {
+  const int half = rot_dim / 2;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t total = n_tok * n_heads * half;
+  if (i >= total) return;
+  RopePair(x, i / (int64_t(half) * n_heads), stride, int((i / half) % n_heads), head_dim, half,
+           int(i % half), pos, inv_freq, neox);
+}
+
+// RopeKernel over q's heads, then over k's, in one grid.
+__global__ void RopeQkKernel(float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride,
+                             int k_heads, int64_t n_tok, int head_dim, int rot_dim,
+                             const int32_t* pos, const float* inv_freq, bool neox) {
+  const int half = rot_dim / 2;
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t q_total = n_tok * q_heads * half;
+  if (i < q_total) {
+    RopePair(q, i / (int64_t(half) * q_heads), q_stride, int((i / half) % q_heads), head_dim, half,
+             int(i % half), pos, inv_freq, neox);
+    return;
+  }
+  i -= q_total;
+  if (i >= n_tok * k_heads * half) return;
+  RopePair(k, i / (int64_t(half) * k_heads), k_stride, int((i / half) % k_heads), head_dim, half,
+           int(i % half), pos, inv_freq, neox);
 }
 
 __global__ void SwiGluKernel(float* g, const float* u, int64_t n) {
@@ -305,11 +361,36 @@ void MatmulF16(const uint16_t* w, int64_t rows, int64_t k, const float* x, int64
       reinterpret_cast<const __half*>(w), rows, k, x, n_tok, y);
 }
 
+void MatmulF16Parts(const MatmulPart* parts, int n_parts, int64_t k, const float* x, int64_t n_tok,
+                    void* stream) {
+  if (n_parts <= 0 || n_parts > kMaxMatmulParts || n_tok <= 0) return;
+  MatmulPartsArg a{};
+  a.n = n_parts;
+  unsigned blocks = 0;
+  for (int i = 0; i < n_parts; ++i) {
+    a.part[i] = parts[i];
+    a.first_block[i] = blocks;
+    blocks += parts[i].rows > 0 ? Blocks(parts[i].rows, kRowsPerBlock) : 0;
+  }
+  a.first_block[n_parts] = blocks;
+  if (blocks > 0)
+    MatmulF16PartsKernel<<<blocks, 32 * kRowsPerBlock, 0, S(stream)>>>(a, k, x, n_tok);
+}
+
 void RmsNormRows(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n,
                  float eps, void* stream) {
   if (n_rows <= 0) return;
   const int threads = n >= 1024 ? 512 : n >= 256 ? 256 : 64;
-  RmsNormKernel<<<unsigned(n_rows), threads, 0, S(stream)>>>(x, weight, y, n, eps);
+  // x is only read (y may be x).
+  RmsNormKernel<false><<<unsigned(n_rows), threads, 0, S(stream)>>>(const_cast<float*>(x), nullptr,
+                                                                    weight, y, n, eps);
+}
+
+void AddRmsNormRows(float* x, const float* d, const float* weight, float* y, int64_t n_rows,
+                    int64_t n, float eps, void* stream) {
+  if (n_rows <= 0) return;
+  const int threads = n >= 1024 ? 512 : n >= 256 ? 256 : 64;
+  RmsNormKernel<true><<<unsigned(n_rows), threads, 0, S(stream)>>>(x, d, weight, y, n, eps);
 }
 
 void RopeRows(float* x, int64_t n_tok, int64_t stride, int n_heads, int head_dim, int rot_dim,
@@ -318,6 +399,16 @@ void RopeRows(float* x, int64_t n_tok, int64_t stride, int n_heads, int head_dim
   if (total <= 0) return;
   RopeKernel<<<Blocks(total, 256), 256, 0, S(stream)>>>(
       x, n_tok, stride, n_heads, head_dim, rot_dim, pos, inv_freq, layout == RopeLayout::kNeox);
+}
+
+void RopeQk(float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride, int k_heads,
+            int64_t n_tok, int head_dim, int rot_dim, const int32_t* pos, const float* inv_freq,
+            RopeLayout layout, void* stream) {
+  const int64_t total = n_tok * (q_heads + k_heads) * (rot_dim / 2);
+  if (total <= 0) return;
+  RopeQkKernel<<<Blocks(total, 256), 256, 0, S(stream)>>>(q, q_stride, q_heads, k, k_stride,
+                                                          k_heads, n_tok, head_dim, rot_dim, pos,
+                                                          inv_freq, layout == RopeLayout::kNeox);
 }
 
 void SwiGlu(float* gate, const float* up, int64_t n, void* stream) {

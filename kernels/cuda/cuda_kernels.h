@@ -23,6 +23,18 @@ namespace strata::kernels::cuda {
 void MatmulF16(const uint16_t* w, int64_t rows, int64_t k, const float* x, int64_t n_tok, float* y,
                void* stream);
 
+// Several matmuls of the same x in one launch (a layer's Q, K and V projections; gate and
+// up): part i computes y_i[t * rows_i + r] = dot(W_i[r], x[t]), bit for bit what MatmulF16
+// gives for it alone. At most kMaxMatmulParts parts.
+struct MatmulPart {
+  const uint16_t* w;
+  int64_t rows;
+  float* y;
+};
+constexpr int kMaxMatmulParts = 3;
+void MatmulF16Parts(const MatmulPart* parts, int n_parts, int64_t k, const float* x, int64_t n_tok,
+                    void* stream);
+
 // y = x / sqrt(mean(x^2) + eps) * weight per row of n values (weight may be null).
 // y may equal x.
 void RmsNormRows(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n,
@@ -32,6 +44,16 @@ void RmsNormRows(const float* x, const float* weight, float* y, int64_t n_rows, 
 // token t < n_tok by position pos[t]; inv_freq has rot_dim / 2 entries.
 void RopeRows(float* x, int64_t n_tok, int64_t stride, int n_heads, int head_dim, int rot_dim,
               const int32_t* pos, const float* inv_freq, RopeLayout layout, void* stream);
+
+// x += d, then y = RmsNormRows(x): what Add followed by RmsNormRows gives, bit for bit, in one
+// launch (the residual add and the next norm of a layer). y may be d, not x.
+void AddRmsNormRows(float* x, const float* d, const float* weight, float* y, int64_t n_rows,
+                    int64_t n, float eps, void* stream);
+
+// RopeRows of q (q_heads heads, row stride q_stride) and of k in one launch.
+void RopeQk(float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride, int k_heads,
+            int64_t n_tok, int head_dim, int rot_dim, const int32_t* pos, const float* inv_freq,
+            RopeLayout layout, void* stream);
 
 // gate = silu(gate) * up, n values.
 void SwiGlu(float* gate, const float* up, int64_t n, void* stream);

@@ -88,6 +88,7 @@ class CudaForward final : public ForwardPass {
   // Per pass: token -> position, token -> batch sequence index (GPU copies in the ring).
   std::vector<int32_t> tok_pos_, tok_seq_, out_rows_, span_begin_;
   std::vector<kernels::KvSpan> spans_;
+  std::vector<char> upload_;  // a layer's spans_ then span_begin_, as one upload
   const int32_t* d_pos_ = nullptr;
   const int32_t* d_seq_ = nullptr;
   ForwardTimes times_;
@@ -202,20 +203,19 @@ Status CudaForward::RunLayers(const ForwardBatch& batch, int64_t n_tok) {
       STRATA_RETURN_IF_ERROR(kv_->Prepare(l + 1, x_, n_embd));
       times_.kv += Seconds(tk, Clock::now());
     }
-    kc::RmsNormRows(x_, L.attn_norm, xn_, n_tok, n_embd, hp_.rms_eps, stream_);
-    Matmul(L.wq, q_dim, n_embd, xn_, n_tok, q_);
-    Matmul(L.wk, kv_dim, n_embd, xn_, n_tok, k_);
-    Matmul(L.wv, kv_dim, n_embd, xn_, n_tok, v_);
+    // Layer 0's attention norm; every later layer's comes with the residual add before it.
+    if (l == 0) kc::RmsNormRows(x_, L.attn_norm, xn_, n_tok, n_embd, hp_.rms_eps, stream_);
+    // Q, K and V in one launch (a pass of a small model is bound by its launches).
+    const kc::MatmulPart qkv[] = {{L.wq, q_dim, q_}, {L.wk, kv_dim, k_}, {L.wv, kv_dim, v_}};
+    kc::MatmulF16Parts(qkv, 3, n_embd, xn_, n_tok, stream_);
     if (L.bq) kc::AddRowBias(q_, L.bq, n_tok, q_dim, stream_);
     if (L.bk) kc::AddRowBias(k_, L.bk, n_tok, kv_dim, stream_);
     if (L.bv) kc::AddRowBias(v_, L.bv, n_tok, kv_dim, stream_);
     if (L.q_norm) kc::RmsNormRows(q_, L.q_norm, q_, n_tok * hp_.n_head, hd, hp_.rms_eps, stream_);
     if (L.k_norm)
       kc::RmsNormRows(k_, L.k_norm, k_, n_tok * hp_.n_head_kv, hd, hp_.rms_eps, stream_);
-    kc::RopeRows(q_, n_tok, q_dim, hp_.n_head, int(hd), hp_.rope_dim, d_pos_, inv_freq_,
-                 hp_.rope_layout, stream_);
-    kc::RopeRows(k_, n_tok, kv_dim, hp_.n_head_kv, int(hd), hp_.rope_dim, d_pos_, inv_freq_,
-                 hp_.rope_layout, stream_);
+    kc::RopeQk(q_, q_dim, hp_.n_head, k_, kv_dim, hp_.n_head_kv, n_tok, int(hd), hp_.rope_dim,
+               d_pos_, inv_freq_, hp_.rope_layout, stream_);
 
     tk = Clock::now();
     int64_t t0 = 0;
@@ -237,11 +237,17 @@ Status CudaForward::RunLayers(const ForwardBatch& batch, int64_t n_tok) {
     }
     times_.kv += Seconds(tk, Clock::now());
     STRATA_RETURN_IF_ERROR(d_->FlushStores());
-    void *d_spans = nullptr, *d_begin = nullptr;
-    STRATA_RETURN_IF_ERROR(d_->Upload(spans_.data(), spans_.size() * sizeof(kernels::KvSpan),
-                                      Stream::kCompute, &d_spans));
-    STRATA_RETURN_IF_ERROR(d_->Upload(span_begin_.data(), span_begin_.size() * sizeof(int32_t),
-                                      Stream::kCompute, &d_begin));
+    // The spans and each sequence's first span in one upload (one copy a layer, not two).
+    static_assert(sizeof(kernels::KvSpan) % alignof(int32_t) == 0);
+    const size_t span_bytes = spans_.size() * sizeof(kernels::KvSpan);
+    upload_.resize(span_bytes + span_begin_.size() * sizeof(int32_t));
+    if (span_bytes) std::memcpy(upload_.data(), spans_.data(), span_bytes);
+    std::memcpy(upload_.data() + span_bytes, span_begin_.data(),
+                span_begin_.size() * sizeof(int32_t));
+    void* d_list = nullptr;
+    STRATA_RETURN_IF_ERROR(d_->Upload(upload_.data(), upload_.size(), Stream::kCompute, &d_list));
+    void* d_spans = d_list;
+    void* d_begin = static_cast<char*>(d_list) + span_bytes;
     kc::AttentionBatch ab;
     ab.q = q_;
     ab.out = attn_;
@@ -257,13 +263,16 @@ Status CudaForward::RunLayers(const ForwardBatch& batch, int64_t n_tok) {
     kc::Attention(ab, stream_);
 
     Matmul(L.wo, n_embd, q_dim, attn_, n_tok, xn_);
-    kc::Add(x_, xn_, n_tok * n_embd, stream_);
-    kc::RmsNormRows(x_, L.ffn_norm, xn_, n_tok, n_embd, hp_.rms_eps, stream_);
-    Matmul(L.w_gate, hp_.n_ff, n_embd, xn_, n_tok, gate_);
-    Matmul(L.w_up, hp_.n_ff, n_embd, xn_, n_tok, up_);
+    kc::AddRmsNormRows(x_, xn_, L.ffn_norm, xn_, n_tok, n_embd, hp_.rms_eps, stream_);
+    const kc::MatmulPart gate_up[] = {{L.w_gate, hp_.n_ff, gate_}, {L.w_up, hp_.n_ff, up_}};
+    kc::MatmulF16Parts(gate_up, 2, n_embd, xn_, n_tok, stream_);
     kc::SwiGlu(gate_, up_, n_tok * hp_.n_ff, stream_);
     Matmul(L.w_down, n_embd, hp_.n_ff, gate_, n_tok, xn_);
-    kc::Add(x_, xn_, n_tok * n_embd, stream_);
+    if (l + 1 < hp_.n_layer)
+      kc::AddRmsNormRows(x_, xn_, layers_[size_t(l) + 1].attn_norm, xn_, n_tok, n_embd, hp_.rms_eps,
+                         stream_);
+    else
+      kc::Add(x_, xn_, n_tok * n_embd, stream_);
     STRATA_RETURN_IF_ERROR(d_->CheckLaunch("the layer's kernels"));
   }
   return Status::OK();

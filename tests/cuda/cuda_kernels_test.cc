@@ -101,6 +101,68 @@ TEST_F(CudaKernelsTest, MatmulMatchesDoubleReferenceAndIgnoresBatchSize) {
   }
 }
 
+TEST_F(CudaKernelsTest, MatmulPartsGiveEachPartsBitsInOneLaunch) {
+  // Q, K, V-like parts of different heights (ragged blocks), and an empty one.
+  const int64_t k = 96;
+  const int64_t rows[] = {77, 13, 0, 24};
+  for (int n_parts : {2, 3}) {
+    const int64_t* r = n_parts == 2 ? rows + 2 : rows;
+    for (int64_t n : {1, 5, 19}) {
+      const auto x = Random(size_t(n * k));
+      const float* dx = Up(x);
+      kc::MatmulPart parts[kc::kMaxMatmulParts];
+      for (int i = 0; i < n_parts; ++i) {
+        const uint16_t* dw = Up(ToF16(Random(size_t(std::max<int64_t>(r[i], 1) * k))));
+        parts[i] = {dw, r[i], Up(std::vector<float>(size_t(std::max<int64_t>(n * r[i], 1))))};
+      }
+      kc::MatmulF16Parts(parts, n_parts, k, dx, n, stream_);
+      for (int i = 0; i < n_parts; ++i) {
+        if (r[i] == 0) continue;
+        float* alone = Up(std::vector<float>(size_t(n * r[i])));
+        kc::MatmulF16(parts[i].w, r[i], k, dx, n, alone, stream_);
+        const auto a = Down(alone, size_t(n * r[i]));
+        const auto b = Down(parts[i].y, size_t(n * r[i]));
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+            << n_parts << " parts, part " << i << ", " << n << " tokens";
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, FusedAddNormAndJointRopeGiveTheSeparateKernelsBits) {
+  const int64_t n_tok = 5, n = 576;
+  const auto x = Random(size_t(n_tok * n), 2.f), d = Random(size_t(n_tok * n)),
+             w = Random(size_t(n));
+  const float* dw = Up(w);
+  // Add then RmsNormRows, against the fused kernel writing over d (as the forward pass does).
+  float* x1 = Up(x);
+  float* y1 = Up(std::vector<float>(x.size()));
+  kc::Add(x1, Up(d), n_tok * n, stream_);
+  kc::RmsNormRows(x1, dw, y1, n_tok, n, 1e-5f, stream_);
+  float* x2 = Up(x);
+  float* d2 = Up(d);
+  kc::AddRmsNormRows(x2, d2, dw, d2, n_tok, n, 1e-5f, stream_);
+  EXPECT_EQ(Down(x1, x.size()), Down(x2, x.size()));
+  EXPECT_EQ(Down(y1, x.size()), Down(d2, x.size()));
+
+  // RoPE of q (9 heads) and k (3 heads) apart and together.
+  const int hd = 64, qh = 9, kh = 3;
+  const std::vector<int32_t> pos = {0, 1, 17, 300, 8191};
+  std::vector<float> inv(size_t(hd / 2));
+  for (int i = 0; i < hd / 2; ++i) inv[size_t(i)] = float(std::pow(10000.0, -2.0 * i / hd));
+  const int32_t* dp = Up(pos);
+  const float* di = Up(inv);
+  const auto q = Random(size_t(n_tok * qh * hd)), k = Random(size_t(n_tok * kh * hd));
+  for (auto layout : {kernels::RopeLayout::kNormal, kernels::RopeLayout::kNeox}) {
+    float *qa = Up(q), *ka = Up(k), *qb = Up(q), *kb = Up(k);
+    kc::RopeRows(qa, n_tok, qh * hd, qh, hd, hd, dp, di, layout, stream_);
+    kc::RopeRows(ka, n_tok, kh * hd, kh, hd, hd, dp, di, layout, stream_);
+    kc::RopeQk(qb, qh * hd, qh, kb, kh * hd, kh, n_tok, hd, hd, dp, di, layout, stream_);
+    EXPECT_EQ(Down(qa, q.size()), Down(qb, q.size()));
+    EXPECT_EQ(Down(ka, k.size()), Down(kb, k.size()));
+  }
+}
+
 TEST_F(CudaKernelsTest, NormRopeSwiGluAddMatchTheCpuKernels) {
   const int64_t n_tok = 3, heads = 4, hd = 64, n = heads * hd;
   auto x = Random(size_t(n_tok * n), 2.f);
