@@ -80,13 +80,6 @@ __device__ void MatmulRow(const __half* __restrict__ w, int64_t rows, int64_t k,
   }
 }
 
-__global__ void MatmulF16Kernel(const __half* __restrict__ w, int64_t rows, int64_t k,
-                                const float* __restrict__ x, int64_t n_tok, float* __restrict__ y) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + warp;
-  if (r < rows) MatmulRow(w, rows, k, x, n_tok, y, r, lane);
-}
-
 // Each part has whole blocks of its own, so a block's warps all work for one part.
 struct MatmulPartsArg {
   MatmulPart part[kMaxMatmulParts];
@@ -151,31 +144,23 @@ __device__ void RopePair(float* x, int64_t t, int64_t stride, int h, int head_di
   v[i1] = p * s + q * c;
 }
 
-__global__ void RopeKernel(float* x, int64_t n_tok, int64_t stride, int n_heads, int head_dim,
-                           int rot_dim, const int32_t* pos, const float* inv_freq, bool neox) {
-  const int half = rot_dim / 2;
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t total = n_tok * n_heads * half;
-  if (i >= total) return;
-  RopePair(x, i / (int64_t(half) * n_heads), stride, int((i / half) % n_heads), head_dim, half,
-           int(i % half), pos, inv_freq, neox);
-}
-
-// RopeKernel over q's heads, then over k's, in one grid.
+// q's heads, then k's (k_heads may be 0), one thread per rotated pair.
 __global__ void RopeQkKernel(float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride,
                              int k_heads, int64_t n_tok, int head_dim, int rot_dim,
                              const int32_t* pos, const float* inv_freq, bool neox) {
   const int half = rot_dim / 2;
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t q_total = n_tok * q_heads * half;
-  if (i < q_total) {
-    RopePair(q, i / (int64_t(half) * q_heads), q_stride, int((i / half) % q_heads), head_dim, half,
-             int(i % half), pos, inv_freq, neox);
-    return;
+  float* x = q;
+  int64_t stride = q_stride;
+  int heads = q_heads;
+  if (i >= n_tok * q_heads * half) {
+    i -= n_tok * q_heads * half;
+    x = k;
+    stride = k_stride;
+    heads = k_heads;
+    if (i >= n_tok * k_heads * half) return;
   }
-  i -= q_total;
-  if (i >= n_tok * k_heads * half) return;
-  RopePair(k, i / (int64_t(half) * k_heads), k_stride, int((i / half) % k_heads), head_dim, half,
+  RopePair(x, i / (int64_t(half) * heads), stride, int((i / half) % heads), head_dim, half,
            int(i % half), pos, inv_freq, neox);
 }
 
@@ -356,9 +341,8 @@ unsigned Blocks(int64_t n, int threads) { return unsigned((n + threads - 1) / th
 
 void MatmulF16(const uint16_t* w, int64_t rows, int64_t k, const float* x, int64_t n_tok, float* y,
                void* stream) {
-  if (rows <= 0 || n_tok <= 0) return;
-  MatmulF16Kernel<<<Blocks(rows, kRowsPerBlock), 32 * kRowsPerBlock, 0, S(stream)>>>(
-      reinterpret_cast<const __half*>(w), rows, k, x, n_tok, y);
+  const MatmulPart part{w, rows, y};
+  MatmulF16Parts(&part, 1, k, x, n_tok, stream);
 }
 
 void MatmulF16Parts(const MatmulPart* parts, int n_parts, int64_t k, const float* x, int64_t n_tok,
@@ -395,10 +379,8 @@ void AddRmsNormRows(float* x, const float* d, const float* weight, float* y, int
 
 void RopeRows(float* x, int64_t n_tok, int64_t stride, int n_heads, int head_dim, int rot_dim,
               const int32_t* pos, const float* inv_freq, RopeLayout layout, void* stream) {
-  const int64_t total = n_tok * n_heads * (rot_dim / 2);
-  if (total <= 0) return;
-  RopeKernel<<<Blocks(total, 256), 256, 0, S(stream)>>>(
-      x, n_tok, stride, n_heads, head_dim, rot_dim, pos, inv_freq, layout == RopeLayout::kNeox);
+  RopeQk(x, stride, n_heads, nullptr, 0, 0, n_tok, head_dim, rot_dim, pos, inv_freq, layout,
+         stream);
 }
 
 void RopeQk(float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride, int k_heads,
