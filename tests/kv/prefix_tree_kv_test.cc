@@ -241,36 +241,54 @@ TEST(PrefixTreeKvTest, PrefetchedBlocksAreUsedWithoutReloading) {
   EXPECT_TRUE(f.kv->CheckInvariants().ok());
 }
 
-TEST(PrefixTreeKvTest, BlockStoreTierRoundTripsThroughDirectIo) {
-  const std::string dir = std::filesystem::temp_directory_path().string();
-  storage::StoreOptions so;
-  so.directory = dir;
-  so.file_name = "strata_tree_test_" + std::to_string(getpid()) + ".kv";
+// The block store the round-trip tests put behind the tree: room for 64 blocks of a 12-layer
+// shape, in the temporary directory.
+constexpr int32_t kDeepLayers = 12;
+storage::StoreOptions DeepStoreOptions(const std::string& name) {
   KvShape deep = kShape;
-  deep.n_layer = 12;
+  deep.n_layer = kDeepLayers;
+  storage::StoreOptions so;
+  so.directory = std::filesystem::temp_directory_path().string();
+  so.file_name = name + "_" + std::to_string(getpid()) + ".kv";
   so.capacity = 64ull * PrefixTreeKv::BlockBytes(deep, kB, 4096);
   so.block_size = 4096;
   so.report = [](std::string_view) {};
-  std::unique_ptr<SlowTier> tier;
-  ASSERT_OK(OpenBlockStoreTier(so, &tier));
-  EXPECT_EQ(tier->alignment(), 4096u);
+  return so;
+}
+
+// Three sequences streamed layer by layer past a budget of 10 blocks, then each pinned and
+// reloaded whole `rounds` times; every value is checked through the views. The store's file
+// must be gone once the tree is.
+void RoundTripThroughTheStore(std::unique_ptr<SlowTier> tier, const storage::StoreOptions& so,
+                              int rounds) {
   TreeFixture f;
-  ASSERT_OK(f.Make(10, KvResidency::kLayerStreaming, std::move(tier), 12));
+  ASSERT_OK(f.Make(10, KvResidency::kLayerStreaming, std::move(tier), kDeepLayers));
   std::vector<SeqId> s(3);
   for (SeqId& x : s) ASSERT_OK(f.kv->AddSequence(&x));
   for (int t = 0; t < 5; ++t) ASSERT_OK(f.Append(s, 4, t)) << t;
   f.kv->set_residency(KvResidency::kWholeBlocks);
-  for (SeqId x : s) {
-    ASSERT_OK(f.kv->Pin({&x, 1}, 1));
-    ASSERT_OK(f.Append({x}, 1, 9));
-    f.kv->Unpin();
-  }
+  for (int round = 0; round < rounds; ++round)
+    for (SeqId x : s) {
+      ASSERT_OK(f.kv->Pin({&x, 1}, 1));
+      ASSERT_OK(f.Append({x}, 1, 9 + round));
+      f.kv->Unpin();
+    }
   const PrefixTreeCounters c = f.kv->tree_counters();
   EXPECT_GT(c.layer_reads, 0u);
   EXPECT_GT(c.blocks_loaded, 0u);
+  EXPECT_GT(c.bytes_written, 0u);
   EXPECT_LE(c.peak_fast_bytes, c.fast_budget_bytes);
+  EXPECT_TRUE(f.kv->CheckInvariants().ok());
   f.kv.reset();
-  EXPECT_FALSE(std::filesystem::exists(dir + "/" + so.file_name));  // the store cleans up
+  EXPECT_FALSE(std::filesystem::exists(so.directory + "/" + so.file_name));  // cleaned up
+}
+
+TEST(PrefixTreeKvTest, BlockStoreTierRoundTripsThroughDirectIo) {
+  const storage::StoreOptions so = DeepStoreOptions("strata_tree_test");
+  std::unique_ptr<SlowTier> tier;
+  ASSERT_OK(OpenBlockStoreTier(so, &tier));
+  EXPECT_EQ(tier->alignment(), 4096u);
+  RoundTripThroughTheStore(std::move(tier), so, 1);
 }
 
 TEST(PrefixTreeKvTest, ErrorsNameTheProblemAndChangeNothing) {
@@ -527,41 +545,16 @@ TEST(CudaDiskTierTest, ErrorsNameTheTierAndReleaseTheStaging) {
 }
 
 TEST(CudaDiskTierTest, ThePrefixTreeKeepsEveryValueWithTheBlockStoreBehindStaging) {
-  const std::string dir = std::filesystem::temp_directory_path().string();
-  storage::StoreOptions so;
-  so.directory = dir;
-  so.file_name = "strata_tree_staged_test_" + std::to_string(getpid()) + ".kv";
-  KvShape deep = kShape;
-  deep.n_layer = 12;
-  const uint64_t block = PrefixTreeKv::BlockBytes(deep, kB, 4096);
-  so.capacity = 64ull * block;
-  so.block_size = 4096;
-  so.report = [](std::string_view) {};
+  const storage::StoreOptions so = DeepStoreOptions("strata_tree_staged_test");
   std::unique_ptr<SlowTier> store, tier;
   ASSERT_OK(OpenBlockStoreTier(so, &store));
   auto dev = std::make_shared<HostBackedDevice>();
   // Staging for two blocks: loads of a group and layer streaming both overflow it.
-  ASSERT_OK(OpenCudaDiskTier(dev, std::move(store), 2 * block, &tier));
-  TreeFixture f;
-  ASSERT_OK(f.Make(10, KvResidency::kLayerStreaming, std::move(tier), 12));
-  std::vector<SeqId> s(3);
-  for (SeqId& x : s) ASSERT_OK(f.kv->AddSequence(&x));
-  for (int t = 0; t < 5; ++t) ASSERT_OK(f.Append(s, 4, t)) << t;
-  f.kv->set_residency(KvResidency::kWholeBlocks);
-  for (int round = 0; round < 2; ++round)
-    for (SeqId x : s) {
-      ASSERT_OK(f.kv->Pin({&x, 1}, 1));
-      ASSERT_OK(f.Append({x}, 1, 9 + round));
-      f.kv->Unpin();
-    }
-  const PrefixTreeCounters c = f.kv->tree_counters();
-  EXPECT_GT(c.layer_reads, 0u);
-  EXPECT_GT(c.blocks_loaded, 0u);
-  EXPECT_GT(c.bytes_written, 0u);
-  EXPECT_LE(c.peak_fast_bytes, c.fast_budget_bytes);
-  EXPECT_TRUE(f.kv->CheckInvariants().ok());
-  f.kv.reset();
-  EXPECT_FALSE(std::filesystem::exists(dir + "/" + so.file_name));
+  KvShape deep = kShape;
+  deep.n_layer = kDeepLayers;
+  ASSERT_OK(
+      OpenCudaDiskTier(dev, std::move(store), 2 * PrefixTreeKv::BlockBytes(deep, kB, 4096), &tier));
+  RoundTripThroughTheStore(std::move(tier), so, 2);
 }
 
 }  // namespace
