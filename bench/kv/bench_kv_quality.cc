@@ -156,12 +156,14 @@ Status RunPolicy(const Model& model, const Flags& f, const DiskKvOptions& d, con
   (*info)["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   (*info)["M"] = kv.plan().groups_per_step;
   (*info)["C"] = kv.plan().reuse_slots;
+  (*info)["T"] = kv.plan().transient_groups;
   (*info)["budget"] = kv.plan().budget_bytes;
   (*info)["plan_bytes"] = kv.plan().total_bytes();
   (*info)["peak_sequence_resident"] = c.peak_sequence_resident_bytes;
   (*info)["groups_selected"] = c.groups_selected - c0.groups_selected;
   (*info)["reuse_hits"] = c.reuse_hits - c0.reuse_hits;
   (*info)["resident_attended"] = c.resident_attended - c0.resident_attended;
+  (*info)["read_through"] = c.read_through_groups - c0.read_through_groups;
   return Status::OK();
 }
 

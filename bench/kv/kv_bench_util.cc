@@ -135,6 +135,8 @@ Status ParseDiskSpec(const std::string& spec, const DiskKvOptions& base, int32_t
         o.groups_per_step = std::stoi(v);
       } else if (k == "C") {
         o.reuse_slots = std::stoi(v);
+      } else if (k == "T") {
+        o.read_through = std::stoi(v);
       } else if (k == "sink") {
         o.sink_groups = std::stoi(v);
       } else if (k == "recent") {

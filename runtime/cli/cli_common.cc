@@ -107,6 +107,7 @@ nlohmann::json StatsJson(const GenerationStats& s) {
              {"groups_selected", s.kv.groups_selected},
              {"reuse_hits", s.kv.reuse_hits},
              {"resident_attended", s.kv.resident_attended},
+             {"read_through_groups", s.kv.read_through_groups},
              {"io_wait_seconds", s.kv.io_wait_seconds},
              {"predict_seconds", s.kv.predict_seconds},
              {"budget_bytes", s.kv.budget_bytes},

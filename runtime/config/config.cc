@@ -224,6 +224,10 @@ const std::vector<Setting>& Schema() {
     v.push_back(Int<int32_t>(
         "kv.reuse_slots", "C: loaded groups kept per layer, 0 = what the budget allows",
         [dk](Config& c) -> int32_t& { return dk(c).reuse_slots; }, 0, 1 << 20));
+    v.push_back(Int<int32_t>(
+        "kv.read_through",
+        "T: groups a layer may read past its C slots, dropped after the layer runs; -1 = auto",
+        [dk](Config& c) -> int32_t& { return dk(c).read_through; }, -1, 1 << 20));
     v.push_back(Int<int64_t>(
         "kv.budget_bytes", "KV memory per sequence, 0 = 1/13 of the full cache",
         [dk](Config& c) -> int64_t& { return dk(c).budget_bytes; }, 0, int64_t(1) << 50));

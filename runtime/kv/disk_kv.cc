@@ -139,7 +139,10 @@ Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t 
   kv->q_lr_.resize(size_t(max_sequences) * hp.n_head * kv->plan_.rank);
   kv->group_keys_.resize(size_t(kv->layout_.group_size) * size_t(kv->layout_.row));
   kv->favored_.reserve(
-      size_t(*std::max_element(kv->plan_.layer_slots.begin(), kv->plan_.layer_slots.end())));
+      size_t(*std::max_element(kv->plan_.layer_slots.begin(), kv->plan_.layer_slots.end()) +
+             kv->plan_.transient_groups));
+  kv->select_scores_.reserve(
+      size_t(*std::max_element(kv->plan_.layer_groups.begin(), kv->plan_.layer_groups.end())));
   kv->sparse_x_.resize(size_t(max_sequences) * hp.n_embd);
   kv->c_.budget_bytes = kv->plan_.budget_bytes;
   *out = std::move(kv);
@@ -163,6 +166,7 @@ Status DiskKv::AddSequence(SeqId* out) {
   const uint64_t rec = layout_.record_bytes;
   size_t records = 0;
   for (int32_t l = 0; l < shape_.n_layer; ++l) records += size_t(plan_.arena_records(l));
+  records += size_t(plan_.transient_records());
   STRATA_RETURN_IF_ERROR(
       storage::AlignedBuffer::Allocate(records * rec, store_->block_size(), &s->arena));
   const int64_t rows = plan_.SummaryRows(shape_.n_ctx);
@@ -180,6 +184,7 @@ Status DiskKv::AddSequence(SeqId* out) {
   s->klr_map = p;
   s->layers.resize(size_t(shape_.n_layer));
   std::byte* base = s->arena.data();
+  const int32_t T = plan_.transient_groups;
   for (int32_t l = 0; l < shape_.n_layer; ++l) {
     Layer& L = s->layers[size_t(l)];
     const int32_t slots = plan_.layer_slots[size_t(l)], m = plan_.layer_groups[size_t(l)];
@@ -193,11 +198,12 @@ Status DiskKv::AddSequence(SeqId* out) {
       L.spread = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(p) +
                                              size_t(shape_.n_layer) * klr_layer_bytes) +
                  size_t(l) * spread_layer_bytes / sizeof(uint16_t);
-    L.reuse = ReuseBuffer(slots, options_.reuse);
+    L.reuse = ReuseBuffer(slots, options_.reuse, T);
     L.selected.reserve(size_t(m));
     L.placed.reserve(size_t(m));
-    L.view.reserve(size_t(slots + plan_.sink_groups + plan_.recent_groups + 1));
+    L.view.reserve(size_t(slots + T + plan_.sink_groups + plan_.recent_groups + 1));
   }
+  s->transient = T > 0 ? base : nullptr;
   s->region = free_regions_.back();
   free_regions_.pop_back();
   const SeqId id = next_id_++;
@@ -322,8 +328,10 @@ Status DiskKv::Prepare(int32_t layer, const float* x, int64_t n_embd) {
   const auto t0 = Clock::now();
   const double wait0 = c_.io_wait_seconds;
   storage::IoBatch& rb = *reads_[GuessReads(layer)];
-  // A pass that ended without viewing this layer may have left its reads in flight.
+  // A pass that ended without viewing this layer may have left its reads in flight; and
+  // layer-2's read-through records share the buffer this layer's reads go to.
   STRATA_RETURN_IF_ERROR(SettleReads(layer));
+  if (plan_.transient_groups > 0 && layer >= 2) STRATA_RETURN_IF_ERROR(SettleReads(layer - 2));
   rb.Clear();
   STRATA_RETURN_IF_ERROR(PrepareSparse(layer, x, n_embd, /*refining=*/false));
   for (Sequence* s : batch_seqs_)
@@ -395,15 +403,21 @@ Status DiskKv::PrepareSparse(int32_t layer, const float* x, int64_t n_embd, bool
     const int32_t gp = s.length / G;
     const int32_t g_lo = std::min(plan_.sink_groups, gp);
     const int32_t g_hi = std::max(g_lo, gp - plan_.recent_groups);
+    // A new step's read-through records are gone (later layers read into their buffer);
+    // the refinement keeps what the guess read through this step.
+    if (!refining) L.reuse.ForgetTransient();
     favored_.clear();
     if (options_.resident_bonus > 0)
-      for (int32_t slot = 0; slot < L.reuse.capacity(); ++slot)
+      for (int32_t slot = 0; slot < L.reuse.size(); ++slot)
         if (L.reuse.group_of(slot) >= 0) favored_.push_back(L.reuse.group_of(slot));
-    predictor_->SelectGroups(q_lr_.data() + j * n_head * rank, L.klr, g_lo, g_hi,
-                             plan_.summary_group_size(), plan_.layer_groups[size_t(layer)],
-                             &L.selected, favored_, options_.resident_bonus,
-                             RowSpread{L.spread, options_.group_spread});
-    L.reuse.Resolve(L.selected, &L.placed);
+    const bool read_through = L.reuse.transient() > 0;
+    predictor_->SelectGroups(
+        q_lr_.data() + j * n_head * rank, L.klr, g_lo, g_hi, plan_.summary_group_size(),
+        plan_.layer_groups[size_t(layer)], &L.selected, favored_, options_.resident_bonus,
+        RowSpread{L.spread, options_.group_spread}, read_through ? &select_scores_ : nullptr);
+    L.reuse.Resolve(
+        L.selected, &L.placed,
+        read_through ? std::span<const float>(select_scores_) : std::span<const float>());
     AddLoads(layer, s, refining);
   }
   return Status::OK();
@@ -423,15 +437,19 @@ void DiskKv::AddLoads(int32_t layer, Sequence& s, bool refining) {
       ++i;
       continue;
     }
-    // Groups adjacent on disk that landed in adjacent slots travel in one request.
+    // Groups adjacent on disk that landed in adjacent slots (of the same buffer) travel in
+    // one request.
+    const bool transient = L.reuse.is_transient(p.slot);
     size_t j = i + 1;
     while (j < L.placed.size() && L.placed[j].load &&
            L.placed[j].group == p.group + int32_t(j - i) &&
            L.placed[j].slot == p.slot + int32_t(j - i) &&
+           L.reuse.is_transient(L.placed[j].slot) == transient &&
            uint64_t(j - i + 1) * rec <= kBulkRequestBytes)
       ++j;
     const int32_t n = int32_t(j - i);
-    rb.AddRead(layout_.Offset(s.region, layer, p.group), L.slots + size_t(p.slot) * rec,
+    if (transient) c_.read_through_groups += uint64_t(n);
+    rb.AddRead(layout_.Offset(s.region, layer, p.group), SlotRecord(s, layer, p.slot),
                uint32_t(n) * rec, LoadTag(s.region, p.slot, n));
     i = j;
   }
@@ -512,6 +530,14 @@ Status DiskKv::View(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* 
   return Status::OK();
 }
 
+std::byte* DiskKv::SlotRecord(Sequence& s, int32_t layer, int32_t slot) {
+  const Layer& L = s.layers[size_t(layer)];
+  const uint32_t rec = layout_.record_bytes;
+  if (!L.reuse.is_transient(slot)) return L.slots + size_t(slot) * rec;
+  const int32_t T = plan_.transient_groups;
+  return s.transient + (size_t(layer % 2) * size_t(T) + size_t(slot - L.reuse.capacity())) * rec;
+}
+
 void DiskKv::ViewDecode(int32_t layer, Sequence& s) {
   Layer& L = s.layers[size_t(layer)];
   const int32_t G = layout_.group_size, p = s.length, gp = p / G, R = plan_.ring_records();
@@ -521,15 +547,16 @@ void DiskKv::ViewDecode(int32_t layer, Sequence& s) {
   for (int32_t g = 0; g < n_sink; ++g)
     L.view.push_back(layout_.Span(L.sink + size_t(g) * rec, g, G));
   for (const ReuseBuffer::Placement& pl : L.placed)
-    L.view.push_back(layout_.Span(L.slots + size_t(pl.slot) * rec, pl.group, G));
+    L.view.push_back(layout_.Span(SlotRecord(s, layer, pl.slot), pl.group, G));
   const int32_t g_hi = std::max(n_sink, gp - plan_.recent_groups);
   if (options_.attend_resident) {
     // Groups still held from earlier steps: their reads settled then (a failed one cleared
     // its slot), and they lie between the sink and the ring like every selected group.
-    for (int32_t i = 0; i < L.reuse.capacity(); ++i) {
+    // Read-through slots the refinement gave up still hold this step's reads too.
+    for (int32_t i = 0; i < L.reuse.size(); ++i) {
       const int32_t g = L.reuse.group_of(i);
       if (g >= n_sink && g < g_hi && !L.reuse.placed_last(i)) {
-        L.view.push_back(layout_.Span(L.slots + size_t(i) * rec, g, G));
+        L.view.push_back(layout_.Span(SlotRecord(s, layer, i), g, G));
         ++c_.resident_attended;
       }
     }
@@ -615,7 +642,8 @@ uint64_t DiskKv::SequenceResident(const Sequence& s) const {
        GroupPredictor::SummaryBytes(plan_.SummaryRows(s.length + s.pending), plan_.rank,
                                     plan_.summary_score_type(), plan_.group_summary);
   for (const Layer& L : s.layers)
-    b += ReuseBuffer::TableBytes(L.reuse.capacity()) + L.selected.capacity() * sizeof(int32_t) +
+    b += ReuseBuffer::TableBytes(L.reuse.size(), L.reuse.transient() > 0) +
+         L.selected.capacity() * sizeof(int32_t) +
          L.placed.capacity() * sizeof(ReuseBuffer::Placement) +
          L.view.capacity() * sizeof(kernels::KvSpan);
   return b;

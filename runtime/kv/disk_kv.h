@@ -105,6 +105,8 @@ class DiskKv final : public KvPolicy {
                       uint16_t* spread);
   Status AppendExact(int32_t layer, Sequence& s, const float* k, const float* v);
   void ViewDecode(int32_t layer, Sequence& s);
+  // Where slot `slot` of layer's reuse buffer (persistent or read-through) lives.
+  std::byte* SlotRecord(Sequence& s, int32_t layer, int32_t slot);
   void ViewExact(int32_t layer, Sequence& s);
   Status FinishExact(Sequence& s);
   uint64_t SequenceResident(const Sequence& s) const;
@@ -137,7 +139,8 @@ class DiskKv final : public KvPolicy {
   std::unique_ptr<storage::IoBatch> decode_writes_;  // submitted at EndBatch
   std::vector<int32_t> sparse_rows_, sparse_pos_, favored_;
   std::vector<float> sparse_x_, q_lr_;
-  std::vector<float> group_keys_;  // one group's keys as F32 (SummarizeGroup)
+  std::vector<float> select_scores_;  // the selection's scores (priorities with read-through)
+  std::vector<float> group_keys_;     // one group's keys as F32 (SummarizeGroup)
 
   KvCounters c_;
   std::chrono::steady_clock::time_point pass_start_;

@@ -67,6 +67,9 @@ struct DiskKv::Sequence {
   bool exact = false;
   Status lost;  // set when records could not be written: the sequence is unusable
   storage::AlignedBuffer arena;
+  // The read-through buffers: 2 x T records after the layers' arenas; layer l uses the
+  // half l % 2 (its reads land while layer l-1 runs, when layer l-2 is done with it).
+  std::byte* transient = nullptr;
   void* klr_map = nullptr;
   size_t klr_map_bytes = 0;
   std::vector<Layer> layers;

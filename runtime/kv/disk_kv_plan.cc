@@ -30,31 +30,34 @@ uint64_t BudgetBytes(const KvShape& shape, const DiskKvOptions& o) {
 }
 
 // Tables per layer and sequence besides the slot table: the view's spans, this step's
-// selection and its placements.
-uint64_t TablesPerLayer(int32_t c, int32_t m, int32_t sink, int32_t recent) {
-  const uint64_t spans = uint64_t(std::max(c, m)) + sink + recent + 1;
-  return ReuseBuffer::TableBytes(c) + spans * sizeof(kernels::KvSpan) +
+// selection and its placements. t: read-through slots.
+uint64_t TablesPerLayer(int32_t c, int32_t m, int32_t sink, int32_t recent, int32_t t) {
+  const uint64_t spans = uint64_t(std::max(c + t, m)) + sink + recent + 1;
+  return ReuseBuffer::TableBytes(c + t, t > 0) + spans * sizeof(kernels::KvSpan) +
          uint64_t(m) * (sizeof(int32_t) + 3 * sizeof(int32_t));
 }
 
-// Slots per layer: each layer's C_l = M_l * C / M (at least M_l, at most max_groups), the
-// rounding spread so the sum is L*C where the caps allow.
-std::vector<int32_t> SpreadSlots(const std::vector<int32_t>& groups, int32_t m, int32_t c,
-                                 int32_t max_groups) {
+// Slots per layer: each layer's C_l = M_l * C / M (at least M_l - t and 1, at most
+// max_groups), the rounding spread so the sum is L*C where the bounds allow. With
+// read-through slots the floors M_l - t may not fit in L*C: then the layers with the most
+// slots give theirs up and attend M_l = C_l + t (groups is lowered).
+std::vector<int32_t> SpreadSlots(std::vector<int32_t>& groups, int32_t m, int32_t c,
+                                 int32_t max_groups, int32_t t) {
   const size_t L = groups.size();
-  std::vector<int32_t> slots(L);
+  std::vector<int32_t> slots(L), floor(L);
   std::vector<double> want(L);
   int64_t left = int64_t(c) * int64_t(L);
   for (size_t l = 0; l < L; ++l) {
+    floor[l] = std::min(max_groups, std::max(1, groups[l] - t));
     want[l] = double(groups[l]) * c / std::max(m, 1);
-    slots[l] = std::clamp(int32_t(want[l]), groups[l], max_groups);
+    slots[l] = std::clamp(int32_t(want[l]), floor[l], max_groups);
     left -= slots[l];
   }
   while (left != 0) {
     // Give (or take) one slot where the rounding was furthest from the wish.
     int best = -1;
     for (size_t l = 0; l < L; ++l) {
-      const bool can = left > 0 ? slots[l] < max_groups : slots[l] > groups[l];
+      const bool can = left > 0 ? slots[l] < max_groups : slots[l] > floor[l];
       if (!can) continue;
       const double d = want[l] - slots[l];
       if (best < 0 || (left > 0 ? d > want[size_t(best)] - slots[size_t(best)]
@@ -65,6 +68,12 @@ std::vector<int32_t> SpreadSlots(const std::vector<int32_t>& groups, int32_t m, 
     slots[size_t(best)] += left > 0 ? 1 : -1;
     left += left > 0 ? -1 : 1;
   }
+  for (; left < 0; ++left) {
+    const auto most = std::max_element(slots.begin(), slots.end());
+    if (*most <= 1) break;
+    --*most;
+  }
+  for (size_t l = 0; l < L; ++l) groups[l] = std::min(groups[l], slots[l] + t);
   return slots;
 }
 
@@ -99,20 +108,25 @@ std::vector<int32_t> SpreadGroups(const AttentionProfile& profile, int32_t n_lay
 }
 
 std::string DiskKvPlan::Describe() const {
-  char s[512];
+  const std::string read_through =
+      transient_groups > 0 ? " T=" + std::to_string(transient_groups) +
+                                 (transient_auto ? " (read-through, auto)" : " (read-through)")
+                           : "";
+  char s[640];
   std::snprintf(s, sizeof s,
-                "G=%d sigma=%d (%srank %d, %s%s) M=%d C=%d%s sink=%d recent=%d %s "
+                "G=%d sigma=%d (%srank %d, %s%s) M=%d C=%d%s%s sink=%d recent=%d %s "
                 "records of %u B: %s of a %s budget per sequence (%.1fx below the full cache "
                 "of %s): K_lr %s, reuse slots %s, "
-                "rolling+recent %s, sink %s, write staging %s, tables %s",
+                "rolling+recent %s, sink %s, write staging %s, read-through %s, tables %s",
                 layout.group_size, ratio, ratio_auto ? "auto, " : "", rank,
                 KeySummaryTypeName(summary_type), group_summary ? ", a row per group" : "",
-                groups_per_step, reuse_slots, tight ? " (tight)" : "", sink_groups, recent_groups,
-                layout.type == kernels::KvType::kQ8_0 ? "q8_0" : "f16", layout.record_bytes,
-                Mib(total_bytes()).c_str(), Mib(budget_bytes).c_str(),
+                groups_per_step, reuse_slots, read_through.c_str(), tight ? " (tight)" : "",
+                sink_groups, recent_groups, layout.type == kernels::KvType::kQ8_0 ? "q8_0" : "f16",
+                layout.record_bytes, Mib(total_bytes()).c_str(), Mib(budget_bytes).c_str(),
                 double(full_cache_bytes) / double(total_bytes()), Mib(full_cache_bytes).c_str(),
                 Mib(klr_bytes).c_str(), Mib(slot_bytes).c_str(), Mib(ring_bytes).c_str(),
-                Mib(sink_bytes).c_str(), Mib(write_bytes).c_str(), Mib(table_bytes).c_str());
+                Mib(sink_bytes).c_str(), Mib(write_bytes).c_str(), Mib(transient_bytes).c_str(),
+                Mib(table_bytes).c_str());
   std::string out = s;
   if (calibrated) {
     // "; per layer (attention profile) M 25..310, C 33..406"
@@ -158,11 +172,12 @@ int32_t AutoRatio(const KvShape& shape, const DiskKvOptions& o, std::span<const 
 
 namespace {
 
-// One plan with the summary per group or per token; tight_as: the tightness to assume (the
-// per-token plan's, when auto chose the per-group summary), null = this plan's own.
+// One plan with the summary per group or per token and t read-through slots; tight_as:
+// the tightness to assume (the per-token plan's, when auto chose the per-group summary),
+// null = this plan's own.
 Status PlanOnce(const KvShape& shape, const DiskKvOptions& o, uint32_t block_size,
                 const AttentionProfile* profile, std::span<const int32_t> ratios,
-                bool group_summary, const bool* tight_as, DiskKvPlan* out) {
+                bool group_summary, int32_t t, const bool* tight_as, DiskKvPlan* out) {
   DiskKvPlan p;
   p.group_summary = group_summary;
   p.n_ctx = shape.n_ctx;
@@ -192,8 +207,14 @@ Status PlanOnce(const KvShape& shape, const DiskKvOptions& o, uint32_t block_siz
                               " is out of range [1, " + std::to_string(max_groups) +
                               "]: a context of " + std::to_string(shape.n_ctx) + " tokens holds " +
                               std::to_string(max_groups) + " groups of " + std::to_string(G));
+  if (t > max_groups)
+    return Status::OutOfRange("kv.read_through (T) = " + std::to_string(t) +
+                              " is out of range [0, " + std::to_string(max_groups) +
+                              "]: a context of " + std::to_string(shape.n_ctx) + " tokens holds " +
+                              std::to_string(max_groups) + " groups of " + std::to_string(G));
   p.full_cache_bytes = FullCacheBytes(shape);
   p.budget_bytes = BudgetBytes(shape, o);
+  p.transient_groups = t;
 
   const uint64_t L = uint64_t(shape.n_layer), rec = p.layout.record_bytes;
   p.summary_type = o.summary_type;
@@ -202,35 +223,41 @@ Status PlanOnce(const KvShape& shape, const DiskKvOptions& o, uint32_t block_siz
   p.ring_bytes = L * uint64_t(p.ring_records()) * rec;
   p.sink_bytes = L * uint64_t(p.sink_groups) * rec;
   p.write_bytes = L * rec;
-  const uint64_t fixed = p.klr_bytes + p.ring_bytes + p.sink_bytes + p.write_bytes;
+  p.transient_bytes = uint64_t(p.transient_records()) * rec;
+  const uint64_t fixed =
+      p.klr_bytes + p.ring_bytes + p.sink_bytes + p.write_bytes + p.transient_bytes;
   // What a configuration with c slots and m selected groups per layer costs.
   auto cost = [&](int32_t c, int32_t m) {
-    return fixed + L * (uint64_t(c) * rec + TablesPerLayer(c, m, p.sink_groups, p.recent_groups));
+    return fixed +
+           L * (uint64_t(c) * rec + TablesPerLayer(c, m, p.sink_groups, p.recent_groups, t));
   };
+  // The fewest slots m selected groups need: the rest are read through.
+  auto least_slots = [&](int32_t m) { return std::max(1, m - t); };
 
   const int32_t m_min = o.groups_per_step > 0 ? o.groups_per_step : 1;
-  const uint64_t minimum = cost(std::max(m_min, o.reuse_slots), m_min);
+  const uint64_t minimum = cost(std::max(least_slots(m_min), o.reuse_slots), m_min);
   auto below = [&](uint64_t need) {
     return Status::ResourceExhausted(
         "KV budget of " + std::to_string(p.budget_bytes) + " bytes (" + Mib(p.budget_bytes) +
         ") per sequence is below the minimum of " + std::to_string(need) + " bytes (" + Mib(need) +
         ") for G=" + std::to_string(G) + ", sigma=" + std::to_string(p.ratio) +
         (p.ratio_auto ? " (auto)" : "") + (group_summary ? " (K_lr per group)" : "") +
-        ", M=" + std::to_string(m_min) + " at a context of " + std::to_string(shape.n_ctx) +
-        " tokens (K_lr alone takes " + Mib(p.klr_bytes) +
-        "); raise kv.budget_bytes or the ratio, or lower M or the context");
+        ", M=" + std::to_string(m_min) + (t > 0 ? ", T=" + std::to_string(t) : "") +
+        " at a context of " + std::to_string(shape.n_ctx) + " tokens (K_lr alone takes " +
+        Mib(p.klr_bytes) + "); raise kv.budget_bytes or the ratio, or lower M or the context");
   };
   if (minimum > p.budget_bytes) return below(minimum);
 
-  // Slots the budget affords with m selected groups: the cost is linear in c >= m (the
+  // Slots the budget affords with m selected groups: the cost is linear in c >= m - t (the
   // views grow with c too, as attention may read every slot).
   auto fit = [&](int32_t m) {
-    if (cost(m, m) > p.budget_bytes) return m;  // refused below
-    const uint64_t per_slot = cost(m + 1, m) - cost(m, m);
-    const uint64_t c = uint64_t(m) + (p.budget_bytes - cost(m, m)) / per_slot;
+    const int32_t c0 = least_slots(m);
+    if (cost(c0, m) > p.budget_bytes) return c0;  // refused below
+    const uint64_t per_slot = cost(c0 + 1, m) - cost(c0, m);
+    const uint64_t c = uint64_t(c0) + (p.budget_bytes - cost(c0, m)) / per_slot;
     return int32_t(std::min<uint64_t>(c, uint64_t(max_groups)));
   };
-  // M left at 0 is C: every slot is chosen afresh each step. Attention reads every slot
+  // M left at 0 is C + T: every slot is chosen afresh each step. Attention reads every slot
   // anyway (kv.attend_resident), a fresh pick serves it better than a stale one, and the
   // resident bonus keeps the reads near those of the paper's M*G ~ 400 (numbers in
   // docs/DESIGN.md). C left at 0 is what the budget affords.
@@ -239,13 +266,15 @@ Status PlanOnce(const KvShape& shape, const DiskKvOptions& o, uint32_t block_siz
   if (c == 0) c = fit(std::max(m, 1));
   if (m == 0) {
     if (o.reuse_slots == 0)
-      while (c > 1 && cost(c, c) > p.budget_bytes) --c;
-    m = c;
+      while (c > 1 && cost(c, std::min(c + t, max_groups)) > p.budget_bytes) --c;
+    m = std::min(c + t, max_groups);
   }
-  if (c < m)
-    return Status::OutOfRange("kv.reuse_slots (C) = " + std::to_string(c) +
-                              " must be at least M = " + std::to_string(m) +
-                              " (every selected group needs a slot)");
+  if (c < least_slots(m))
+    return Status::OutOfRange(
+        "kv.reuse_slots (C) = " + std::to_string(c) +
+        (t > 0 ? " plus kv.read_through (T) = " + std::to_string(t) : "") +
+        " must be at least M = " + std::to_string(m) +
+        " (every selected group needs a slot; kv.read_through gives groups read for one step)");
   if (cost(c, m) > p.budget_bytes) return below(cost(c, m));
   p.groups_per_step = m;
   p.reuse_slots = c;
@@ -257,21 +286,52 @@ Status PlanOnce(const KvShape& shape, const DiskKvOptions& o, uint32_t block_siz
                       (o.calibrated_layers == AutoSwitch::kAuto && p.tight);
   if (spread && profile && !profile->empty() && int32_t(profile->error.size()) == shape.n_layer) {
     p.layer_groups = SpreadGroups(*profile, shape.n_layer, m, G, max_groups);
-    p.layer_slots = SpreadSlots(p.layer_groups, m, c, max_groups);
+    p.layer_slots = SpreadSlots(p.layer_groups, m, c, max_groups, t);
     p.calibrated = true;
   } else if (spread) {
     p.uniform_reason =
         "the adapters have no attention profile; recalibrate to spread M and C "
         "over the layers";
   }
-  // Costs are linear in each layer's C and M, so the spread ones sum to at most the uniform.
+  // Costs are linear in each layer's C and M, so the spread ones sum to at most the uniform
+  // (unless a layer's M_l - T needed more slots than its share: then the total refuses).
   for (size_t l = 0; l < size_t(L); ++l) {
     p.slot_bytes += uint64_t(p.layer_slots[l]) * rec;
     p.table_bytes +=
-        TablesPerLayer(p.layer_slots[l], p.layer_groups[l], p.sink_groups, p.recent_groups);
+        TablesPerLayer(p.layer_slots[l], p.layer_groups[l], p.sink_groups, p.recent_groups, t);
   }
   if (p.total_bytes() > p.budget_bytes) return below(p.total_bytes());
   *out = p;
+  return Status::OK();
+}
+
+// kv.read_through: as given; auto: where the plan is tight and M is left to it, the fewest
+// T for which M*G reaches kReadThroughTokens, or the most that stays at most C (T*L reads
+// a step are the price: no more than the persistent slots); else 0.
+Status PlanWithReadThrough(const KvShape& shape, const DiskKvOptions& o, uint32_t block_size,
+                           const AttentionProfile* profile, std::span<const int32_t> ratios,
+                           bool group_summary, const bool* tight_as, DiskKvPlan* out) {
+  if (o.read_through >= 0)
+    return PlanOnce(shape, o, block_size, profile, ratios, group_summary, o.read_through, tight_as,
+                    out);
+  DiskKvPlan base;
+  STRATA_RETURN_IF_ERROR(
+      PlanOnce(shape, o, block_size, profile, ratios, group_summary, 0, tight_as, &base));
+  *out = base;
+  const int32_t G = base.layout.group_size;
+  if (!base.tight || o.groups_per_step > 0 || o.reuse_slots > 0 ||
+      int64_t(base.groups_per_step) * G >= kReadThroughTokens)
+    return Status::OK();
+  const int32_t want = (kReadThroughTokens + G - 1) / G;
+  for (int32_t t = 1; t <= base.layout.max_groups; ++t) {
+    DiskKvPlan p;
+    if (!PlanOnce(shape, o, block_size, profile, ratios, group_summary, t, tight_as, &p).ok() ||
+        t > p.reuse_slots)
+      break;
+    p.transient_auto = true;
+    *out = p;
+    if (p.groups_per_step >= want) break;
+  }
   return Status::OK();
 }
 
@@ -282,10 +342,11 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
                   std::span<const int32_t> ratios) {
   STRATA_RETURN_IF_ERROR(ValidateDiskKvOptions(o));
   if (o.group_summary != AutoSwitch::kAuto)
-    return PlanOnce(shape, o, block_size, profile, ratios, o.group_summary == AutoSwitch::kOn,
-                    nullptr, out);
+    return PlanWithReadThrough(shape, o, block_size, profile, ratios,
+                               o.group_summary == AutoSwitch::kOn, nullptr, out);
   DiskKvPlan per_token;
-  const Status st = PlanOnce(shape, o, block_size, profile, ratios, false, nullptr, &per_token);
+  const Status st =
+      PlanWithReadThrough(shape, o, block_size, profile, ratios, false, nullptr, &per_token);
   if (st.ok() && !per_token.tight) {
     *out = per_token;
     return st;
@@ -294,7 +355,8 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
   // Tight, or refused for want of memory: a summary G times smaller leaves more for slots.
   const bool tight = true;
   DiskKvPlan per_group;
-  const Status gs = PlanOnce(shape, o, block_size, profile, ratios, true, &tight, &per_group);
+  const Status gs =
+      PlanWithReadThrough(shape, o, block_size, profile, ratios, true, &tight, &per_group);
   if (!gs.ok()) {
     if (!st.ok()) return gs;  // refused either way: the per-group minimum is the smaller
     *out = per_token;

@@ -52,6 +52,12 @@ struct DiskKvPlan {
   bool group_summary_auto = false;
   int32_t groups_per_step = 0;  // M
   int32_t reuse_slots = 0;      // C
+  // T: read-through slots (kv.read_through). A layer may attend up to C_l + T groups; the
+  // misses that find no free persistent slot are read into one of two buffers of T records
+  // shared by all layers (layer l uses l % 2) and dropped after the layer ran.
+  // transient_auto: chosen by the plan (auto at a tight budget, see kReadThroughTokens).
+  int32_t transient_groups = 0;
+  bool transient_auto = false;
   int32_t sink_groups = 0;
   int32_t recent_groups = 0;
   // Per layer M and C. Uniform (every layer M and C) unless `calibrated`: then spread by the
@@ -69,18 +75,22 @@ struct DiskKvPlan {
   uint64_t ring_bytes = 0;  // rolling group + recent window
   uint64_t sink_bytes = 0;
   uint64_t write_bytes = 0;
+  uint64_t transient_bytes = 0;  // the two read-through buffers
   uint64_t table_bytes = 0;
   uint64_t budget_bytes = 0;
   uint64_t full_cache_bytes = 0;  // F16 K+V of n_ctx tokens, all layers (memory policy)
 
   uint64_t total_bytes() const {
-    return klr_bytes + slot_bytes + ring_bytes + sink_bytes + write_bytes + table_bytes;
+    return klr_bytes + slot_bytes + ring_bytes + sink_bytes + write_bytes + transient_bytes +
+           table_bytes;
   }
   // Records per layer that ring, sink and write staging hold in one arena with the slots.
   int32_t ring_records() const { return recent_groups + 1; }
   int32_t arena_records(int32_t layer) const {
     return layer_slots[size_t(layer)] + ring_records() + sink_groups + 1;
   }
+  // Records of the read-through buffers, once per sequence after the layers' arenas.
+  int32_t transient_records() const { return 2 * transient_groups; }
   kernels::ScoreType summary_score_type() const { return ScoreTypeOf(summary_type); }
   // Rows of K_lr for a sequence of n tokens: one per token, or one per complete group.
   int64_t SummaryRows(int64_t n) const { return group_summary ? n / layout.group_size : n; }
@@ -102,6 +112,11 @@ int32_t AutoGroupSize(const KvShape& shape, uint32_t block_size, kernels::KvType
 // SmolLM2-135M's cache (52 slots of 5 tokens with a per-token summary) is, 1/13 (123
 // slots) is not.
 constexpr int32_t kTightSlotTokens = 400;
+
+// kv.read_through auto: at a tight budget, the fewest read-through slots T for which the
+// layers attend M = C + T groups of at least this many tokens (each T costs two records of
+// memory where a persistent slot costs one per layer, and T*L record reads a step).
+constexpr int32_t kReadThroughTokens = 500;
 
 // The share of the budget an automatically chosen key summary may take at most: the rest
 // is reuse slots. At 1/13 of SmolLM2-135M's cache sigma 4's summary takes 44% and beat

@@ -313,11 +313,13 @@ void GroupPredictor::ScoreGroups(const float* q_lr, const uint8_t* klr, int32_t 
 
 void GroupPredictor::SelectGroups(const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
                                   int32_t group_size, int32_t m, std::vector<int32_t>* out,
-                                  std::span<const int32_t> favored, float bonus, RowSpread spread) {
+                                  std::span<const int32_t> favored, float bonus, RowSpread spread,
+                                  std::vector<float>* scores) {
   out->clear();
+  if (scores) scores->clear();
   const int32_t n_groups = g1 - g0;
   if (n_groups <= 0 || m <= 0) return;
-  if (m >= n_groups) {
+  if (m >= n_groups && !scores) {
     for (int32_t g = g0; g < g1; ++g) out->push_back(g);
     return;
   }
@@ -328,10 +330,17 @@ void GroupPredictor::SelectGroups(const float* q_lr, const uint8_t* klr, int32_t
         float& s = group_score_[size_t(g - g0)];
         s += bonus * std::fabs(s);
       }
+  const float* gs = group_score_.data();
+  if (m >= n_groups) {
+    for (int32_t g = 0; g < n_groups; ++g) {
+      out->push_back(g0 + g);
+      scores->push_back(gs[g]);
+    }
+    return;
+  }
   // Only the set matters, not its order: the M-th best score by a linear-time partition of
   // a copy, then one ascending scan keeps every group above it and, of the groups equal to
   // it, the oldest (ties go to the older group).
-  const float* gs = group_score_.data();
   float* v = token_score_.data();
   std::copy(gs, gs + n_groups, v);
   std::nth_element(v, v + (n_groups - m), v + n_groups);
@@ -340,7 +349,10 @@ void GroupPredictor::SelectGroups(const float* q_lr, const uint8_t* klr, int32_t
   for (int32_t g = 0; g < n_groups; ++g) above += gs[g] > thr;
   int32_t ties = m - above;
   for (int32_t g = 0; g < n_groups; ++g)
-    if (gs[g] > thr || (gs[g] == thr && ties-- > 0)) out->push_back(g0 + g);
+    if (gs[g] > thr || (gs[g] == thr && ties-- > 0)) {
+      out->push_back(g0 + g);
+      if (scores) scores->push_back(gs[g]);
+    }
 }
 
 }  // namespace strata

@@ -77,11 +77,12 @@ class GroupPredictor {
   // against the layer's tiled summary `klr`. Writes min(M, g1-g0) group ids, ascending.
   // Groups in `favored` (e.g. those already in memory; any order, ids outside [g0, g1)
   // ignored) have their score s raised to s + bonus * |s| first. `spread`: a per-group
-  // summary's row spreads (group_size is then 1).
+  // summary's row spreads (group_size is then 1). `scores`, if given, gets each chosen
+  // group's score (with the bonus), in the order of `out`: the caller's priority among them.
   void SelectGroups(const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
                     int32_t group_size, int32_t m, std::vector<int32_t>* out,
                     std::span<const int32_t> favored = {}, float bonus = 0.0f,
-                    RowSpread spread = {});
+                    RowSpread spread = {}, std::vector<float>* scores = nullptr);
 
   // Bytes of scratch and adapter copies (shared by all sequences).
   uint64_t scratch_bytes() const;

@@ -115,6 +115,16 @@ struct DiskKvOptions {
   // reading 1.2x as much (bench_kv_quality / bench_kv_speed; numbers in docs/DESIGN.md).
   int32_t groups_per_step = 0;
   int32_t reuse_slots = 0;  // C: loaded groups kept per layer; 0 = all the budget allows
+  // T: read-through slots. A layer's selection may exceed its C slots by up to T groups,
+  // which are read into a buffer the layers share (two of T records per sequence, by layer
+  // parity) and dropped once the layer ran: T more attended groups cost the budget 2*T
+  // records where persistent slots would cost L*T, and cost T*L record reads a step.
+  // -1 = auto: at a tight budget (DiskKvPlan::tight) with M left to the plan, the fewest T
+  // for which M*G reaches kReadThroughTokens (500); where M > C are both given, M - C;
+  // else 0. On SmolLM2-135M at 1/34 of the cache 100 attended groups a layer (per-group
+  // summary) give +6.2% perplexity against full KV over 16 windows where the 61 slots
+  // alone give +9.5% (bench_kv_quality; docs/DESIGN.md).
+  int32_t read_through = -1;
   // Spread M and C over the layers by the adapters' attention profile (layers that spread
   // their attention wider get more groups; the totals stay L*M and L*C) when the adapters
   // have one; off, or without a profile, every layer gets M and C. Auto: on where the budget

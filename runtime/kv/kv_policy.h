@@ -59,6 +59,9 @@ struct KvCounters {
   // Groups attention also read because they were still resident from earlier steps, not
   // selected this step (disk policy, kv.attend_resident).
   uint64_t resident_attended = 0;
+  // Selected groups read into a read-through slot (disk policy, kv.read_through): dropped
+  // after their layer ran.
+  uint64_t read_through_groups = 0;
   double io_wait_seconds = 0;   // time View spent waiting on I/O (not hidden by compute)
   double predict_seconds = 0;   // time spent choosing what to load
   uint64_t resident_bytes = 0;  // now: memory the policy holds for KV (all sequences)

@@ -9,6 +9,13 @@
 // so groups adjacent on disk tend to land in adjacent slots and can be read in one request.
 // The table only tracks ids; the memory of the slots belongs to the caller.
 //
+// Read-through slots (`transient`, T): a step may select up to C + T groups. Misses that
+// find no persistent victim (a slot not selected this step) go to one of T read-through
+// slots, which hold a group only for the rest of the step: the caller keeps their memory
+// in a buffer that later layers reuse, and calls ForgetTransient before each step's first
+// Resolve. Given priorities, the misses that get persistent slots are the highest ranked
+// (the likeliest to be chosen again next step); the rest are read through.
+//
 // Thread-compatible: one owner (the engine thread).
 #pragma once
 
@@ -29,12 +36,21 @@ class ReuseBuffer {
   };
 
   ReuseBuffer() = default;
-  ReuseBuffer(int32_t capacity, ReusePolicy policy);
+  ReuseBuffer(int32_t capacity, ReusePolicy policy, int32_t transient = 0);
 
-  int32_t capacity() const { return int32_t(slots_.size()); }
-  // Places this step's selection (ascending, distinct, at most capacity() groups) in
-  // ascending group order. Slots of the selection stay pinned until the next Resolve.
-  void Resolve(std::span<const int32_t> selected, std::vector<Placement>* out);
+  // Persistent slots (C): slot ids [0, C). Read-through slots are [C, C + T).
+  int32_t capacity() const { return capacity_; }
+  int32_t transient() const { return int32_t(slots_.size()) - capacity_; }
+  int32_t size() const { return int32_t(slots_.size()); }
+  bool is_transient(int32_t slot) const { return slot >= capacity_; }
+  // Places this step's selection (ascending, distinct, at most size() groups) in ascending
+  // group order. Slots of the selection stay pinned until the next Resolve. `priority`
+  // (empty, or one value per selected group; higher first) decides which misses get the
+  // persistent slots when there are fewer free ones than misses.
+  void Resolve(std::span<const int32_t> selected, std::vector<Placement>* out,
+               std::span<const float> priority = {});
+  // The read-through slots' groups are gone (their memory was reused).
+  void ForgetTransient();
   // The slot does not hold its group after all (its read failed or was abandoned).
   void Invalidate(int32_t slot);
   // Forgets every group (the sequence was removed or rewound).
@@ -43,8 +59,9 @@ class ReuseBuffer {
   int32_t group_of(int32_t slot) const { return slots_[size_t(slot)].group; }
   // Whether the last Resolve placed a group in slot i (a hit or a load).
   bool placed_last(int32_t slot) const { return slots_[size_t(slot)].last_used == step_; }
-  // Memory of the table itself (counted in the policy's resident bytes).
-  static uint64_t TableBytes(int32_t capacity);
+  // Memory of the table itself (counted in the policy's resident bytes) for `slots` slots,
+  // persistent and read-through (`read_through`: whether there are any).
+  static uint64_t TableBytes(int32_t slots, bool read_through = false);
 
  private:
   struct Slot {
@@ -56,13 +73,23 @@ class ReuseBuffer {
   // Sort key of a candidate victim under the policy: the smallest is evicted first.
   bool EvictBefore(const Slot& a, int32_t ia, const Slot& b, int32_t ib) const;
 
+  // Hands free slots (ascending) to the misses out[missing_[i]] for which take[i] is set
+  // (take null: every miss).
+  void Assign(std::vector<Placement>& out, std::span<const int32_t> free_slots,
+              const uint8_t* take);
+  void IndexGroups();
+  void FinishStep();  // LFU's periodic halving
+
   ReusePolicy policy_ = ReusePolicy::kLru;
+  int32_t capacity_ = 0;
   std::vector<Slot> slots_;
   std::vector<int32_t> by_group_;  // slot indices that hold a group, ascending by group
   uint64_t step_ = 0;
   // Scratch.
   std::vector<int32_t> victims_;
-  std::vector<int32_t> missing_;
+  std::vector<int32_t> missing_;  // indices in Resolve's out
+  std::vector<int32_t> order_;    // with read-through slots only
+  std::vector<uint8_t> take_;
 };
 
 }  // namespace strata

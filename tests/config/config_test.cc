@@ -107,6 +107,12 @@ TEST(ConfigTest, WrongTypesAreErrors) {
   EXPECT_NE(s.message().find("kv.resident_bonus"), std::string::npos) << s.message();
   ASSERT_TRUE(Parse("kv:\n  resident_bonus: 0.5\n", &c).ok());
   EXPECT_EQ(c.engine.kv.disk.resident_bonus, 0.5f);
+  EXPECT_EQ(c.engine.kv.disk.read_through, -1);  // auto
+  ASSERT_TRUE(Parse("kv:\n  read_through: 40\n", &c).ok());
+  EXPECT_EQ(c.engine.kv.disk.read_through, 40);
+  s = Parse("kv:\n  read_through: -2\n", &c);
+  EXPECT_NE(s.message().find("kv.read_through"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("-2 is out of range [-1,"), std::string::npos) << s.message();
   ASSERT_TRUE(Parse("kv:\n  calibrated_layers: true\n  ratio: 0\n", &c).ok());
   EXPECT_EQ(c.engine.kv.disk.calibrated_layers, AutoSwitch::kOn);
   EXPECT_EQ(c.engine.kv.disk.ratio, 0);

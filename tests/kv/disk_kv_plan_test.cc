@@ -50,7 +50,11 @@ TEST(DiskKvPlanTest, AutoGroupSizeFillsTheBlocks) {
   DiskKvPlan p;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
   EXPECT_EQ(p.layout.group_size, 4);
-  EXPECT_LE(p.groups_per_step, 100);
+  EXPECT_LE(p.reuse_slots, 100);
+  // Tight (fewer than 400 slot tokens): read-through groups make up 500 attended tokens.
+  EXPECT_TRUE(p.tight);
+  EXPECT_EQ(p.groups_per_step, 125);
+  EXPECT_EQ(p.reuse_slots + p.transient_groups, 125);
 }
 
 // The same budget in F16 records: 3072 bytes per group, so fewer slots; Q8_0 buys 1.5x the
@@ -195,6 +199,7 @@ TEST(DiskKvPlanTest, TightBudgetsSpreadTheLayers) {
   EXPECT_NE(p.Describe().find("C=123 sink="), std::string::npos) << p.Describe();
   o.budget_bytes = full / 34;  // per token, sigma 16: 52 slots of 5 tokens
   o.group_summary = AutoSwitch::kOff;
+  o.read_through = 0;  // (ReadThroughAtTightBudgets below)
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, &prof).ok());
   EXPECT_TRUE(p.tight);
   EXPECT_LT(p.reuse_slots * p.layout.group_size, kTightSlotTokens);
@@ -234,6 +239,7 @@ TEST(DiskKvPlanTest, DefaultMIsEverySlot) {
   // A tight budget: M = C shrinks with it, and the plan still fits.
   o.groups_per_step = 0;
   o.ratio = 16;
+  o.read_through = 0;
   o.budget_bytes = int64_t(kSmol.n_layer) * kSmol.n_ctx * kSmol.row() * 4 / 34;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
   EXPECT_EQ(p.groups_per_step, p.reuse_slots);
@@ -305,7 +311,7 @@ TEST(DiskKvPlanTest, GroupSummaryAtTightBudgets) {
   EXPECT_EQ(p34.summary_group_size(), 1);
   EXPECT_EQ(p34.klr_bytes, uint64_t(30) * 1648 * (26 + 2));  // rows and their F16 spreads
   EXPECT_LE(p34.total_bytes(), p34.budget_bytes);
-  EXPECT_NE(p34.Describe().find("sigma=4 (auto, rank 48, q4, a row per group) M=61 C=61"),
+  EXPECT_NE(p34.Describe().find("sigma=4 (auto, rank 48, q4, a row per group) M=100 C=56 T=44"),
             std::string::npos)
       << p34.Describe();
   o.group_summary = AutoSwitch::kOff;
@@ -326,6 +332,89 @@ TEST(DiskKvPlanTest, GroupSummaryAtTightBudgets) {
   o.group_summary = AutoSwitch::kAuto;
   o.budget_bytes = full / 80;
   EXPECT_EQ(AutoRatio(kSmol, o, {}, 5), 8);
+}
+
+// kv.read_through: a tight budget attends more groups than it keeps. Auto adds the fewest
+// read-through slots T (two records each, shared by the layers) for M*G >= 500 tokens and
+// no more than C; every layer's M_l fits in its C_l + T; 1/13 is not tight and has none.
+TEST(DiskKvPlanTest, ReadThroughAtTightBudgets) {
+  const int64_t full = int64_t(kSmol.n_layer) * kSmol.n_ctx * kSmol.row() * 4;
+  DiskKvOptions o;
+  DiskKvPlan p;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
+  EXPECT_EQ(p.transient_groups, 0);
+  EXPECT_EQ(p.transient_bytes, 0u);
+  EXPECT_EQ(p.Describe().find("read-through,"), std::string::npos) << p.Describe();
+  o.budget_bytes = full / 34;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
+  EXPECT_TRUE(p.transient_auto);
+  EXPECT_EQ(p.groups_per_step, 100);  // 500 tokens of 5
+  EXPECT_EQ(p.reuse_slots + p.transient_groups, 100);
+  EXPECT_LE(p.transient_groups, p.reuse_slots);
+  EXPECT_EQ(p.transient_bytes, uint64_t(2) * uint64_t(p.transient_groups) * 2048);
+  EXPECT_LE(p.total_bytes(), p.budget_bytes);
+  DiskKvOptions none = o;
+  none.read_through = 0;
+  DiskKvPlan p0;
+  ASSERT_TRUE(PlanDiskKv(kSmol, none, 512, &p0).ok());
+  EXPECT_EQ(p0.groups_per_step, 61);  // every slot, and only the slots
+  EXPECT_EQ(p0.reuse_slots, 61);
+  EXPECT_GT(p0.reuse_slots, p.reuse_slots);  // the buffers cost a few slots
+  // Spread over the layers by a profile: each layer's selection fits its slots plus T, and
+  // the totals stay within L*M and L*C.
+  const AttentionProfile prof = TwoKindsOfLayers();
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, &prof).ok());
+  EXPECT_TRUE(p.calibrated);
+  EXPECT_GT(p.transient_groups, 0);
+  int64_t m = 0, c = 0;
+  for (size_t l = 0; l < 30; ++l) {
+    EXPECT_LE(p.layer_groups[l], p.layer_slots[l] + p.transient_groups) << "layer " << l;
+    EXPECT_GE(p.layer_slots[l], 1) << "layer " << l;
+    m += p.layer_groups[l];
+    c += p.layer_slots[l];
+  }
+  EXPECT_LE(m, 30 * int64_t(p.groups_per_step));
+  EXPECT_LE(c, 30 * int64_t(p.reuse_slots));
+  EXPECT_LE(p.total_bytes(), p.budget_bytes);
+  // Explicit T: M = C + T, whatever the budget's tightness.
+  o.read_through = 20;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
+  EXPECT_FALSE(p.transient_auto);
+  EXPECT_EQ(p.groups_per_step, p.reuse_slots + 20);
+  EXPECT_NE(p.Describe().find(" T=20 (read-through) "), std::string::npos) << p.Describe();
+  EXPECT_LE(p.total_bytes(), p.budget_bytes);
+  // Where no T reaches 500 tokens, T stops at C.
+  o.read_through = -1;
+  o.group_summary = AutoSwitch::kOff;
+  o.budget_bytes = full / 80;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
+  EXPECT_GT(p.transient_groups, 0);
+  EXPECT_LE(p.transient_groups, p.reuse_slots);
+  EXPECT_LT(p.groups_per_step * p.layout.group_size, kReadThroughTokens);
+  EXPECT_LE(p.total_bytes(), p.budget_bytes);
+  // Refusals name the values.
+  o = DiskKvOptions();
+  o.groups_per_step = 100;
+  o.reuse_slots = 50;
+  o.read_through = 10;
+  Status st = PlanDiskKv(kSmol, o, 512, &p);
+  EXPECT_NE(st.message().find(
+                "kv.reuse_slots (C) = 50 plus kv.read_through (T) = 10 must be at least M = 100"),
+            std::string::npos)
+      << st.message();
+  o.read_through = 50;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p).ok());
+  EXPECT_EQ(p.groups_per_step, 100);
+  o.group_size = 4;
+  o.read_through = 3000;
+  st = PlanDiskKv(kSmol, o, 512, &p);
+  EXPECT_NE(st.message().find("kv.read_through (T) = 3000 is out of range [0, 2048]"),
+            std::string::npos)
+      << st.message();
+  o.read_through = -2;
+  st = PlanDiskKv(kSmol, o, 512, &p);
+  EXPECT_NE(st.message().find("kv.read_through (T) = -2 is out of range [-1,"), std::string::npos)
+      << st.message();
 }
 
 TEST(DiskKvPlanTest, ExplicitSettingsAndPadding) {

@@ -67,7 +67,9 @@ class DiskKvTest : public ::testing::Test {
 };
 
 // With M as large as the context, every group is selected: the policy then attends to
-// exactly the keys the memory policy holds (both F16), for any G, sink and recent window.
+// exactly the keys the memory policy holds (both F16), for any G, sink and recent window,
+// and whether the groups sit in persistent slots or are read through (slots > 0: that many
+// persistent slots, the rest read through, in buffers that layers l and l+2 share).
 TEST_F(DiskKvTest, SelectingEveryGroupMatchesFullKv) {
   const auto ref = Reference();
   struct Variant {
@@ -75,11 +77,15 @@ TEST_F(DiskKvTest, SelectingEveryGroupMatchesFullKv) {
     bool refine;
     KeySummaryType summary = KeySummaryType::kF16;
     bool group_summary = false;
+    int32_t slots = 0;
   };
   for (Variant v : {Variant{4, 1, 0, false}, Variant{1, 0, 0, false}, Variant{3, 2, 3, true},
                     Variant{8, 0, 1, false}, Variant{4, 1, 0, true, KeySummaryType::kQ8},
                     Variant{5, 1, 0, true, KeySummaryType::kQ4, true},
-                    Variant{3, 0, 2, false, KeySummaryType::kF16, true}}) {
+                    Variant{3, 0, 2, false, KeySummaryType::kF16, true},
+                    Variant{4, 1, 0, false, KeySummaryType::kF16, false, 6},
+                    Variant{4, 1, 0, true, KeySummaryType::kQ4, false, 20},
+                    Variant{5, 0, 1, true, KeySummaryType::kQ4, true, 1}}) {
     EngineOptions o = Options();
     o.kv.disk.summary_type = v.summary;
     o.kv.disk.group_summary = v.group_summary ? AutoSwitch::kOn : AutoSwitch::kOff;
@@ -88,14 +94,23 @@ TEST_F(DiskKvTest, SelectingEveryGroupMatchesFullKv) {
     o.kv.disk.sink_groups = v.sink;
     o.kv.disk.recent_groups = v.recent;
     o.kv.disk.groups_per_step = (kCtx + v.g - 1) / v.g;
+    if (v.slots > 0) {
+      o.kv.disk.reuse_slots = v.slots;
+      o.kv.disk.read_through = o.kv.disk.groups_per_step - v.slots;
+    }
     KvCounters c;
     const auto got = Run(o, &c);
     ASSERT_EQ(got.size(), ref.size());
     EXPECT_LT(MaxRelativeDiff(got, ref), 1e-4)
         << "G=" << v.g << " sink=" << v.sink << " recent=" << v.recent
-        << " group summary=" << v.group_summary;
+        << " group summary=" << v.group_summary << " slots=" << v.slots;
     EXPECT_GT(c.bytes_read, 0u);
     EXPECT_GT(c.bytes_written, 0u);
+    // Read-through groups are read again every step; none without read-through slots.
+    if (v.slots > 0)
+      EXPECT_GT(c.read_through_groups, uint64_t(decode_.size()) * 2) << "slots=" << v.slots;
+    else
+      EXPECT_EQ(c.read_through_groups, 0u);
   }
 }
 
@@ -350,17 +365,22 @@ TEST_F(DiskKvTest, ResidentMemoryStaysWithinBudgetOverALongGeneration) {
     KeySummaryType type;
     int32_t ratio;
     bool group_summary = false;
+    int32_t read_through = 0;
   };
   for (Variant v : {Variant{KeySummaryType::kF16, 8}, Variant{KeySummaryType::kQ8, 4},
-                    Variant{KeySummaryType::kQ4, 2}, Variant{KeySummaryType::kQ4, 1, true}}) {
-    SCOPED_TRACE(std::string(KeySummaryTypeName(v.type)) + (v.group_summary ? " per group" : ""));
+                    Variant{KeySummaryType::kQ4, 2}, Variant{KeySummaryType::kQ4, 1, true},
+                    Variant{KeySummaryType::kQ4, 2, false, 10}}) {
+    SCOPED_TRACE(std::string(KeySummaryTypeName(v.type)) + (v.group_summary ? " per group" : "") +
+                 " read-through " + std::to_string(v.read_through));
     EngineOptions o = Options();
     o.kv.disk.group_size = 2;
     o.kv.disk.ratio = v.ratio;
     o.kv.disk.summary_type = v.type;
     o.kv.disk.group_summary = v.group_summary ? AutoSwitch::kOn : AutoSwitch::kOff;
     o.kv.disk.recent_groups = 2;
-    o.kv.disk.groups_per_step = 12;
+    // With read-through slots the selection is larger than the slots the budget affords.
+    o.kv.disk.groups_per_step = v.read_through > 0 ? 18 : 12;
+    o.kv.disk.read_through = v.read_through;
     // Tight: the key summary at full context plus about 20 slots per layer.
     const HParams& hp = model_->hparams();
     const int32_t rank = hp.n_head_kv * hp.head_dim / v.ratio;
@@ -374,7 +394,11 @@ TEST_F(DiskKvTest, ResidentMemoryStaysWithinBudgetOverALongGeneration) {
     auto& kv = static_cast<DiskKv&>(e->kv());
     EXPECT_EQ(kv.plan().rank, rank);
     EXPECT_EQ(kv.plan().group_summary, v.group_summary);
-    EXPECT_GT(kv.plan().reuse_slots, kv.plan().groups_per_step);
+    EXPECT_GT(kv.plan().reuse_slots + v.read_through, kv.plan().groups_per_step);
+    if (v.read_through > 0) {
+      EXPECT_GT(kv.plan().groups_per_step, kv.plan().reuse_slots);
+    }
+    EXPECT_EQ(kv.plan().transient_groups, v.read_through);
     EXPECT_LE(kv.plan().total_bytes(), uint64_t(o.kv.disk.budget_bytes));
     SeqId seq;
     STRATA_ASSERT_OK(e->NewSequence(&seq));
@@ -393,13 +417,22 @@ TEST_F(DiskKvTest, ResidentMemoryStaysWithinBudgetOverALongGeneration) {
     EXPECT_LE(c.peak_sequence_resident_bytes, c.budget_bytes);
     EXPECT_LE(c.peak_resident_bytes, c.budget_bytes);
     EXPECT_GE(c.steps, uint64_t(r.params.max_tokens - 1));
+    EXPECT_EQ(c.read_through_groups > 0, v.read_through > 0);
   }
 }
 
-TEST_F(DiskKvTest, BatchDecodeMatchesSingleSequences) {
+class DiskKvBatchTest : public DiskKvTest, public ::testing::WithParamInterface<bool> {};
+
+// Several sequences in one pass give each the logits it gets alone, with or without
+// read-through slots (each sequence has its own read-through buffers).
+TEST_P(DiskKvBatchTest, BatchDecodeMatchesSingleSequences) {
   EngineOptions o = Options();
   o.max_sequences = 3;
   o.kv.disk.groups_per_step = 5;
+  if (GetParam()) {
+    o.kv.disk.reuse_slots = 2;
+    o.kv.disk.read_through = 3;
+  }
   const int32_t n_vocab = model_->hparams().n_vocab;
   std::vector<std::vector<int32_t>> prompts, decodes;
   std::vector<std::vector<std::vector<float>>> alone;
@@ -437,7 +470,10 @@ TEST_F(DiskKvTest, BatchDecodeMatchesSingleSequences) {
     }
   }
   EXPECT_GT(e->kv().counters().reads_issued, reads_before);
+  EXPECT_EQ(e->kv().counters().read_through_groups > 0, GetParam());
 }
+
+INSTANTIATE_TEST_SUITE_P(ReadThrough, DiskKvBatchTest, ::testing::Bool());
 
 TEST_F(DiskKvTest, RemovingTheKvDirectoryMidRunIsAnError) {
   auto gone = std::make_unique<KvTempDir>();
