@@ -219,7 +219,7 @@ const std::vector<Setting>& Schema() {
         "summary takes at most half the budget",
         [dk](Config& c) -> int32_t& { return dk(c).ratio; }, 0, 4096));
     v.push_back(Int<int32_t>(
-        "kv.groups_per_step", "M: groups selected per layer and step, 0 = C (every slot)",
+        "kv.groups_per_step", "M: groups selected per layer and step, 0 = C + T (every slot)",
         [dk](Config& c) -> int32_t& { return dk(c).groups_per_step; }, 0, 1 << 20));
     v.push_back(Int<int32_t>(
         "kv.reuse_slots", "C: loaded groups kept per layer, 0 = what the budget allows",

@@ -108,7 +108,7 @@ struct DiskKvOptions {
   // ranks by the mean key alone, 1 by an upper bound on the group's best token. At 1/34 of
   // SmolLM2-135M's cache (4 windows): 0 +15.4%, 0.125 +13.7%, 0.25 +13.6%, 0.5 +15.7%.
   float group_spread = 0.25f;
-  // M: groups selected (and read where not held) per layer and step; 0 = C, every slot
+  // M: groups selected (and read where not held) per layer and step; 0 = C (+ T), every slot
   // chosen afresh each step. The paper's M*G ~ 400 (M = 80 at G = 5) leaves the other C - M
   // slots to stale picks of earlier steps; on SmolLM2-135M at 1/13 of the cache M = C with
   // a resident bonus of 3 loses 2.8% perplexity against full KV where M = 80 lost 3.25%,
@@ -119,11 +119,11 @@ struct DiskKvOptions {
   // which are read into a buffer the layers share (two of T records per sequence, by layer
   // parity) and dropped once the layer ran: T more attended groups cost the budget 2*T
   // records where persistent slots would cost L*T, and cost T*L record reads a step.
-  // -1 = auto: at a tight budget (DiskKvPlan::tight) with M left to the plan, the fewest T
-  // for which M*G reaches kReadThroughTokens (500); where M > C are both given, M - C;
-  // else 0. On SmolLM2-135M at 1/34 of the cache 100 attended groups a layer (per-group
-  // summary) give +6.2% perplexity against full KV over 16 windows where the 61 slots
-  // alone give +9.5% (bench_kv_quality; docs/DESIGN.md).
+  // -1 = auto: at a tight budget (DiskKvPlan::tight) with M and C left to the plan, the
+  // fewest T (at most C) for which M*G reaches kReadThroughTokens (500); else 0. On
+  // SmolLM2-135M at 1/34 of the cache auto is M = 100, C = 56, T = 44: +6.05% perplexity
+  // against full KV over 16 windows where the 61 slots alone gave +9.51% (bench_kv_quality;
+  // docs/DESIGN.md).
   int32_t read_through = -1;
   // Spread M and C over the layers by the adapters' attention profile (layers that spread
   // their attention wider get more groups; the totals stay L*M and L*C) when the adapters
