@@ -47,7 +47,8 @@ Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
 // Appends the first n tokens of cap to the empty sequence seq in one pass of Append calls.
 Status ReplayPrefix(KvPolicy& kv, SeqId seq, const KvCapture& cap, int32_t n);
 
-// "G=4,sigma=16,budget=1/13,M=0,C=0,sink=1,recent=0,reuse=lru,scoring=softmax,reload=0,adapters=PATH";
+// "G=4,sigma=16,budget=1/13,M=0,C=0,T=-1,sink=1,recent=0,reuse=lru,scoring=softmax,reload=0,
+// qd=64,adapters=PATH";
 // any subset, applied over `base`. budget takes bytes or 1/N of the full cache.
 Status ParseDiskSpec(const std::string& spec, const DiskKvOptions& base, int32_t n_ctx,
                      int64_t full_cache_bytes, DiskKvOptions* out);
