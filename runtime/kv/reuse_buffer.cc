@@ -99,40 +99,39 @@ void ReuseBuffer::Resolve(std::span<const int32_t> selected, std::vector<Placeme
     std::sort(victims_.begin(), victims_.end());
     if (k == missing_.size()) {
       Assign(*out, victims_, nullptr);
-      IndexGroups();
-      return FinishStep();
+    } else {
+      // Fewer persistent victims than misses: the k misses of highest priority take them,
+      // the rest are read through.
+      MarkBest(k, priority);
+      Assign(*out, victims_, take_.data());
+      victims_.clear();
+      for (int32_t i = capacity_; i < size(); ++i)
+        if (free(i)) victims_.push_back(i);
+      for (uint8_t& t : take_) t = !t;
+      Assign(*out, victims_, take_.data());
     }
-    // Fewer persistent victims than misses: the k misses of highest priority (on a tie, the
-    // earlier group) take them, the rest are read through.
-    take_.assign(missing_.size(), 0);
-    if (k > 0) {
-      order_.resize(missing_.size());
-      for (size_t i = 0; i < order_.size(); ++i) order_[i] = int32_t(i);
-      auto pri = [&](int32_t i) {
-        const size_t at = size_t(missing_[size_t(i)]);
-        return at < priority.size() ? priority[at] : 0.0f;
-      };
-      std::nth_element(order_.begin(), order_.begin() + ptrdiff_t(k - 1), order_.end(),
-                       [&](int32_t a, int32_t b) {
-                         const float pa = pri(a), pb = pri(b);
-                         return pa != pb ? pa > pb : a < b;
-                       });
-      for (size_t i = 0; i < k; ++i) take_[size_t(order_[i])] = 1;
-    }
-    Assign(*out, victims_, take_.data());
-    victims_.clear();
-    for (int32_t i = capacity_; i < size(); ++i)
-      if (free(i)) victims_.push_back(i);
-    for (uint8_t& t : take_) t = !t;
-    Assign(*out, victims_, take_.data());
     IndexGroups();
   }
-  FinishStep();
-}
-
-void ReuseBuffer::FinishStep() {
   if (policy_ == ReusePolicy::kLfu && capacity() > 0 && step_ % uint64_t(capacity()) == 0)
     for (Slot& s : slots_) s.uses >>= 1;
+}
+
+void ReuseBuffer::MarkBest(size_t k, std::span<const float> priority) {
+  take_.assign(missing_.size(), 0);
+  if (k == 0) return;
+  order_.resize(missing_.size());
+  for (size_t i = 0; i < order_.size(); ++i) order_[i] = int32_t(i);
+  auto pri = [&](int32_t i) {
+    const size_t at = size_t(missing_[size_t(i)]);
+    return at < priority.size() ? priority[at] : 0.0f;
+  };
+  // On a tie, the earlier group.
+  std::nth_element(order_.begin(), order_.begin() + ptrdiff_t(k - 1), order_.end(),
+                   [&](int32_t a, int32_t b) {
+                     const float pa = pri(a), pb = pri(b);
+                     return pa != pb ? pa > pb : a < b;
+                   });
+  for (size_t i = 0; i < k; ++i) take_[size_t(order_[i])] = 1;
 }
 
 void ReuseBuffer::ForgetTransient() {

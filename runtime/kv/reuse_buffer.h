@@ -78,7 +78,8 @@ class ReuseBuffer {
   void Assign(std::vector<Placement>& out, std::span<const int32_t> free_slots,
               const uint8_t* take);
   void IndexGroups();
-  void FinishStep();  // LFU's periodic halving
+  // take_[i] = whether missing_[i] is among the k misses of highest priority.
+  void MarkBest(size_t k, std::span<const float> priority);
 
   ReusePolicy policy_ = ReusePolicy::kLru;
   int32_t capacity_ = 0;
