@@ -499,6 +499,13 @@ Status BlockStore::RegisterBuffers(std::span<const MemoryRegion> regions) {
   return Status::OK();
 }
 
+uint64_t BlockStore::registered_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t n = 0;
+  for (const MemoryRegion& r : registered_) n += r.length;
+  return n;
+}
+
 CountersSnapshot BlockStore::counters() const {
   CountersSnapshot s = counters_.Snapshot();
   {

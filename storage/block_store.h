@@ -76,6 +76,8 @@ class BlockStore {
   // lies inside a registered region then skip the per-request page pinning. Replaces the
   // previous set; needs nothing in flight. A no-op for the pread pool.
   Status RegisterBuffers(std::span<const MemoryRegion> regions);
+  // Bytes registered by the last RegisterBuffers that succeeded.
+  uint64_t registered_bytes() const;
 
   const std::string& path() const { return path_; }
   uint64_t capacity() const { return capacity_; }

@@ -208,6 +208,7 @@ Status DiskKv::AddSequence(SeqId* out) {
   free_regions_.pop_back();
   const SeqId id = next_id_++;
   seqs_[id] = std::move(s);
+  arenas_changed_ = true;
   *out = id;
   NoteMemory();
   return Status::OK();
@@ -221,6 +222,7 @@ Status DiskKv::RemoveSequence(SeqId seq) {
   (void)store_->Wait(*decode_writes_);
   free_regions_.push_back(it->second->region);
   seqs_.erase(it);
+  arenas_changed_ = true;
   NoteMemory();
   return Status::OK();
 }
@@ -266,6 +268,7 @@ Status DiskKv::BeginBatch(std::span<const BatchSeq> batch) {
     return st;
   }
   STRATA_RETURN_IF_ERROR(SettleDecodeWrites());
+  if (arenas_changed_) RegisterArenas();
   for (const BatchSeq& b : batch) {
     const Sequence* s = Find(b.seq);
     if (!s) return Status::NotFound("disk KV: no sequence " + std::to_string(b.seq));
@@ -634,6 +637,16 @@ void DiskKv::AbortBatch() {
   batch_.clear();
   batch_seqs_.clear();
   NoteMemory();
+}
+
+void DiskKv::RegisterArenas() {
+  arenas_changed_ = false;
+  if (!register_status_.ok()) return;
+  std::vector<storage::MemoryRegion> regions;
+  for (const auto& [id, s] : seqs_) regions.push_back({s->arena.data(), s->arena.size()});
+  // Reads into unregistered memory work as well, only with more work per request: a
+  // failure (e.g. RLIMIT_MEMLOCK) is remembered, not raised.
+  register_status_ = store_->RegisterBuffers(regions);
 }
 
 uint64_t DiskKv::SequenceResident(const Sequence& s) const {

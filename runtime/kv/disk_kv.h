@@ -110,6 +110,9 @@ class DiskKv final : public KvPolicy {
   void ViewExact(int32_t layer, Sequence& s);
   Status FinishExact(Sequence& s);
   uint64_t SequenceResident(const Sequence& s) const;
+  // Registers the sequences' arenas with the store for fixed-buffer reads (no page pinning
+  // per request); called between passes, with nothing in flight, when they changed.
+  void RegisterArenas();
   void NoteMemory();
 
   const Model& model_;
@@ -123,7 +126,9 @@ class DiskKv final : public KvPolicy {
   std::unique_ptr<storage::BlockStore> store_;
   dev_t store_dev_ = 0;
   ino_t store_ino_ = 0;
-  Status broken_;  // set once the store file is gone: every later pass fails with it
+  Status broken_;                // set once the store file is gone: every later pass fails with it
+  bool arenas_changed_ = false;  // a sequence came or went: RegisterArenas at BeginBatch
+  Status register_status_;       // why the arenas are not registered (first failure)
 
   SeqId next_id_ = 0;
   std::map<SeqId, std::unique_ptr<Sequence>> seqs_;

@@ -475,6 +475,32 @@ TEST_P(DiskKvBatchTest, BatchDecodeMatchesSingleSequences) {
 
 INSTANTIATE_TEST_SUITE_P(ReadThrough, DiskKvBatchTest, ::testing::Bool());
 
+// The sequences' arenas (slots, rings, read-through buffers) are registered with the store
+// for fixed-buffer reads, and re-registered at the next pass when sequences come and go.
+TEST_F(DiskKvTest, ArenasAreRegisteredForFixedBufferReads) {
+  EngineOptions o = Options();
+  o.max_sequences = 2;
+  o.kv.disk.groups_per_step = 5;
+  std::unique_ptr<Engine> e;
+  STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
+  auto& kv = static_cast<DiskKv&>(e->kv());
+  EXPECT_EQ(kv.store().registered_bytes(), 0u);
+  std::vector<float> logits;
+  SeqId a, b;
+  STRATA_ASSERT_OK(e->NewSequence(&a));
+  STRATA_ASSERT_OK(e->Prefill(a, prompt_, &logits));
+  const uint64_t one = kv.store().registered_bytes();
+  EXPECT_GT(one, 0u);
+  STRATA_ASSERT_OK(e->NewSequence(&b));
+  STRATA_ASSERT_OK(e->Prefill(b, prompt_, &logits));
+  EXPECT_EQ(kv.store().registered_bytes(), 2 * one);
+  STRATA_ASSERT_OK(e->RemoveSequence(a));
+  ForwardBatch batch;
+  batch.Add(b, kv.Length(b), std::span<const int32_t>(&decode_[0], 1));
+  STRATA_ASSERT_OK(e->Evaluate(batch, &logits));
+  EXPECT_EQ(kv.store().registered_bytes(), one);
+}
+
 TEST_F(DiskKvTest, RemovingTheKvDirectoryMidRunIsAnError) {
   auto gone = std::make_unique<KvTempDir>();
   EngineOptions o = DiskEngineOptions(gone->path(), adapters_, kCtx);
