@@ -134,14 +134,18 @@ STRATA_INLINE void LoadKeys(const uint8_t* tile, int64_t j, __m256* k0, __m256* 
 
 // NQ queries against one tile (two __m256 of eight tokens each per query); Q8 and Q4 apply
 // the tokens' scales once at the end.
+// The query loops are unrolled by pragma so the accumulators stay in registers (see
+// avx512_matmul_f.cc).
 template <int NQ, ScoreType kType>
 inline void ScoreTile(const uint8_t* tile, int64_t cols, const float* x, float* y,
                       int64_t y_stride) {
   __m256 lo[NQ], hi[NQ];
+#pragma GCC unroll 16
   for (int q = 0; q < NQ; ++q) lo[q] = hi[q] = _mm256_setzero_ps();
   for (int64_t j = 0; j < cols; ++j) {
     __m256 k0, k1;
     LoadKeys<kType>(tile, j, &k0, &k1);
+#pragma GCC unroll 16
     for (int q = 0; q < NQ; ++q) {
       const __m256 xj = _mm256_set1_ps(x[q * cols + j]);
       lo[q] = _mm256_fmadd_ps(xj, k0, lo[q]);
@@ -152,11 +156,13 @@ inline void ScoreTile(const uint8_t* tile, int64_t cols, const float* x, float* 
     const uint8_t* s = tile + ScoreValueBytes(kType, cols);
     const __m256 s0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
     const __m256 s1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16)));
+#pragma GCC unroll 16
     for (int q = 0; q < NQ; ++q) {
       lo[q] = _mm256_mul_ps(lo[q], s0);
       hi[q] = _mm256_mul_ps(hi[q], s1);
     }
   }
+#pragma GCC unroll 16
   for (int q = 0; q < NQ; ++q) {
     _mm256_storeu_ps(y + q * y_stride, lo[q]);
     _mm256_storeu_ps(y + q * y_stride + 8, hi[q]);
