@@ -214,7 +214,7 @@ void Q8_0RowsToF16(const uint8_t* first, int64_t stride, int32_t n_rows, int32_t
   for (int32_t r = 0; r < n_rows; ++r) {
     const auto* b = reinterpret_cast<const BlockQ8_0*>(first + r * stride);
     for (int32_t i = 0; i < row_values; i += 32, ++b, dst += 32) {
-      const __m256 d = _mm256_set1_ps(F16ToF32(b->d));
+      const __m256 d = _mm256_set1_ps(HalfToFloat(b->d));
       for (int e = 0; e < 4; ++e) {
         const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b->qs + 8 * e));
         const __m256 v = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));

@@ -202,7 +202,7 @@ void Q8_0RowsToF16(const uint8_t* first, int64_t stride, int32_t n_rows, int32_t
   for (int32_t r = 0; r < n_rows; ++r) {
     const auto* b = reinterpret_cast<const BlockQ8_0*>(first + r * stride);
     for (int32_t i = 0; i < row_values; i += 32, ++b, dst += 32) {
-      const __m512 d = _mm512_set1_ps(kernels::F16ToF32(b->d));
+      const __m512 d = _mm512_set1_ps(_cvtsh_ss(b->d));
       for (int h = 0; h < 2; ++h) {
         const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + 16 * h));
         const __m512 v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
