@@ -37,6 +37,18 @@ class DiskKvTest : public ::testing::Test {
 
   EngineOptions Options() { return DiskEngineOptions(kv_dir_.path(), adapters_, kCtx); }
 
+  // Replaces the model (and its adapters) with one of n_layer layers. The refinement
+  // corrects layers 1 .. n_layer-2 (layer 0 is guessed from its own input, the last has no
+  // later call), so the default two layers never refine.
+  void UseLayers(int32_t n_layer) {
+    SyntheticModelSpec spec;
+    spec.n_layer = n_layer;
+    const std::string name = "m" + std::to_string(n_layer);
+    STRATA_ASSERT_OK(testing::LoadSyntheticModel(spec, dir_.path(), name, &model_));
+    adapters_ = dir_.path() + "/" + name + ".adapters";
+    STRATA_ASSERT_OK(testing::WriteIdentityAdapters(*model_, {1, 2, 4, 8}, adapters_));
+  }
+
   // Logits of prompt_ + decode_ under `options` (memory policy when memory is true).
   std::vector<std::vector<float>> Run(EngineOptions o, KvCounters* counters = nullptr) {
     std::unique_ptr<Engine> e;
@@ -58,7 +70,8 @@ class DiskKvTest : public ::testing::Test {
     return Run(o);
   }
 
-  void CheckReusePolicies(bool refine);
+  // The logits under each reuse policy must agree; returns FIFO's.
+  std::vector<std::vector<float>> CheckReusePolicies(bool refine);
 
   KvTempDir dir_, kv_dir_;
   std::unique_ptr<Model> model_;
@@ -169,13 +182,17 @@ TEST_F(DiskKvTest, QuantizedSummariesRankCloserAtEqualMemory) {
 // The replacement policy decides where a group sits in memory, never which groups attention
 // sees, so FIFO, LRU and LFU give identical logits; a small M differs from full KV.
 TEST_F(DiskKvTest, ReusePolicyDoesNotChangeResults) {
+  UseLayers(4);
+  std::vector<std::vector<float>> fifo[2];
   for (bool refine : {false, true}) {
     SCOPED_TRACE(refine ? "refine" : "guess only");
-    CheckReusePolicies(refine);
+    fifo[refine] = CheckReusePolicies(refine);
   }
+  // The refinement did run: exact queries chose other groups than the guesses.
+  EXPECT_GT(MaxRelativeDiff(fifo[1], fifo[0]), 1e-4);
 }
 
-void DiskKvTest::CheckReusePolicies(bool refine) {
+std::vector<std::vector<float>> DiskKvTest::CheckReusePolicies(bool refine) {
   std::vector<std::vector<std::vector<float>>> runs;
   std::vector<KvCounters> cs;
   for (ReusePolicy p : {ReusePolicy::kFifo, ReusePolicy::kLru, ReusePolicy::kLfu}) {
@@ -200,6 +217,7 @@ void DiskKvTest::CheckReusePolicies(bool refine) {
     EXPECT_GT(c.reuse_hits, 0u);
     EXPECT_LT(c.reuse_hits, c.groups_selected);
   }
+  return runs[0];
 }
 
 // A resident bonus makes selection keep groups it already holds: more reuse hits and fewer
@@ -424,8 +442,9 @@ TEST_F(DiskKvTest, ResidentMemoryStaysWithinBudgetOverALongGeneration) {
 class DiskKvBatchTest : public DiskKvTest, public ::testing::WithParamInterface<bool> {};
 
 // Several sequences in one pass give each the logits it gets alone, with or without
-// read-through slots (each sequence has its own read-through buffers).
+// read-through slots (each sequence has its own read-through buffers), refinement included.
 TEST_P(DiskKvBatchTest, BatchDecodeMatchesSingleSequences) {
+  UseLayers(4);
   EngineOptions o = Options();
   o.max_sequences = 3;
   o.kv.disk.groups_per_step = 5;
