@@ -28,16 +28,14 @@ constexpr int32_t kCtx = 256;
 class DiskKvTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    STRATA_ASSERT_OK(testing::LoadSyntheticModel(SyntheticModelSpec(), dir_.path(), "m", &model_));
-    adapters_ = dir_.path() + "/m.adapters";
-    STRATA_ASSERT_OK(testing::WriteIdentityAdapters(*model_, {1, 2, 4, 8}, adapters_));
+    UseLayers(SyntheticModelSpec().n_layer);
     prompt_ = TestTokens(150, model_->hparams().n_vocab, 1);
     decode_ = TestTokens(70, model_->hparams().n_vocab, 2);
   }
 
   EngineOptions Options() { return DiskEngineOptions(kv_dir_.path(), adapters_, kCtx); }
 
-  // Replaces the model (and its adapters) with one of n_layer layers. The refinement
+  // Loads (or replaces) the model, with identity adapters, at n_layer layers. The refinement
   // corrects layers 1 .. n_layer-2 (layer 0 is guessed from its own input, the last has no
   // later call), so the default two layers never refine.
   void UseLayers(int32_t n_layer) {
