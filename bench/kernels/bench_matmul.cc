@@ -154,8 +154,9 @@ int Register() {
   for (const Shape& s : gemm_shapes) {
     const int64_t rows = s.rows > 8192 ? 8192 : s.rows;  // the output head is a GEMV in use
     for (Isa isa : BenchIsas()) {
-      for (int64_t n_tok : {16, 64, 512}) {
-        if (s.k >= 4096 && n_tok == 512) continue;
+      // 2..8: beam-search groups and batched decode, where a ragged last tile costs most.
+      for (int64_t n_tok : {2, 3, 5, 7, 8, 16, 64, 512}) {
+        if (s.k >= 4096 && (n_tok == 512 || n_tok < 8)) continue;
         const std::string name = std::string("Gemm/") + TypeName(s.type) + "/" + s.what + "/" +
                                  std::to_string(rows) + "x" + std::to_string(s.k) + "/" +
                                  IsaName(isa) + "/n_tok:" + std::to_string(n_tok);

@@ -38,6 +38,21 @@ STRATA_INLINE void RunTile2(const uint8_t* const* rows, const __m256i* panel, in
   }
 }
 
+// A tile of `nt` <= T tokens that decodes each weight group once for all of them (see
+// RunTileUpTo in the AVX-512 driver). Accumulators past nt are zeroed.
+template <class Tr, int R, int T>
+STRATA_INLINE void RunTileUpTo2(int nt, const uint8_t* const* rows, const __m256i* panel,
+                                int64_t tok_vecs, int64_t n_full, bool tail, __m256* acc) {
+  if constexpr (T > 1) {
+    if (nt < T) {
+      RunTileUpTo2<Tr, R, T - 1>(nt, rows, panel, tok_vecs, n_full, tail, acc);
+      for (int i = (T - 1) * R; i < T * R; ++i) acc[i] = _mm256_setzero_ps();
+      return;
+    }
+  }
+  RunTile2<Tr, R, T>(rows, panel, tok_vecs, n_full, tail, acc);
+}
+
 template <int R, int T>
 STRATA_INLINE void StoreTile2(const __m256* acc, int nr, int nt, float* y, int64_t y_stride,
                               bool accumulate) {
@@ -65,16 +80,7 @@ void PanelTiles2(const MatmulArgs& a, int64_t rb, int64_t re, int64_t g0, int64_
     for (int64_t tt = 0; tt < nt_panel; tt += T) {
       const int nt = static_cast<int>(std::min<int64_t>(T, nt_panel - tt));
       __m256 acc[R * T];
-      if (nt == T) {
-        RunTile2<Tr, R, T>(rows, panel + tt * tok_vecs, tok_vecs, n_full, tail, acc);
-      } else {
-        for (int t = 0; t < nt; ++t) {
-          __m256 one[R];
-          RunTile2<Tr, R, 1>(rows, panel + (tt + t) * tok_vecs, tok_vecs, n_full, tail, one);
-          for (int r = 0; r < R; ++r) acc[t * R + r] = one[r];
-        }
-        for (int i = nt * R; i < R * T; ++i) acc[i] = _mm256_setzero_ps();
-      }
+      RunTileUpTo2<Tr, R, T>(nt, rows, panel + tt * tok_vecs, tok_vecs, n_full, tail, acc);
       StoreTile2<R, T>(acc, nr, nt, a.y + (t0 + tt) * a.y_stride + r0, a.y_stride, accumulate);
     }
   }

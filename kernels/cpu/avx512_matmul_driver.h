@@ -53,6 +53,22 @@ STRATA_INLINE void RunTile(const uint8_t* const* rows, const __m512i* panel, int
   }
 }
 
+// A tile of `nt` <= T tokens, decoding each weight group once for all of them: a ragged
+// last tile (a batch of 7 is a tile of 4 and one of 3) costs about what its tokens do, not
+// one weight decode per token. Accumulators past nt are zeroed.
+template <class Tr, int R, int T>
+STRATA_INLINE void RunTileUpTo(int nt, const uint8_t* const* rows, const __m512i* panel,
+                               int64_t tok_vecs, int64_t n_full, int64_t tail_bytes, __m512* acc) {
+  if constexpr (T > 1) {
+    if (nt < T) {
+      RunTileUpTo<Tr, R, T - 1>(nt, rows, panel, tok_vecs, n_full, tail_bytes, acc);
+      for (int i = (T - 1) * R; i < T * R; ++i) acc[i] = _mm512_setzero_ps();
+      return;
+    }
+  }
+  RunTile<Tr, R, T>(rows, panel, tok_vecs, n_full, tail_bytes, acc);
+}
+
 // Sums the tile's accumulators and writes (or adds, for later slices of k) the valid part.
 template <int R, int T>
 STRATA_INLINE void StoreTile(const __m512* acc, int nr, int nt, float* y, int64_t y_stride,
@@ -83,17 +99,7 @@ void PanelTiles(const MatmulArgs& a, int64_t rb, int64_t re, int64_t g0, int64_t
     for (int64_t tt = 0; tt < nt_panel; tt += T) {
       const int nt = static_cast<int>(std::min<int64_t>(T, nt_panel - tt));
       __m512 acc[R * T];
-      if (nt == T) {
-        RunTile<Tr, R, T>(rows, panel + tt * tok_vecs, tok_vecs, n_full, tail_bytes, acc);
-      } else {
-        // Fewer tokens than the tile: run single-token tiles (rare: the panel's last tokens).
-        for (int t = 0; t < nt; ++t) {
-          __m512 one[R];
-          RunTile<Tr, R, 1>(rows, panel + (tt + t) * tok_vecs, tok_vecs, n_full, tail_bytes, one);
-          for (int r = 0; r < R; ++r) acc[t * R + r] = one[r];
-        }
-        for (int i = nt * R; i < R * T; ++i) acc[i] = _mm512_setzero_ps();
-      }
+      RunTileUpTo<Tr, R, T>(nt, rows, panel + tt * tok_vecs, tok_vecs, n_full, tail_bytes, acc);
       StoreTile<R, T>(acc, nr, nt, a.y + (t0 + tt) * a.y_stride + r0, a.y_stride, accumulate);
     }
   }
