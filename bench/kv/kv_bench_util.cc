@@ -159,6 +159,8 @@ Status ParseDiskSpec(const std::string& spec, const DiskKvOptions& base, int32_t
         STRATA_RETURN_IF_ERROR(ParseKvRecordType(v, &o.record_type));
       } else if (k == "bonus") {
         o.resident_bonus = std::stof(v);
+      } else if (k == "dbonus") {
+        o.dispersed_bonus = std::stof(v);
       } else if (k == "spread") {
         o.group_spread = std::stof(v);
       } else if (k == "gsum") {

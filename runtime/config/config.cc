@@ -241,6 +241,10 @@ const std::vector<Setting>& Schema() {
         "kv.resident_bonus", "selection's preference for groups in memory, 0 = off",
         [dk](Config& c) -> float& { return dk(c).resident_bonus; }, 0, 100));
     v.push_back(Float(
+        "kv.dispersed_bonus",
+        "resident bonus of layers with dispersed attention (profile), -1 = kv.resident_bonus",
+        [dk](Config& c) -> float& { return dk(c).dispersed_bonus; }, -1, 100));
+    v.push_back(Float(
         "kv.group_spread",
         "weight of a group's key spread in its score with a per-group summary (0: mean key)",
         [dk](Config& c) -> float& { return dk(c).group_spread; }, 0, 4));

@@ -410,13 +410,14 @@ Status DiskKv::PrepareSparse(int32_t layer, const float* x, int64_t n_embd, bool
     // the refinement keeps what the guess read through this step.
     if (!refining) L.reuse.ForgetTransient();
     favored_.clear();
-    if (options_.resident_bonus > 0)
+    const float bonus = plan_.layer_bonus[size_t(layer)];
+    if (bonus > 0)
       for (int32_t slot = 0; slot < L.reuse.size(); ++slot)
         if (L.reuse.group_of(slot) >= 0) favored_.push_back(L.reuse.group_of(slot));
     const bool read_through = L.reuse.transient() > 0;
     predictor_->SelectGroups(
         q_lr_.data() + j * n_head * rank, L.klr, g_lo, g_hi, plan_.summary_group_size(),
-        plan_.layer_groups[size_t(layer)], &L.selected, favored_, options_.resident_bonus,
+        plan_.layer_groups[size_t(layer)], &L.selected, favored_, bonus,
         RowSpread{L.spread, options_.group_spread}, read_through ? &select_scores_ : nullptr);
     L.reuse.Resolve(
         L.selected, &L.placed,

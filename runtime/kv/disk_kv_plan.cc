@@ -107,6 +107,21 @@ std::vector<int32_t> SpreadGroups(const AttentionProfile& profile, int32_t n_lay
   return g;
 }
 
+std::vector<int32_t> DispersedLayers(const AttentionProfile& profile, int32_t n_layer,
+                                     double tokens) {
+  std::vector<int32_t> out;
+  if (profile.empty() || int32_t(profile.error.size()) != n_layer || n_layer <= 0) return out;
+  std::vector<double> e(static_cast<size_t>(n_layer));
+  for (int32_t l = 0; l < n_layer; ++l) e[size_t(l)] = profile.Error(l, tokens);
+  std::vector<double> sorted = e;
+  std::nth_element(sorted.begin(), sorted.begin() + n_layer / 2, sorted.end());
+  const double median = sorted[size_t(n_layer / 2)];
+  if (!(median > 0.0)) return out;
+  for (int32_t l = 0; l < n_layer; ++l)
+    if (e[size_t(l)] >= kDispersedErrorRatio * median) out.push_back(l);
+  return out;
+}
+
 std::string DiskKvPlan::Describe() const {
   const std::string read_through =
       transient_groups > 0 ? " T=" + std::to_string(transient_groups) +
@@ -136,6 +151,18 @@ std::string DiskKvPlan::Describe() const {
            std::to_string(*m_hi) + ", C " + std::to_string(*c_lo) + ".." + std::to_string(*c_hi);
   } else if (!uniform_reason.empty()) {
     out += "; every layer M and C (" + uniform_reason + ")";
+  }
+  if (!dispersed_layers.empty()) {
+    // "; dispersed attention in layers 0,1,2 (resident bonus 10)"
+    out += "; dispersed attention in layers ";
+    for (size_t i = 0; i < dispersed_layers.size(); ++i) {
+      if (i > 0) out += ',';
+      out += std::to_string(dispersed_layers[i]);
+    }
+    char b[48];
+    std::snprintf(b, sizeof b, " (resident bonus %g)",
+                  double(layer_bonus[size_t(dispersed_layers[0])]));
+    out += b;
   }
   return out;
 }
@@ -301,6 +328,11 @@ Status PlanOnce(const KvShape& shape, const DiskKvOptions& o, uint32_t block_siz
         TablesPerLayer(p.layer_slots[l], p.layer_groups[l], p.sink_groups, p.recent_groups, t);
   }
   if (p.total_bytes() > p.budget_bytes) return below(p.total_bytes());
+  p.layer_bonus.assign(size_t(L), o.resident_bonus);
+  if (o.dispersed_bonus >= 0.0f && profile) {
+    p.dispersed_layers = DispersedLayers(*profile, shape.n_layer, double(m) * G);
+    for (int32_t l : p.dispersed_layers) p.layer_bonus[size_t(l)] = o.dispersed_bonus;
+  }
   *out = p;
   return Status::OK();
 }

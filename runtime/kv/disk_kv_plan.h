@@ -64,6 +64,10 @@ struct DiskKvPlan {
   // adapters' attention profile, summing to at most L*M and L*C.
   std::vector<int32_t> layer_groups, layer_slots;
   bool calibrated = false;
+  // Per layer resident bonus: kv.resident_bonus, or kv.dispersed_bonus on the layers
+  // DispersedLayers finds at M*G tokens (listed in dispersed_layers).
+  std::vector<float> layer_bonus;
+  std::vector<int32_t> dispersed_layers;
   // The budget's slots hold fewer than kTightSlotTokens tokens per layer (uniform C * G)
   // and not the whole context: kv.calibrated_layers auto then spreads them over the layers,
   // and kv.group_summary auto takes a per-group summary.
@@ -107,6 +111,16 @@ struct DiskKvPlan {
 // and 2040 at G = 5, so G = 5 attends to 25% more tokens in the same slots.
 constexpr int32_t kAutoGroupMin = 4, kAutoGroupMax = 8;
 int32_t AutoGroupSize(const KvShape& shape, uint32_t block_size, kernels::KvType type);
+
+// A layer's attention is dispersed when the profile's error at the same selected tokens is
+// at least this many times the median layer's: on SmolLM2-135M layers 0-2 (0.14-0.22 at
+// 615 tokens, against a median of 0.049; the next, layer 7, 0.10).
+constexpr double kDispersedErrorRatio = 2.5;
+// The layers whose profile error at `tokens` selected tokens is at least kDispersedErrorRatio
+// times the median layer's (none where the median is 0 or the profile does not cover
+// n_layer layers), ascending.
+std::vector<int32_t> DispersedLayers(const AttentionProfile& profile, int32_t n_layer,
+                                     double tokens);
 
 // Below this many slot tokens per layer (the paper's M*G ~ 400) a budget is tight: 1/34 of
 // SmolLM2-135M's cache (52 slots of 5 tokens with a per-token summary) is, 1/13 (123

@@ -148,6 +148,9 @@ Status ValidateDiskKvOptions(const DiskKvOptions& o) {
   if (!(o.resident_bonus >= 0.0f && o.resident_bonus <= 100.0f))
     return Status::OutOfRange("kv.resident_bonus = " + std::to_string(o.resident_bonus) +
                               " is out of range [0, 100]");
+  if (!(o.dispersed_bonus >= -1.0f && o.dispersed_bonus <= 100.0f))
+    return Status::OutOfRange("kv.dispersed_bonus = " + std::to_string(o.dispersed_bonus) +
+                              " is out of range [-1, 100] (-1: as kv.resident_bonus)");
   if (!(o.group_spread >= 0.0f && o.group_spread <= 4.0f))
     return Status::OutOfRange("kv.group_spread = " + std::to_string(o.group_spread) +
                               " is out of range [0, 4]");

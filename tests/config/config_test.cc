@@ -107,6 +107,12 @@ TEST(ConfigTest, WrongTypesAreErrors) {
   EXPECT_NE(s.message().find("kv.resident_bonus"), std::string::npos) << s.message();
   ASSERT_TRUE(Parse("kv:\n  resident_bonus: 0.5\n", &c).ok());
   EXPECT_EQ(c.engine.kv.disk.resident_bonus, 0.5f);
+  EXPECT_EQ(c.engine.kv.disk.dispersed_bonus, 10.0f);
+  s = Parse("kv:\n  dispersed_bonus: 101\n", &c);
+  EXPECT_NE(s.message().find("kv.dispersed_bonus"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("101"), std::string::npos) << s.message();
+  ASSERT_TRUE(Parse("kv:\n  dispersed_bonus: -1\n", &c).ok());
+  EXPECT_EQ(c.engine.kv.disk.dispersed_bonus, -1.0f);
   EXPECT_EQ(c.engine.kv.disk.read_through, -1);  // auto
   ASSERT_TRUE(Parse("kv:\n  read_through: 40\n", &c).ok());
   EXPECT_EQ(c.engine.kv.disk.read_through, 40);

@@ -433,6 +433,71 @@ TEST(DiskKvPlanTest, ExplicitSettingsAndPadding) {
   EXPECT_EQ(p.slot_bytes, uint64_t(30) * 500 * 1024);
 }
 
+// Three layers that miss far more of their attention than the rest at any token count,
+// one that misses twice the median (not enough), and the others spread around the median.
+AttentionProfile ThreeDispersedLayers() {
+  AttentionProfile prof;
+  prof.tokens = AttentionProfile::DefaultTokens();
+  for (int l = 0; l < 30; ++l) {
+    const float scale = l < 3 ? 0.6f : l == 7 ? 0.2f : 0.08f + 0.004f * float(l % 5);
+    std::vector<float> m;
+    for (int32_t t : prof.tokens) m.push_back(scale * std::exp(-float(t) / 1024.0f));
+    prof.error.push_back(m);
+  }
+  return prof;
+}
+
+TEST(DiskKvPlanTest, DispersedLayersStandOutFromTheMedian) {
+  const AttentionProfile prof = ThreeDispersedLayers();
+  for (double tokens : {0.0, 400.0, 615.0, 3000.0})
+    EXPECT_EQ(DispersedLayers(prof, 30, tokens), (std::vector<int32_t>{0, 1, 2})) << tokens;
+  // A profile for another layer count, none at all, or one whose errors are all 0 (every
+  // layer fully covered) finds none.
+  EXPECT_TRUE(DispersedLayers(prof, 31, 400).empty());
+  EXPECT_TRUE(DispersedLayers(AttentionProfile(), 30, 400).empty());
+  AttentionProfile flat = prof;
+  for (auto& e : flat.error) std::fill(e.begin(), e.end(), 0.0f);
+  EXPECT_TRUE(DispersedLayers(flat, 30, 400).empty());
+  // Every layer alike: none stands out.
+  AttentionProfile same = prof;
+  for (auto& e : same.error) e = prof.error[5];
+  EXPECT_TRUE(DispersedLayers(same, 30, 400).empty());
+}
+
+TEST(DiskKvPlanTest, DispersedLayersTakeTheirOwnResidentBonus) {
+  const AttentionProfile prof = ThreeDispersedLayers();
+  DiskKvOptions o;
+  DiskKvPlan p;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, &prof).ok());
+  EXPECT_FALSE(p.calibrated);  // 1/13 is not tight: M and C stay uniform, the bonus does not
+  ASSERT_EQ(p.layer_bonus.size(), 30u);
+  EXPECT_EQ(p.dispersed_layers, (std::vector<int32_t>{0, 1, 2}));
+  for (int l = 0; l < 30; ++l)
+    EXPECT_EQ(p.layer_bonus[size_t(l)], l < 3 ? o.dispersed_bonus : o.resident_bonus) << l;
+  EXPECT_NE(p.Describe().find("; dispersed attention in layers 0,1,2 (resident bonus 10)"),
+            std::string::npos)
+      << p.Describe();
+  // The same memory either way: the bonus only changes which groups stay.
+  DiskKvPlan none;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &none).ok());
+  EXPECT_TRUE(none.dispersed_layers.empty());
+  EXPECT_EQ(none.layer_bonus, std::vector<float>(30, o.resident_bonus));
+  EXPECT_EQ(none.total_bytes(), p.total_bytes());
+  EXPECT_EQ(none.Describe().find("dispersed"), std::string::npos) << none.Describe();
+  // -1: off.
+  o.dispersed_bonus = -1;
+  o.resident_bonus = 2;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, &prof).ok());
+  EXPECT_TRUE(p.dispersed_layers.empty());
+  EXPECT_EQ(p.layer_bonus, std::vector<float>(30, 2.0f));
+  // Out of range names the key and the range.
+  o.dispersed_bonus = -2;
+  const Status st = PlanDiskKv(kSmol, o, 512, &p, &prof);
+  EXPECT_EQ(st.code(), Status::Code::kOutOfRange);
+  EXPECT_NE(st.message().find("kv.dispersed_bonus = -2"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("[-1, 100]"), std::string::npos) << st.message();
+}
+
 TEST(DiskKvPlanTest, RefusalsNameTheValueAndTheLimit) {
   DiskKvPlan p;
   DiskKvOptions o;

@@ -234,6 +234,45 @@ TEST_F(DiskKvTest, ResidentBonusTradesReadsForSelection) {
   EXPECT_LT(c[1].bytes_read, c[0].bytes_read);
 }
 
+// A layer whose calibrated attention profile misses far more than the others' (dispersed
+// attention) takes kv.dispersed_bonus instead of kv.resident_bonus: with the others' bonus
+// 0 it alone keeps what it holds, so the same selections read fewer groups.
+TEST_F(DiskKvTest, DispersedLayersKeepWhatTheyHold) {
+  UseLayers(4);
+  Adapters a;
+  STRATA_ASSERT_OK(Adapters::Read(adapters_, &a));
+  const int32_t n_layer = model_->hparams().n_layer;
+  a.profile.tokens = AttentionProfile::DefaultTokens();
+  for (int32_t l = 0; l < n_layer; ++l) {
+    std::vector<float> m;
+    for (int32_t t : a.profile.tokens)
+      m.push_back((l == 1 ? 0.9f : 0.1f) * std::exp(-float(t) / 4096.0f));
+    a.profile.error.push_back(m);
+  }
+  const std::string profiled = dir_.path() + "/dispersed.adapters";
+  STRATA_ASSERT_OK(a.Write(profiled));
+  KvCounters c[2];
+  for (int d = 0; d < 2; ++d) {
+    EngineOptions o = Options();
+    o.kv.disk.adapters = profiled;
+    o.kv.disk.groups_per_step = 6;
+    o.kv.disk.reuse_slots = 12;
+    o.kv.disk.resident_bonus = 0;
+    o.kv.disk.dispersed_bonus = d ? 10.0f : -1.0f;
+    std::unique_ptr<Engine> e;
+    STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
+    const DiskKvPlan& plan = static_cast<DiskKv&>(e->kv()).plan();
+    EXPECT_EQ(plan.dispersed_layers, d ? std::vector<int32_t>{1} : std::vector<int32_t>{});
+    ASSERT_EQ(plan.layer_bonus.size(), size_t(n_layer));
+    EXPECT_EQ(plan.layer_bonus[1], d ? 10.0f : 0.0f);
+    EXPECT_EQ(plan.layer_bonus[0], 0.0f);
+    Run(o, &c[d]);
+  }
+  EXPECT_EQ(c[1].groups_selected, c[0].groups_selected);
+  EXPECT_GT(c[1].reuse_hits, c[0].reuse_hits);
+  EXPECT_LT(c[1].bytes_read, c[0].bytes_read);
+}
+
 // Attention also reads the groups the reuse buffer still holds from earlier steps: more
 // of the context at no extra I/O, so the logits move toward full KV; off, it reads the
 // selection only.
