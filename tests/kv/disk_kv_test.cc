@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <gtest/gtest.h>
 
@@ -45,6 +46,23 @@ class DiskKvTest : public ::testing::Test {
     STRATA_ASSERT_OK(testing::LoadSyntheticModel(spec, dir_.path(), name, &model_));
     adapters_ = dir_.path() + "/" + name + ".adapters";
     STRATA_ASSERT_OK(testing::WriteIdentityAdapters(*model_, {1, 2, 4, 8}, adapters_));
+  }
+
+  // The identity adapters with an attention profile whose error at t selected tokens in
+  // layer l is error(l, t), written as `name` in the test's directory; returns the path.
+  std::string WriteProfiledAdapters(const std::string& name,
+                                    const std::function<float(int32_t, int32_t)>& error) {
+    Adapters a;
+    EXPECT_TRUE(Adapters::Read(adapters_, &a).ok());
+    a.profile.tokens = AttentionProfile::DefaultTokens();
+    for (int32_t l = 0; l < model_->hparams().n_layer; ++l) {
+      std::vector<float> m;
+      for (int32_t t : a.profile.tokens) m.push_back(error(l, t));
+      a.profile.error.push_back(m);
+    }
+    const std::string path = dir_.path() + "/" + name;
+    EXPECT_TRUE(a.Write(path).ok());
+    return path;
   }
 
   // Logits of prompt_ + decode_ under `options` (memory policy when memory is true).
@@ -239,18 +257,10 @@ TEST_F(DiskKvTest, ResidentBonusTradesReadsForSelection) {
 // 0 it alone keeps what it holds, so the same selections read fewer groups.
 TEST_F(DiskKvTest, DispersedLayersKeepWhatTheyHold) {
   UseLayers(4);
-  Adapters a;
-  STRATA_ASSERT_OK(Adapters::Read(adapters_, &a));
   const int32_t n_layer = model_->hparams().n_layer;
-  a.profile.tokens = AttentionProfile::DefaultTokens();
-  for (int32_t l = 0; l < n_layer; ++l) {
-    std::vector<float> m;
-    for (int32_t t : a.profile.tokens)
-      m.push_back((l == 1 ? 0.9f : 0.1f) * std::exp(-float(t) / 4096.0f));
-    a.profile.error.push_back(m);
-  }
-  const std::string profiled = dir_.path() + "/dispersed.adapters";
-  STRATA_ASSERT_OK(a.Write(profiled));
+  const std::string profiled = WriteProfiledAdapters(
+      "dispersed.adapters",
+      [](int32_t l, int32_t t) { return (l == 1 ? 0.9f : 0.1f) * std::exp(-float(t) / 4096.0f); });
   KvCounters c[2];
   for (int d = 0; d < 2; ++d) {
     EngineOptions o = Options();
@@ -306,18 +316,10 @@ TEST_F(DiskKvTest, AttendingResidentGroupsReadsMoreOfTheContext) {
 // spreads its attention, the first does not) within the same budget; with M covering the
 // context every layer still gets every group, so results equal full KV.
 TEST_F(DiskKvTest, AttentionProfileSpreadsGroupsOverLayers) {
-  Adapters a;
-  STRATA_ASSERT_OK(Adapters::Read(adapters_, &a));
   const int32_t n_layer = model_->hparams().n_layer;
-  a.profile.tokens = AttentionProfile::DefaultTokens();
-  for (int32_t l = 0; l < n_layer; ++l) {
-    std::vector<float> m;
-    for (int32_t t : a.profile.tokens)
-      m.push_back(l == 0 ? 0.0f : std::max(0.0f, 0.8f - float(t) / 400.0f));
-    a.profile.error.push_back(m);
-  }
-  const std::string profiled = dir_.path() + "/profiled.adapters";
-  STRATA_ASSERT_OK(a.Write(profiled));
+  const std::string profiled = WriteProfiledAdapters("profiled.adapters", [](int32_t l, int32_t t) {
+    return l == 0 ? 0.0f : std::max(0.0f, 0.8f - float(t) / 400.0f);
+  });
   EngineOptions o = Options();
   o.kv.disk.adapters = profiled;
   o.kv.disk.calibrated_layers = AutoSwitch::kOn;
