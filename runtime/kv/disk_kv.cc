@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "runtime/engine/thread_pool.h"
 #include "runtime/kv/disk_kv_internal.h"
 #include "runtime/model/model.h"
 
@@ -138,11 +139,16 @@ Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t 
   for (int32_t r = max_sequences - 1; r >= 0; --r) kv->free_regions_.push_back(r);
   kv->q_lr_.resize(size_t(max_sequences) * hp.n_head * kv->plan_.rank);
   kv->group_keys_.resize(size_t(kv->layout_.group_size) * size_t(kv->layout_.row));
-  kv->favored_.reserve(
-      size_t(*std::max_element(kv->plan_.layer_slots.begin(), kv->plan_.layer_slots.end()) +
-             kv->plan_.transient_groups));
-  kv->select_scores_.reserve(
-      size_t(*std::max_element(kv->plan_.layer_groups.begin(), kv->plan_.layer_groups.end())));
+  kv->pool_ = pool;
+  kv->predictor_->ReserveGroupSize(kv->plan_.summary_group_size());
+  kv->selections_.resize(max_sequences >= 2 ? size_t(pool->size()) : 1);
+  for (Selection& sel : kv->selections_) {
+    sel.favored.reserve(
+        size_t(*std::max_element(kv->plan_.layer_slots.begin(), kv->plan_.layer_slots.end()) +
+               kv->plan_.transient_groups));
+    sel.scores.reserve(
+        size_t(*std::max_element(kv->plan_.layer_groups.begin(), kv->plan_.layer_groups.end())));
+  }
   kv->sparse_x_.resize(size_t(max_sequences) * hp.n_embd);
   kv->c_.budget_bytes = kv->plan_.budget_bytes;
   *out = std::move(kv);
@@ -396,35 +402,47 @@ Status DiskKv::PrepareSparse(int32_t layer, const float* x, int64_t n_embd, bool
     sparse_pos_.push_back(s->length);
   }
   if (sparse_rows_.empty()) return Status::OK();
-  const int32_t G = layout_.group_size, rank = plan_.rank;
-  const int32_t n_head = predictor_->n_head();
   predictor_->LowRankQueries(layer, sparse_x_.data(), int64_t(sparse_rows_.size()),
                              sparse_pos_.data(), q_lr_.data());
-  for (size_t j = 0; j < sparse_rows_.size(); ++j) {
-    Sequence& s = *batch_seqs_[size_t(sparse_rows_[j])];
-    Layer& L = s.layers[size_t(layer)];
-    const int32_t gp = s.length / G;
-    const int32_t g_lo = std::min(plan_.sink_groups, gp);
-    const int32_t g_hi = std::max(g_lo, gp - plan_.recent_groups);
-    // A new step's read-through records are gone (later layers read into their buffer);
-    // the refinement keeps what the guess read through this step.
-    if (!refining) L.reuse.ForgetTransient();
-    favored_.clear();
-    const float bonus = plan_.layer_bonus[size_t(layer)];
-    if (bonus > 0)
-      for (int32_t slot = 0; slot < L.reuse.size(); ++slot)
-        if (L.reuse.group_of(slot) >= 0) favored_.push_back(L.reuse.group_of(slot));
-    const bool read_through = L.reuse.transient() > 0;
-    predictor_->SelectGroups(
-        q_lr_.data() + j * n_head * rank, L.klr, g_lo, g_hi, plan_.summary_group_size(),
-        plan_.layer_groups[size_t(layer)], &L.selected, favored_, bonus,
-        RowSpread{L.spread, options_.group_spread}, read_through ? &select_scores_ : nullptr);
-    L.reuse.Resolve(
-        L.selected, &L.placed,
-        read_through ? std::span<const float>(select_scores_) : std::span<const float>());
-    AddLoads(layer, s, refining);
+  // Two or more sequences select side by side, each whole on one worker: a selection's
+  // serial tail (softmax over groups, partition, slot planning) otherwise leaves the other
+  // cores idle. Their reads join the batch afterwards in sequence order, as one at a time.
+  const size_t n = sparse_rows_.size();
+  if (n >= 2 && selections_.size() >= 2) {
+    pool_->Run(int64_t(n), [&](int64_t j, int worker) {
+      SelectForSequence(layer, size_t(j), refining, worker);
+    });
+  } else {
+    for (size_t j = 0; j < n; ++j) SelectForSequence(layer, j, refining, -1);
   }
+  for (size_t j = 0; j < n; ++j) AddLoads(layer, *batch_seqs_[size_t(sparse_rows_[j])], refining);
   return Status::OK();
+}
+
+void DiskKv::SelectForSequence(int32_t layer, size_t j, bool refining, int worker) {
+  const int32_t G = layout_.group_size, rank = plan_.rank;
+  const int32_t n_head = predictor_->n_head();
+  Selection& sel = selections_[size_t(std::max(worker, 0))];
+  Sequence& s = *batch_seqs_[size_t(sparse_rows_[j])];
+  Layer& L = s.layers[size_t(layer)];
+  const int32_t gp = s.length / G;
+  const int32_t g_lo = std::min(plan_.sink_groups, gp);
+  const int32_t g_hi = std::max(g_lo, gp - plan_.recent_groups);
+  // A new step's read-through records are gone (later layers read into their buffer);
+  // the refinement keeps what the guess read through this step.
+  if (!refining) L.reuse.ForgetTransient();
+  sel.favored.clear();
+  const float bonus = plan_.layer_bonus[size_t(layer)];
+  if (bonus > 0)
+    for (int32_t slot = 0; slot < L.reuse.size(); ++slot)
+      if (L.reuse.group_of(slot) >= 0) sel.favored.push_back(L.reuse.group_of(slot));
+  const bool read_through = L.reuse.transient() > 0;
+  predictor_->SelectGroups(
+      q_lr_.data() + j * n_head * rank, L.klr, g_lo, g_hi, plan_.summary_group_size(),
+      plan_.layer_groups[size_t(layer)], &L.selected, sel.favored, bonus,
+      RowSpread{L.spread, options_.group_spread}, read_through ? &sel.scores : nullptr, worker);
+  L.reuse.Resolve(L.selected, &L.placed,
+                  read_through ? std::span<const float>(sel.scores) : std::span<const float>());
 }
 
 void DiskKv::AddLoads(int32_t layer, Sequence& s, bool refining) {

@@ -84,6 +84,9 @@ class DiskKv final : public KvPolicy {
   const Sequence* Find(SeqId seq) const;
   Status CheckStoreFile() const;
   Status PrepareSparse(int32_t layer, const float* x, int64_t n_embd, bool refining);
+  // Sequence j of the sparse rows picks its groups for `layer` and places them in its reuse
+  // buffer; worker as in GroupPredictor::SelectGroups.
+  void SelectForSequence(int32_t layer, size_t j, bool refining, int worker);
   Status Refine(int32_t layer, const float* x, int64_t n_embd);
   void AddLoads(int32_t layer, Sequence& s, bool refining);
   void AddReadback(int32_t layer, Sequence& s);
@@ -142,10 +145,16 @@ class DiskKv final : public KvPolicy {
   std::vector<std::unique_ptr<storage::IoBatch>> reads_;
   std::vector<uint8_t> reads_settled_;               // per batch of reads_, this pass
   std::unique_ptr<storage::IoBatch> decode_writes_;  // submitted at EndBatch
-  std::vector<int32_t> sparse_rows_, sparse_pos_, favored_;
+  std::vector<int32_t> sparse_rows_, sparse_pos_;
   std::vector<float> sparse_x_, q_lr_;
-  std::vector<float> select_scores_;  // the selection's scores (priorities with read-through)
-  std::vector<float> group_keys_;     // one group's keys as F32 (SummarizeGroup)
+  // One selection's lists, per pool worker (sequences select side by side at batch > 1).
+  struct Selection {
+    std::vector<int32_t> favored;  // groups in memory, for the resident bonus
+    std::vector<float> scores;     // the selection's scores (priorities with read-through)
+  };
+  std::vector<Selection> selections_;
+  ThreadPool* pool_ = nullptr;
+  std::vector<float> group_keys_;  // one group's keys as F32 (SummarizeGroup)
 
   KvCounters c_;
   std::chrono::steady_clock::time_point pass_start_;

@@ -1,6 +1,7 @@
 #include "runtime/kv/group_predictor.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <numeric>
 
@@ -62,23 +63,29 @@ Status GroupPredictor::Create(const Model& model, const AdapterSet& set, GroupSc
   p->chunk_scores_stride_ = kChunkTokens + 2 * kernels::kScoreTile;
   p->chunk_scores_.resize(size_t(pool->size()) * size_t(hp.n_head) *
                           size_t(p->chunk_scores_stride_));
-  p->group_heads_stride_ = int64_t(n);
-  p->group_heads_.resize(size_t(hp.n_head) * n);
-  p->token_score_.resize(n);
-  p->group_score_.resize(n);
+  p->heads_stride_ = int64_t(n);
+  // Sequences select side by side on the pool's workers only when a batch holds two or more.
+  p->scores_.resize(max_rows >= 2 ? size_t(pool->size()) : 1);
+  for (Scores& sc : p->scores_) {
+    sc.heads.resize(size_t(hp.n_head) * n);
+    sc.token.resize(n);
+    sc.group.resize(n);
+    sc.q.resize(size_t(hp.n_head) * set.rank);
+  }
   p->key_acc_.resize(size_t(set.rank));
   p->key_mean_.resize(size_t(p->row_));
   p->key_row_.resize(size_t(set.rank));
-  p->q_scaled_.resize(size_t(hp.n_head) * set.rank);
   *out = std::move(p);
   return Status::OK();
 }
 
 uint64_t GroupPredictor::scratch_bytes() const {
   uint64_t b = 0;
-  for (const auto* v : {&xn_, &q_, &cos_sin_, &chunk_scores_, &group_heads_, &token_score_,
-                        &group_score_, &key_acc_, &key_mean_, &key_row_, &q_scaled_})
+  for (const auto* v : {&xn_, &q_, &cos_sin_, &chunk_scores_, &key_acc_, &key_mean_, &key_row_})
     b += v->capacity() * sizeof(float);
+  for (const Scores& sc : scores_)
+    for (const auto* v : {&sc.token, &sc.group, &sc.q, &sc.heads})
+      b += v->capacity() * sizeof(float);
   return b + xq_.capacity();
 }
 
@@ -228,8 +235,22 @@ static void GroupMax(const float* x, int64_t n_groups, int32_t group_size, float
   }
 }
 
-void GroupPredictor::ScoreGroups(const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
-                                 int32_t group_size, RowSpread spread) {
+int64_t GroupPredictor::ChunkTokens(int32_t group_size) {
+  const int64_t unit = std::lcm(int64_t(kernels::kScoreTile), int64_t(group_size));
+  return unit * std::max<int64_t>(1, kChunkTokens / unit);
+}
+
+void GroupPredictor::ReserveGroupSize(int32_t group_size) {
+  // A chunk's tokens may start mid-tile; it is scored from its first tile's start. (A large
+  // G makes chunks longer than kChunkTokens.)
+  const int64_t need = ChunkTokens(group_size) + 2 * kernels::kScoreTile;
+  if (need <= chunk_scores_stride_) return;
+  chunk_scores_stride_ = need;
+  chunk_scores_.resize(size_t(pool_->size()) * size_t(n_head_) * size_t(chunk_scores_stride_));
+}
+
+void GroupPredictor::ScoreGroups(Scores& sc, const float* q_lr, const uint8_t* klr, int32_t g0,
+                                 int32_t g1, int32_t group_size, RowSpread spread, int worker) {
   const int64_t n_groups = g1 - g0, G = group_size;
   const int64_t t0 = g0 * G, t1 = g1 * G;
   constexpr int64_t T = kernels::kScoreTile;
@@ -237,23 +258,19 @@ void GroupPredictor::ScoreGroups(const float* q_lr, const uint8_t* klr, int32_t 
   // a chunk reduces its own tokens to group maxima. Each chunk's token scores stay in its
   // worker's scratch: handing them to another core to reduce cost more than the scoring
   // (every line of a shared score buffer moved between cores each call).
-  const int64_t unit = std::lcm(T, G);
-  const int64_t chunk = unit * std::max<int64_t>(1, kChunkTokens / unit);
+  const int64_t chunk = ChunkTokens(group_size);
   const int64_t c0 = t0 / chunk, n_chunks = (t1 + chunk - 1) / chunk - c0;
-  // A chunk's tokens may start mid-tile; it is scored from its first tile's start. (A large
-  // G makes chunks longer than kChunkTokens.)
-  if (chunk + 2 * T > chunk_scores_stride_) {
-    chunk_scores_stride_ = chunk + 2 * T;
-    chunk_scores_.resize(size_t(pool_->size()) * size_t(n_head_) * size_t(chunk_scores_stride_));
-  }
-  float* gs = group_score_.data();
+  // Inside a pool job the scratch must not move under the other workers.
+  if (worker < 0) ReserveGroupSize(group_size);
+  assert(chunk + 2 * T <= chunk_scores_stride_);
+  float* gs = sc.group.data();
   const bool sum = scoring_ == GroupScoring::kSum;
   const float* x = nullptr;
   int64_t n_x = 0;
   if (sum) {
     // The heads' dot products are linear in q, so their sum is one product with the summed
     // query.
-    float* q_sum = key_acc_.data();
+    float* q_sum = sc.q.data();
     std::fill(q_sum, q_sum + rank_, 0.0f);
     for (int32_t h = 0; h < n_head_; ++h)
       for (int32_t j = 0; j < rank_; ++j) q_sum[j] += q_lr[h * rank_ + j];
@@ -261,31 +278,31 @@ void GroupPredictor::ScoreGroups(const float* q_lr, const uint8_t* klr, int32_t 
     n_x = 1;
   } else {
     // Every head's scores in one pass over K_lr, the attention scale folded into the queries.
-    float* qs = q_scaled_.data();
+    float* qs = sc.q.data();
     for (int32_t i = 0; i < n_head_ * rank_; ++i) qs[i] = q_lr[i] * scale_;
     x = qs;
     n_x = n_head_;
   }
   // Row h of the per-head group maxima (the summed query's maxima are the scores).
-  float* rows = sum ? gs : group_heads_.data();
-  const int64_t row_stride = sum ? 0 : group_heads_stride_;
-  auto run_chunk = [&](int64_t c, int worker) {
+  float* rows = sum ? gs : sc.heads.data();
+  const int64_t row_stride = sum ? 0 : heads_stride_;
+  auto run_chunk = [&](int64_t c, int w) {
     const int64_t a = std::max(t0, (c0 + c) * chunk), b = std::min(t1, (c0 + c + 1) * chunk);
     const int64_t ta = a / T, tz = (b + T - 1) / T;
-    float* tok = chunk_scores_.data() + size_t(worker) * chunk_scores_stride_ * n_head_;
+    float* tok = chunk_scores_.data() + size_t(w) * chunk_scores_stride_ * n_head_;
     kernels::ScoreTiles(type_, klr, ta, tz, rank_, x, n_x, tok, chunk_scores_stride_);
     for (int64_t h = 0; h < n_x; ++h)
       GroupMax(tok + h * chunk_scores_stride_ + (a - ta * T), (b - a) / G, group_size,
                rows + h * row_stride + (a / G - g0));
   };
-  if (t1 - t0 >= kParallelTokens) {
+  if (worker < 0 && t1 - t0 >= kParallelTokens) {
     pool_->Run(n_chunks, run_chunk);
   } else {
-    for (int64_t c = 0; c < n_chunks; ++c) run_chunk(c, 0);
+    for (int64_t c = 0; c < n_chunks; ++c) run_chunk(c, std::max(worker, 0));
   }
   if (spread.f16 && spread.weight != 0.0f) {
     // Each head's (or the summed query's) norm, weighted, times each row's spread.
-    float* sp = token_score_.data();  // the rows' spreads as F32
+    float* sp = sc.token.data();  // the rows' spreads as F32
     kernels::F16ToF32Row(spread.f16 + g0, sp, n_groups);
     for (int64_t h = 0; h < n_x; ++h) {
       const float* xh = x + h * rank_;
@@ -314,7 +331,7 @@ void GroupPredictor::ScoreGroups(const float* q_lr, const uint8_t* klr, int32_t 
 void GroupPredictor::SelectGroups(const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
                                   int32_t group_size, int32_t m, std::vector<int32_t>* out,
                                   std::span<const int32_t> favored, float bonus, RowSpread spread,
-                                  std::vector<float>* scores) {
+                                  std::vector<float>* scores, int worker) {
   out->clear();
   if (scores) scores->clear();
   const int32_t n_groups = g1 - g0;
@@ -323,14 +340,15 @@ void GroupPredictor::SelectGroups(const float* q_lr, const uint8_t* klr, int32_t
     for (int32_t g = g0; g < g1; ++g) out->push_back(g);
     return;
   }
-  ScoreGroups(q_lr, klr, g0, g1, group_size, spread);
+  Scores& sc = scores_[size_t(std::max(worker, 0))];
+  ScoreGroups(sc, q_lr, klr, g0, g1, group_size, spread, worker);
   if (bonus != 0.0f)
     for (int32_t g : favored)
       if (g >= g0 && g < g1) {
-        float& s = group_score_[size_t(g - g0)];
+        float& s = sc.group[size_t(g - g0)];
         s += bonus * std::fabs(s);
       }
-  const float* gs = group_score_.data();
+  const float* gs = sc.group.data();
   if (m >= n_groups) {
     for (int32_t g = 0; g < n_groups; ++g) {
       out->push_back(g0 + g);
@@ -341,7 +359,7 @@ void GroupPredictor::SelectGroups(const float* q_lr, const uint8_t* klr, int32_t
   // Only the set matters, not its order: the M-th best score by a linear-time partition of
   // a copy, then one ascending scan keeps every group above it and, of the groups equal to
   // it, the oldest (ties go to the older group).
-  float* v = token_score_.data();
+  float* v = sc.token.data();
   std::copy(gs, gs + n_groups, v);
   std::nth_element(v, v + (n_groups - m), v + n_groups);
   const float thr = v[n_groups - m];

@@ -79,10 +79,19 @@ class GroupPredictor {
   // ignored) have their score s raised to s + bonus * |s| first. `spread`: a per-group
   // summary's row spreads (group_size is then 1). `scores`, if given, gets each chosen
   // group's score (with the bonus), in the order of `out`: the caller's priority among them.
+  // worker < 0: called from the engine thread, the scoring spread over the pool. worker >= 0:
+  // called from inside a pool job as that worker (ThreadPool::Run's `worker`), scored on it
+  // alone with its own scratch, so that several sequences' selections run side by side;
+  // the result is the same either way.
   void SelectGroups(const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
                     int32_t group_size, int32_t m, std::vector<int32_t>* out,
                     std::span<const int32_t> favored = {}, float bonus = 0.0f,
-                    RowSpread spread = {}, std::vector<float>* scores = nullptr);
+                    RowSpread spread = {}, std::vector<float>* scores = nullptr, int worker = -1);
+
+  // Sizes the scoring scratch for summaries of `group_size` tokens a row; SelectGroups does
+  // it from the engine thread, and a caller that selects from pool workers first (worker >=
+  // 0) must have done it.
+  void ReserveGroupSize(int32_t group_size);
 
   // Bytes of scratch and adapter copies (shared by all sequences).
   uint64_t scratch_bytes() const;
@@ -92,9 +101,17 @@ class GroupPredictor {
                  kernels::ScoreType type, ThreadPool* pool);
   // out[0..rank) = k ([row] F32) through the layer's adapter.
   void ProjectRow(int32_t layer, const float* k, float* out) const;
-  // group_score_[g - g0] for groups [g0, g1) of klr.
-  void ScoreGroups(const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
-                   int32_t group_size, RowSpread spread);
+  // Tokens a scoring task takes for rows of `group_size` tokens (whole tiles and groups).
+  static int64_t ChunkTokens(int32_t group_size);
+  // One selection's scratch; one per pool worker (SelectGroups' `worker`).
+  struct Scores {
+    std::vector<float> token, group, q;
+    // Each head's group maxima: [head][heads_stride].
+    std::vector<float> heads;
+  };
+  // sc.group[g - g0] for groups [g0, g1) of klr; worker as in SelectGroups.
+  void ScoreGroups(Scores& sc, const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,
+                   int32_t group_size, RowSpread spread, int worker);
 
   const Model& model_;
   const AdapterSet& set_;
@@ -106,14 +123,13 @@ class GroupPredictor {
   std::vector<float> inv_freq_;  // per rotated pair, as the forward pass computes it
 
   // Scratch.
-  std::vector<float> xn_, q_, cos_sin_, token_score_, group_score_, key_acc_, key_mean_, key_row_,
-      q_scaled_;
+  std::vector<float> xn_, q_, cos_sin_, key_acc_, key_mean_, key_row_;
   // Token scores of one scoring task, per pool worker: [worker][head][chunk_scores_stride_].
   std::vector<float> chunk_scores_;
   int64_t chunk_scores_stride_ = 0;
-  // Each head's group maxima: [head][group_heads_stride_].
-  std::vector<float> group_heads_;
-  int64_t group_heads_stride_ = 0;
+  // Per pool worker (only [0] when a batch never holds two rows).
+  std::vector<Scores> scores_;
+  int64_t heads_stride_ = 0;
   std::vector<uint8_t> xq_;
 };
 

@@ -202,6 +202,45 @@ TEST_F(GroupPredictorTest, SelectsTheTopGroupsOfTheSummary) {
   }
 }
 
+// Sequences of a batch select side by side, each whole on one pool worker with its own
+// scratch: each gets exactly the groups and scores it gets alone from the engine thread,
+// whose scoring is split over the pool (4200 tokens).
+TEST_F(GroupPredictorTest, SelectionsOnPoolWorkersMatchTheEngineThreads) {
+  const HParams& hp = model_->hparams();
+  const AdapterSet& set = *adapters_.Find(4);
+  const int n = 4200, G = 5, M = 40, kQueries = 6;
+  Gaussians draw{std::mt19937(5), {}};
+  const std::vector<float> keys = draw(size_t(n) * hp.n_head_kv * hp.head_dim, 1);
+  const std::vector<float> q = draw(size_t(kQueries) * hp.n_head * set.rank, 3);
+  std::unique_ptr<GroupPredictor> p;
+  STRATA_ASSERT_OK(GroupPredictor::Create(*model_, set, GroupScoring::kSoftmax,
+                                          kernels::ScoreType::kQ4, n, kQueries, &pool_, &p));
+  std::vector<uint8_t> tiled(GroupPredictor::KlrBytes(n, set.rank, kernels::ScoreType::kQ4));
+  p->ProjectKeys(0, keys.data(), n, 0, tiled.data());
+  const std::vector<int32_t> favored = {2, 17, 400, 801};
+  auto query = [&](int64_t i) { return q.data() + size_t(i) * hp.n_head * set.rank; };
+  std::vector<std::vector<int32_t>> alone(kQueries), side(kQueries);
+  std::vector<std::vector<float>> alone_scores(kQueries), side_scores(kQueries);
+  for (int i = 0; i < kQueries; ++i)
+    p->SelectGroups(query(i), tiled.data(), 1, n / G, G, M, &alone[size_t(i)], favored, 3.0f, {},
+                    &alone_scores[size_t(i)]);
+  p->ReserveGroupSize(G);
+  std::vector<int> workers(kQueries, -1);
+  pool_.Run(kQueries, [&](int64_t i, int worker) {
+    workers[size_t(i)] = worker;
+    p->SelectGroups(query(i), tiled.data(), 1, n / G, G, M, &side[size_t(i)], favored, 3.0f, {},
+                    &side_scores[size_t(i)], worker);
+  });
+  for (int i = 0; i < kQueries; ++i) {
+    SCOPED_TRACE(::testing::Message() << "query " << i << " on worker " << workers[size_t(i)]);
+    EXPECT_EQ(alone[size_t(i)].size(), size_t(M));
+    EXPECT_EQ(side[size_t(i)], alone[size_t(i)]);
+    EXPECT_EQ(side_scores[size_t(i)], alone_scores[size_t(i)]);
+  }
+  // The queries differ, so their selections do too (the comparison above is not vacuous).
+  EXPECT_NE(alone[0], alone[1]);
+}
+
 // Favored groups (those already in memory) win a near tie: with a bonus, the best favored
 // group outside the plain top M displaces the weakest plain pick; without one, nothing moves.
 TEST_F(GroupPredictorTest, FavoredGroupsWinNearTies) {
