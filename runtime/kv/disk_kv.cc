@@ -342,7 +342,7 @@ Status DiskKv::Prepare(int32_t layer, const float* x, int64_t n_embd) {
   STRATA_RETURN_IF_ERROR(SettleReads(layer));
   if (plan_.transient_groups > 0 && layer >= 2) STRATA_RETURN_IF_ERROR(SettleReads(layer - 2));
   rb.Clear();
-  STRATA_RETURN_IF_ERROR(PrepareSparse(layer, x, n_embd, /*refining=*/false));
+  if (HasGuess(layer)) STRATA_RETURN_IF_ERROR(PrepareSparse(layer, x, n_embd, /*refining=*/false));
   for (Sequence* s : batch_seqs_)
     if (s->exact) AddReadback(layer, *s);
   STRATA_RETURN_IF_ERROR(SubmitReads(layer, GuessReads(layer)));
@@ -430,7 +430,7 @@ void DiskKv::SelectForSequence(int32_t layer, size_t j, bool refining, int worke
   const int32_t g_hi = std::max(g_lo, gp - plan_.recent_groups);
   // A new step's read-through records are gone (later layers read into their buffer);
   // the refinement keeps what the guess read through this step.
-  if (!refining) L.reuse.ForgetTransient();
+  if (!refining || !HasGuess(layer)) L.reuse.ForgetTransient();
   sel.favored.clear();
   const float bonus = plan_.layer_bonus[size_t(layer)];
   if (bonus > 0)
@@ -451,11 +451,12 @@ void DiskKv::AddLoads(int32_t layer, Sequence& s, bool refining) {
   const uint32_t rec = layout_.record_bytes;
   // Reuse is counted on the first guess of each step: a refinement's hits include what
   // that guess loaded moments ago.
-  if (!refining) c_.groups_selected += L.placed.size();
+  const bool first = !refining || !HasGuess(layer);
+  if (first) c_.groups_selected += L.placed.size();
   for (size_t i = 0; i < L.placed.size();) {
     const ReuseBuffer::Placement& p = L.placed[i];
     if (!p.load) {
-      if (!refining) ++c_.reuse_hits;
+      if (first) ++c_.reuse_hits;
       ++i;
       continue;
     }

@@ -88,6 +88,12 @@ class DiskKv final : public KvPolicy {
   // buffer; worker as in GroupPredictor::SelectGroups.
   void SelectForSequence(int32_t layer, size_t j, bool refining, int worker);
   Status Refine(int32_t layer, const float* x, int64_t n_embd);
+  // Whether layer's groups are guessed early (from the previous layer's input) before its
+  // refinement: not layer 1's, whose guess would come from the embedding alone, when it is
+  // refined (the last layer is not: no call follows it).
+  bool HasGuess(int32_t layer) const {
+    return !(options_.refine && layer == 1 && shape_.n_layer > 2);
+  }
   void AddLoads(int32_t layer, Sequence& s, bool refining);
   void AddReadback(int32_t layer, Sequence& s);
   // Index in reads_ of layer's guess and refinement batches.

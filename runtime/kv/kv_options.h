@@ -145,7 +145,8 @@ struct DiskKvOptions {
   // Re-select each layer's groups from its exact query once its input is known, reading
   // what the early guess (from the previous layer's input) missed; see DiskKv. On by
   // default: on SmolLM2-135M at 1/13 of the cache it cut the perplexity increase from +38%
-  // to +9% (bench_kv_quality, 2 windows x 256 tokens).
+  // to +9% (bench_kv_quality, 2 windows x 256 tokens). With it on, layer 1 is not guessed
+  // at all (its guess would come from the embedding alone): its refinement selects it.
   bool refine = true;
   // Attention also reads the groups the reuse buffer still holds from earlier steps, not only
   // this step's selection: they are in memory already, so more of the context is attended

@@ -236,6 +236,39 @@ std::vector<std::vector<float>> DiskKvTest::CheckReusePolicies(bool refine) {
   return runs[0];
 }
 
+// Layer 1 would be guessed from the embedding alone, so with the refinement on it is
+// selected once a step, from its exact query: at most one batch of loads a step, where a
+// later layer (guess, then refinement) gets two in some steps; and the selections stay
+// M groups a layer a step.
+TEST_F(DiskKvTest, LayerOneIsSelectedOnlyFromItsExactQuery) {
+  UseLayers(4);
+  for (bool refine : {true, false}) {
+    SCOPED_TRACE(refine ? "refine" : "guess only");
+    EngineOptions o = Options();
+    o.kv.disk.refine = refine;
+    o.kv.disk.groups_per_step = 6;
+    o.kv.disk.reuse_slots = 9;
+    // Selection by score alone, so that picks change from step to step.
+    o.kv.disk.resident_bonus = 0;
+    std::vector<uint64_t> load_batches(size_t(model_->hparams().n_layer), 0);
+    o.kv.disk.on_read_submit = [&](int32_t layer, const storage::IoBatch& b) {
+      // Decode loads only, not a prefill's read-back (its requests carry an all-ones tag).
+      if (!b.empty() && b.request(0).tag != ~uint64_t{0}) ++load_batches[size_t(layer)];
+    };
+    KvCounters c;
+    Run(o, &c);
+    const uint64_t steps = decode_.size();
+    EXPECT_EQ(c.groups_selected, steps * 6 * model_->hparams().n_layer);
+    EXPECT_GT(load_batches[1], 0u);
+    if (refine) {
+      EXPECT_LE(load_batches[1], steps);
+      EXPECT_GT(load_batches[2], steps);
+    } else {
+      EXPECT_LE(load_batches[2], steps);
+    }
+  }
+}
+
 // A resident bonus makes selection keep groups it already holds: more reuse hits and fewer
 // bytes read for the same number of selected groups; off, selection is by score alone.
 TEST_F(DiskKvTest, ResidentBonusTradesReadsForSelection) {
