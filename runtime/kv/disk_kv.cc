@@ -430,7 +430,7 @@ void DiskKv::SelectForSequence(int32_t layer, size_t j, bool refining, int worke
   const int32_t g_hi = std::max(g_lo, gp - plan_.recent_groups);
   // A new step's read-through records are gone (later layers read into their buffer);
   // the refinement keeps what the guess read through this step.
-  if (!refining || !HasGuess(layer)) L.reuse.ForgetTransient();
+  if (FirstSelection(layer, refining)) L.reuse.ForgetTransient();
   sel.favored.clear();
   const float bonus = plan_.layer_bonus[size_t(layer)];
   if (bonus > 0)
@@ -449,9 +449,9 @@ void DiskKv::AddLoads(int32_t layer, Sequence& s, bool refining) {
   Layer& L = s.layers[size_t(layer)];
   storage::IoBatch& rb = *reads_[refining ? RefineReads(layer) : GuessReads(layer)];
   const uint32_t rec = layout_.record_bytes;
-  // Reuse is counted on the first guess of each step: a refinement's hits include what
-  // that guess loaded moments ago.
-  const bool first = !refining || !HasGuess(layer);
+  // Reuse is counted on the first selection of each step: a refinement's hits include what
+  // the guess loaded moments ago.
+  const bool first = FirstSelection(layer, refining);
   if (first) c_.groups_selected += L.placed.size();
   for (size_t i = 0; i < L.placed.size();) {
     const ReuseBuffer::Placement& p = L.placed[i];

@@ -94,6 +94,9 @@ class DiskKv final : public KvPolicy {
   bool HasGuess(int32_t layer) const {
     return !(options_.refine && layer == 1 && shape_.n_layer > 2);
   }
+  // Whether this is layer's first selection of the step (the guess, or a refinement with
+  // no guess before it): it starts the step's read-through and counts reuse.
+  bool FirstSelection(int32_t layer, bool refining) const { return !refining || !HasGuess(layer); }
   void AddLoads(int32_t layer, Sequence& s, bool refining);
   void AddReadback(int32_t layer, Sequence& s);
   // Index in reads_ of layer's guess and refinement batches.
