@@ -192,7 +192,7 @@ void SwiGlu(const float* gate, const float* up, float* out, int64_t n) {
   K().swiglu(gate, up, out, n);
 }
 void Add(float* y, const float* x, int64_t n) { K().add(y, x, n); }
-void SoftmaxInPlace(float* x, int64_t n) { K().softmax(x, n); }
+float SoftmaxInPlace(float* x, int64_t n) { return K().softmax(x, n); }
 float DotF32(const float* a, const float* b, int64_t n) { return K().dot_f32(a, b, n); }
 void F32ToF16Row(const float* src, uint16_t* dst, int64_t n) { K().f32_to_f16(src, dst, n); }
 void F16ToF32Row(const uint16_t* src, float* dst, int64_t n) { K().f16_to_f32(src, dst, n); }

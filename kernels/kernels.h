@@ -122,8 +122,9 @@ void RmsNorm(const float* x, const float* weight, float* y, int64_t n, float eps
 void SwiGlu(const float* gate, const float* up, float* out, int64_t n);
 // y += x
 void Add(float* y, const float* x, int64_t n);
-// x = softmax(x)
-void SoftmaxInPlace(float* x, int64_t n);
+// x = softmax(x); returns log(sum(exp(x))) of the input (-inf when n <= 0), so that
+// softmax(x)[i] = exp(x[i] - the returned value).
+float SoftmaxInPlace(float* x, int64_t n);
 float DotF32(const float* a, const float* b, int64_t n);
 void F32ToF16Row(const float* src, uint16_t* dst, int64_t n);
 void F16ToF32Row(const uint16_t* src, float* dst, int64_t n);

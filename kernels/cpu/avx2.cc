@@ -152,8 +152,8 @@ void Add(float* y, const float* x, int64_t n) {
   for (; i < n; ++i) y[i] += x[i];
 }
 
-void Softmax(float* x, int64_t n) {
-  if (n <= 0) return;
+float Softmax(float* x, int64_t n) {
+  if (n <= 0) return -INFINITY;
   __m256 mx = _mm256_set1_ps(-INFINITY);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(x + i));
@@ -173,6 +173,7 @@ void Softmax(float* x, int64_t n) {
   for (i = 0; i + 8 <= n; i += 8)
     _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vi));
   for (; i < n; ++i) x[i] *= inv;
+  return m + std::log(s);
 }
 
 float Dot(const float* a, const float* b, int64_t n) {

@@ -143,8 +143,8 @@ void Add(float* y, const float* x, int64_t n) {
   }
 }
 
-void Softmax(float* x, int64_t n) {
-  if (n <= 0) return;
+float Softmax(float* x, int64_t n) {
+  if (n <= 0) return -INFINITY;
   __m512 mx = _mm512_set1_ps(-INFINITY);
   for (int64_t i = 0; i < n; i += 16) {
     mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), LaneMask(n - i), x + i));
@@ -157,11 +157,13 @@ void Softmax(float* x, int64_t n) {
     _mm512_mask_storeu_ps(x + i, k, e);
     sum = _mm512_add_ps(sum, e);
   }
-  const __m512 inv = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(sum));
+  const float s = _mm512_reduce_add_ps(sum);
+  const __m512 inv = _mm512_set1_ps(1.f / s);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = LaneMask(n - i);
     _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv));
   }
+  return _mm512_cvtss_f32(m) + std::log(s);
 }
 
 float Dot(const float* a, const float* b, int64_t n) {

@@ -23,7 +23,8 @@ struct KernelTable {
   void (*rms_norm)(const float* x, const float* weight, float* y, int64_t n, float eps);
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);
   void (*add)(float* y, const float* x, int64_t n);
-  void (*softmax)(float* x, int64_t n);
+  // x = softmax(x); returns the log of the denominator, max(x) + log(sum(exp(x - max))).
+  float (*softmax)(float* x, int64_t n);
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   void (*f32_to_f16)(const float* src, uint16_t* dst, int64_t n);
   void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);

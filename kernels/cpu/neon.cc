@@ -125,8 +125,8 @@ void Add(float* y, const float* x, int64_t n) {
   for (; i < n; ++i) y[i] += x[i];
 }
 
-void Softmax(float* x, int64_t n) {
-  if (n <= 0) return;
+float Softmax(float* x, int64_t n) {
+  if (n <= 0) return -INFINITY;
   float m = x[0];
   for (int64_t i = 1; i < n; ++i) m = std::fmax(m, x[i]);
   float32x4_t sum = vdupq_n_f32(0.f);
@@ -141,6 +141,7 @@ void Softmax(float* x, int64_t n) {
   const float inv = 1.f / s;
   for (i = 0; i + 4 <= n; i += 4) vst1q_f32(x + i, vmulq_n_f32(vld1q_f32(x + i), inv));
   for (; i < n; ++i) x[i] *= inv;
+  return m + std::log(s);
 }
 
 float Dot(const float* a, const float* b, int64_t n) {

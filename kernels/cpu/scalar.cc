@@ -30,8 +30,8 @@ void AddRef(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-void SoftmaxRef(float* x, int64_t n) {
-  if (n <= 0) return;
+float SoftmaxRef(float* x, int64_t n) {
+  if (n <= 0) return -INFINITY;
   float m = x[0];
   for (int64_t i = 1; i < n; ++i) m = std::fmax(m, x[i]);
   double sum = 0.0;
@@ -41,6 +41,7 @@ void SoftmaxRef(float* x, int64_t n) {
   }
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+  return m + static_cast<float>(std::log(sum));
 }
 
 float DotRef(const float* a, const float* b, int64_t n) {

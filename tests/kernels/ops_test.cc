@@ -75,11 +75,17 @@ TEST_P(OpsIsa, Softmax) {
     double m = -1e300, sum = 0;
     for (float v : ref) m = std::max(m, double(v));
     for (float v : ref) sum += std::exp(v - m);
-    SoftmaxInPlace(x.data(), n);
+    const float lse = SoftmaxInPlace(x.data(), n);
     for (int64_t i = 0; i < n; ++i) {
       EXPECT_NEAR(x[i], std::exp(ref[i] - m) / sum, 1e-6) << i;
     }
+    // The log of the denominator.
+    if (n > 0) {
+      EXPECT_NEAR(lse, m + std::log(sum), 1e-5 * (1 + std::fabs(m))) << n;
+    }
   }
+  std::vector<float> none;
+  EXPECT_EQ(SoftmaxInPlace(none.data(), 0), -std::numeric_limits<float>::infinity());
 }
 
 TEST_P(OpsIsa, DotF32) {
