@@ -151,6 +151,12 @@ Status ParseDiskSpec(const std::string& spec, const DiskKvOptions& base, int32_t
         STRATA_RETURN_IF_ERROR(ParseAutoSwitch(v, &o.calibrated_layers));
       } else if (k == "resident") {
         o.attend_resident = v == "1";
+      } else if (k == "tail") {
+        o.attend_tail = v == "1";
+      } else if (k == "tw") {
+        o.tail_weight = std::stof(v);
+      } else if (k == "tl") {
+        o.tail_first_layer = std::stoi(v);
       } else if (k == "reload") {
         o.reload_all = v == "1";
       } else if (k == "reuse") {

@@ -245,6 +245,12 @@ const std::vector<Setting>& Schema() {
         "resident bonus of layers with dispersed attention (profile), -1 = kv.resident_bonus",
         [dk](Config& c) -> float& { return dk(c).dispersed_bonus; }, -1, 100));
     v.push_back(Float(
+        "kv.tail_weight", "weight of the left-out keys' estimated share (kv.attend_tail)",
+        [dk](Config& c) -> float& { return dk(c).tail_weight; }, 0, 1));
+    v.push_back(Int<int32_t>(
+        "kv.tail_first_layer", "first layer whose left-out keys are attended by estimate",
+        [dk](Config& c) -> int32_t& { return dk(c).tail_first_layer; }, 0, 1 << 16));
+    v.push_back(Float(
         "kv.group_spread",
         "weight of a group's key spread in its score with a per-group summary (0: mean key)",
         [dk](Config& c) -> float& { return dk(c).group_spread; }, 0, 4));
@@ -313,6 +319,9 @@ const std::vector<Setting>& Schema() {
           return ParseAutoSwitch(n, &c->engine.kv.disk.calibrated_layers);
         },
         [](const Config& c) { return AutoSwitchName(c.engine.kv.disk.calibrated_layers); }));
+    v.push_back(Bool("kv.attend_tail",
+                     "attention gives the keys the selection left out their estimated share",
+                     [dk](Config& c) -> bool& { return dk(c).attend_tail; }));
     v.push_back(Bool("kv.attend_resident",
                      "attention also reads groups the reuse buffer holds from earlier steps",
                      [dk](Config& c) -> bool& { return dk(c).attend_resident; }));

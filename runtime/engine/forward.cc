@@ -301,6 +301,26 @@ void Forward::Attention(const ForwardBatch& batch, int32_t layer,
   times_.attention += Seconds(t0, Clock::now());
 }
 
+void Forward::AttendTail(const ForwardBatch& batch, int32_t layer) {
+  const int32_t hd = hp_.head_dim, n_rep = hp_.n_rep();
+  const int64_t q_dim = int64_t(hp_.n_head) * hd;
+  int64_t t0 = 0;
+  for (const BatchSeq& bs : batch.seqs) {
+    KvTail tail;
+    if (bs.n_new == 1 && kv_->Tail(layer, bs.seq, &tail)) {
+      float* o = attn_.data() + t0 * q_dim;
+      for (int32_t h = 0; h < hp_.n_head; ++h) {
+        const float r = tail.ratio[h];
+        if (r == 0.0f) continue;
+        const float* mv = tail.mean_v + size_t(h / n_rep) * hd;
+        const float w = 1.0f / (1.0f + r);
+        for (int32_t i = 0; i < hd; ++i) o[h * hd + i] = (o[h * hd + i] + r * mv[i]) * w;
+      }
+    }
+    t0 += bs.n_new;
+  }
+}
+
 Status Forward::RunLayers(const ForwardBatch& batch, int64_t n_tok) {
   const ModelWeights& W = model_.weights();
   const int64_t n_embd = hp_.n_embd, hd = hp_.head_dim;
@@ -367,6 +387,7 @@ Status Forward::RunLayers(const ForwardBatch& batch, int64_t n_tok) {
       STRATA_RETURN_IF_ERROR(kv_->View(l, batch.seqs[s].seq, &views[s]));
     times_.kv += Seconds(tk, Clock::now());
     Attention(batch, l, views);
+    AttendTail(batch, l);
 
     const MatmulJob wo[] = {{&L.wo, xn_.data()}};
     Matmul(wo, attn_.data(), n_tok);

@@ -82,6 +82,9 @@ class Forward final : public ForwardPass {
   Status RunLayers(const ForwardBatch& batch, int64_t n_tok);
   void Attention(const ForwardBatch& batch, int32_t layer,
                  const std::vector<std::span<const kernels::KvSpan>>& views);
+  // Adds what the policy's views left out, by its estimate (KvPolicy::Tail), to the
+  // decoding sequences' attention outputs.
+  void AttendTail(const ForwardBatch& batch, int32_t layer);
   // y_j = W_j x for all jobs, sharing one conversion of x (all W_j must have the same
   // activation type). x: [n_tok][k].
   void Matmul(std::span<const MatmulJob> jobs, const float* x, int64_t n_tok);

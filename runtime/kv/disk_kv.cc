@@ -107,8 +107,8 @@ Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t 
     STRATA_RETURN_IF_ERROR(storage::BlockStore::Open(probe, &s).WithContext("disk KV store"));
     block = s->block_size();
   }
-  STRATA_RETURN_IF_ERROR(
-      PlanDiskKv(shape, options, block, &kv->plan_, &kv->adapters_.profile, ratios));
+  STRATA_RETURN_IF_ERROR(PlanDiskKv(shape, options, block, &kv->plan_, &kv->adapters_.profile,
+                                    ratios, model.hparams().n_head));
   const AdapterSet* set = kv->adapters_.Find(kv->plan_.ratio);
   if (kv->plan_.rank != set->rank)
     return Status::Corruption("adapters " + adapters + ": ratio " + std::to_string(set->ratio) +
@@ -208,6 +208,12 @@ Status DiskKv::AddSequence(SeqId* out) {
     L.selected.reserve(size_t(m));
     L.placed.reserve(size_t(m));
     L.view.reserve(size_t(slots + T + plan_.sink_groups + plan_.recent_groups + 1));
+    if (plan_.tail) {
+      L.v_sum.assign(size_t(shape_.row()), 0.0f);
+      L.v_new.assign(size_t(shape_.row()), 0.0f);
+      L.v_mean.assign(size_t(shape_.row()), 0.0f);
+      L.tail_ratio.assign(size_t(predictor_->n_head()), 0.0f);
+    }
   }
   s->transient = T > 0 ? base : nullptr;
   s->region = free_regions_.back();
@@ -443,6 +449,41 @@ void DiskKv::SelectForSequence(int32_t layer, size_t j, bool refining, int worke
       RowSpread{L.spread, options_.group_spread}, read_through ? &sel.scores : nullptr, worker);
   L.reuse.Resolve(L.selected, &L.placed,
                   read_through ? std::span<const float>(sel.scores) : std::span<const float>());
+  // The view follows the step's last selection of the layer.
+  if (plan_.tail && (refining || !Refined(layer))) TailRatios(layer, s, worker);
+}
+
+void DiskKv::TailRatios(int32_t layer, Sequence& s, int worker) {
+  Layer& L = s.layers[size_t(layer)];
+  Selection& sel = selections_[size_t(std::max(worker, 0))];
+  const int32_t G = layout_.group_size, p = s.length, gp = p / G;
+  const int32_t n_sink = std::min(plan_.sink_groups, gp);
+  const int32_t g_hi = std::max(n_sink, gp - plan_.recent_groups);
+  std::fill(L.tail_ratio.begin(), L.tail_ratio.end(), 0.0f);
+  if (layer < options_.tail_first_layer || options_.tail_weight == 0.0f) return;
+  // The groups ViewDecode will attend among those the selection scored, [n_sink, g_hi):
+  // what it placed, and with kv.attend_resident whatever the slots hold (a group is in at
+  // most one slot, and every placed group is in one).
+  sel.attended.clear();
+  if (options_.attend_resident) {
+    for (int32_t i = 0; i < L.reuse.size(); ++i) {
+      const int32_t g = L.reuse.group_of(i);
+      if (g >= n_sink && g < g_hi) sel.attended.push_back(g);
+    }
+  } else {
+    for (const ReuseBuffer::Placement& pl : L.placed) sel.attended.push_back(pl.group);
+  }
+  // Nothing left out (also where the selection took every group without scoring them).
+  if (int32_t(sel.attended.size()) >= g_hi - n_sink) return;
+  // The sink, recent and rolling tokens it also reads (the new token has no summary row
+  // yet; its share is left to attention).
+  sel.outside.clear();
+  for (int32_t g = 0; g < n_sink; ++g) sel.outside.push_back({int64_t(g) * G, int64_t(g + 1) * G});
+  for (int32_t g = g_hi; g < gp; ++g) sel.outside.push_back({int64_t(g) * G, int64_t(g + 1) * G});
+  if (p > gp * G) sel.outside.push_back({int64_t(gp) * G, int64_t(p)});
+  predictor_->TailRatios(L.klr, n_sink, g_hi, sel.attended, sel.outside, worker,
+                         L.tail_ratio.data());
+  for (float& r : L.tail_ratio) r *= options_.tail_weight;
 }
 
 void DiskKv::AddLoads(int32_t layer, Sequence& s, bool refining) {
@@ -526,6 +567,7 @@ void DiskKv::AppendDecode(int32_t layer, Sequence& s, const float* k, const floa
   const uint32_t rec = layout_.record_bytes;
   std::byte* r = L.ring + size_t(g % plan_.ring_records()) * rec;
   layout_.PutF32(r, t, k, v, 1);
+  if (plan_.tail) kernels::Add(L.v_new.data(), v, shape_.row());
   if (!plan_.group_summary) predictor_->ProjectKeys(layer, k, 1, p, L.klr);
   if (t == G - 1) {
     if (plan_.group_summary) SummarizeGroup(layer, r, g, L.klr, L.spread);
@@ -587,6 +629,20 @@ void DiskKv::ViewDecode(int32_t layer, Sequence& s) {
   for (int32_t g = g_hi; g < gp; ++g)
     L.view.push_back(layout_.Span(L.ring + size_t(g % R) * rec, g, G));
   L.view.push_back(layout_.Span(L.ring + size_t(gp % R) * rec, gp, p - gp * G + 1));
+  if (plan_.tail) {
+    const float inv = 1.0f / float(p + s.pending);
+    for (size_t i = 0; i < L.v_mean.size(); ++i) L.v_mean[i] = (L.v_sum[i] + L.v_new[i]) * inv;
+  }
+}
+
+bool DiskKv::Tail(int32_t layer, SeqId seq, KvTail* out) {
+  Sequence* s = Find(seq);
+  if (!plan_.tail || !s || layer < 0 || layer >= shape_.n_layer || s->pending == 0 || s->exact)
+    return false;
+  const Layer& L = s->layers[size_t(layer)];
+  out->ratio = L.tail_ratio.data();
+  out->mean_v = L.v_mean.data();
+  return true;
 }
 
 Status DiskKv::EndBatch() {
@@ -631,6 +687,11 @@ Status DiskKv::EndBatch() {
     c_.bytes_written += uint64_t(decode_writes_->size()) * layout_.record_bytes;
   }
   for (Sequence* s : batch_seqs_) {
+    if (plan_.tail)
+      for (Layer& L : s->layers) {
+        kernels::Add(L.v_sum.data(), L.v_new.data(), shape_.row());
+        std::fill(L.v_new.begin(), L.v_new.end(), 0.0f);
+      }
     s->length += s->pending;
     s->pending = 0;
     s->exact = false;
@@ -652,7 +713,10 @@ void DiskKv::AbortBatch() {
     s->staging.reset();
     s->pending = 0;
     s->exact = false;
-    for (Layer& L : s->layers) L.write_group = -1;
+    for (Layer& L : s->layers) {
+      L.write_group = -1;
+      std::fill(L.v_new.begin(), L.v_new.end(), 0.0f);
+    }
   }
   batch_.clear();
   batch_seqs_.clear();
@@ -678,7 +742,9 @@ uint64_t DiskKv::SequenceResident(const Sequence& s) const {
     b += ReuseBuffer::TableBytes(L.reuse.size(), L.reuse.transient() > 0) +
          L.selected.capacity() * sizeof(int32_t) +
          L.placed.capacity() * sizeof(ReuseBuffer::Placement) +
-         L.view.capacity() * sizeof(kernels::KvSpan);
+         L.view.capacity() * sizeof(kernels::KvSpan) +
+         (L.v_sum.capacity() + L.v_new.capacity() + L.v_mean.capacity() + L.tail_ratio.capacity()) *
+             sizeof(float);
   return b;
 }
 

@@ -65,6 +65,7 @@ class DiskKv final : public KvPolicy {
   Status Prepare(int32_t layer, const float* x, int64_t n_embd) override;
   Status Append(int32_t layer, SeqId seq, const float* k, const float* v) override;
   Status View(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) override;
+  bool Tail(int32_t layer, SeqId seq, KvTail* out) override;
   Status EndBatch() override;
   void AbortBatch() override;
   KvCounters counters() const override;
@@ -94,6 +95,11 @@ class DiskKv final : public KvPolicy {
   bool HasGuess(int32_t layer) const {
     return !(options_.refine && layer == 1 && shape_.n_layer > 2);
   }
+  // Whether layer's selection is made again from its exact query (Prepare(layer + 1) refines
+  // it: layers 1 .. n_layer - 2; layer 0's guess is already exact).
+  bool Refined(int32_t layer) const {
+    return options_.refine && layer >= 1 && layer + 2 <= shape_.n_layer;
+  }
   // Whether this is layer's first selection of the step (the guess, or a refinement with
   // no guess before it): it starts the step's read-through and counts reuse.
   bool FirstSelection(int32_t layer, bool refining) const { return !refining || !HasGuess(layer); }
@@ -117,6 +123,8 @@ class DiskKv final : public KvPolicy {
                       uint16_t* spread);
   Status AppendExact(int32_t layer, Sequence& s, const float* k, const float* v);
   void ViewDecode(int32_t layer, Sequence& s);
+  // kv.attend_tail: layer's left-out share per query head after a selection on `worker`.
+  void TailRatios(int32_t layer, Sequence& s, int worker);
   // Where slot `slot` of layer's reuse buffer (persistent or read-through) lives.
   std::byte* SlotRecord(Sequence& s, int32_t layer, int32_t slot);
   void ViewExact(int32_t layer, Sequence& s);
@@ -158,8 +166,10 @@ class DiskKv final : public KvPolicy {
   std::vector<float> sparse_x_, q_lr_;
   // One selection's lists, per pool worker (sequences select side by side at batch > 1).
   struct Selection {
-    std::vector<int32_t> favored;  // groups in memory, for the resident bonus
-    std::vector<float> scores;     // the selection's scores (priorities with read-through)
+    std::vector<int32_t> favored;   // groups in memory, for the resident bonus
+    std::vector<float> scores;      // the selection's scores (priorities with read-through)
+    std::vector<int32_t> attended;  // TailRatios: the scored groups attention reads
+    std::vector<GroupPredictor::TokenRun> outside;  // TailRatios: the other runs it reads
   };
   std::vector<Selection> selections_;
   ThreadPool* pool_ = nullptr;

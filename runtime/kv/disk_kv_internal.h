@@ -46,6 +46,9 @@ struct DiskKv::Layer {
   std::vector<int32_t> selected;
   std::vector<ReuseBuffer::Placement> placed;
   std::vector<kernels::KvSpan> view;
+  // kv.attend_tail: the values' sum over committed tokens and over this pass's (F32, [row]),
+  // their mean as of the last view, and each query head's left-out share (KvTail).
+  std::vector<float> v_sum, v_new, v_mean, tail_ratio;
 };
 
 // Buffers of a pass that attends exactly (prefill, or the reload-everything baseline).

@@ -37,6 +37,12 @@ uint64_t TablesPerLayer(int32_t c, int32_t m, int32_t sink, int32_t recent, int3
          uint64_t(m) * (sizeof(int32_t) + 3 * sizeof(int32_t));
 }
 
+// Per layer and sequence with kv.attend_tail: the values' sum (committed and this pass's),
+// their mean for the view, and each query head's left-out share.
+uint64_t TailBytesPerLayer(const KvShape& shape, int32_t n_head) {
+  return (3 * uint64_t(shape.row()) + uint64_t(n_head)) * sizeof(float);
+}
+
 // Slots per layer: each layer's C_l = M_l * C / M (at least M_l - t and 1, at most
 // max_groups), the rounding spread so the sum is L*C where the bounds allow. With
 // read-through slots the floors M_l - t may not fit in L*C: then the layers with the most
@@ -164,6 +170,7 @@ std::string DiskKvPlan::Describe() const {
                   double(layer_bonus[size_t(dispersed_layers[0])]));
     out += b;
   }
+  if (tail) out += "; left-out keys attended by estimate (kv.attend_tail)";
   return out;
 }
 
@@ -202,7 +209,7 @@ namespace {
 // One plan with the summary per group or per token and t read-through slots; tight_as:
 // the tightness to assume (the per-token plan's, when auto chose the per-group summary),
 // null = this plan's own.
-Status PlanOnce(const KvShape& shape, const DiskKvOptions& o, uint32_t block_size,
+Status PlanOnce(const KvShape& shape, int32_t n_head, const DiskKvOptions& o, uint32_t block_size,
                 const AttentionProfile* profile, std::span<const int32_t> ratios,
                 bool group_summary, int32_t t, const bool* tight_as, DiskKvPlan* out) {
   DiskKvPlan p;
@@ -251,8 +258,10 @@ Status PlanOnce(const KvShape& shape, const DiskKvOptions& o, uint32_t block_siz
   p.sink_bytes = L * uint64_t(p.sink_groups) * rec;
   p.write_bytes = L * rec;
   p.transient_bytes = uint64_t(p.transient_records()) * rec;
+  p.tail = o.attend_tail && o.scoring == GroupScoring::kSoftmax && !group_summary && !o.reload_all;
+  const uint64_t tail_bytes = p.tail ? L * TailBytesPerLayer(shape, n_head) : 0;
   const uint64_t fixed =
-      p.klr_bytes + p.ring_bytes + p.sink_bytes + p.write_bytes + p.transient_bytes;
+      p.klr_bytes + p.ring_bytes + p.sink_bytes + p.write_bytes + p.transient_bytes + tail_bytes;
   // What a configuration with c slots and m selected groups per layer costs.
   auto cost = [&](int32_t c, int32_t m) {
     return fixed +
@@ -327,6 +336,7 @@ Status PlanOnce(const KvShape& shape, const DiskKvOptions& o, uint32_t block_siz
     p.table_bytes +=
         TablesPerLayer(p.layer_slots[l], p.layer_groups[l], p.sink_groups, p.recent_groups, t);
   }
+  p.table_bytes += tail_bytes;
   if (p.total_bytes() > p.budget_bytes) return below(p.total_bytes());
   p.layer_bonus.assign(size_t(L), o.resident_bonus);
   if (o.dispersed_bonus >= 0.0f && profile) {
@@ -340,15 +350,16 @@ Status PlanOnce(const KvShape& shape, const DiskKvOptions& o, uint32_t block_siz
 // kv.read_through: as given; auto: where the plan is tight and M is left to it, the fewest
 // T for which M*G reaches kReadThroughTokens, or the most that stays at most C (T*L reads
 // a step are the price: no more than the persistent slots); else 0.
-Status PlanWithReadThrough(const KvShape& shape, const DiskKvOptions& o, uint32_t block_size,
-                           const AttentionProfile* profile, std::span<const int32_t> ratios,
-                           bool group_summary, const bool* tight_as, DiskKvPlan* out) {
+Status PlanWithReadThrough(const KvShape& shape, int32_t n_head, const DiskKvOptions& o,
+                           uint32_t block_size, const AttentionProfile* profile,
+                           std::span<const int32_t> ratios, bool group_summary,
+                           const bool* tight_as, DiskKvPlan* out) {
   if (o.read_through >= 0)
-    return PlanOnce(shape, o, block_size, profile, ratios, group_summary, o.read_through, tight_as,
-                    out);
+    return PlanOnce(shape, n_head, o, block_size, profile, ratios, group_summary, o.read_through,
+                    tight_as, out);
   DiskKvPlan base;
   STRATA_RETURN_IF_ERROR(
-      PlanOnce(shape, o, block_size, profile, ratios, group_summary, 0, tight_as, &base));
+      PlanOnce(shape, n_head, o, block_size, profile, ratios, group_summary, 0, tight_as, &base));
   *out = base;
   const int32_t G = base.layout.group_size;
   if (!base.tight || o.groups_per_step > 0 || o.reuse_slots > 0 ||
@@ -357,7 +368,8 @@ Status PlanWithReadThrough(const KvShape& shape, const DiskKvOptions& o, uint32_
   const int32_t want = (kReadThroughTokens + G - 1) / G;
   for (int32_t t = 1; t <= base.layout.max_groups; ++t) {
     DiskKvPlan p;
-    if (!PlanOnce(shape, o, block_size, profile, ratios, group_summary, t, tight_as, &p).ok() ||
+    if (!PlanOnce(shape, n_head, o, block_size, profile, ratios, group_summary, t, tight_as, &p)
+             .ok() ||
         t > p.reuse_slots)
       break;
     p.transient_auto = true;
@@ -370,15 +382,16 @@ Status PlanWithReadThrough(const KvShape& shape, const DiskKvOptions& o, uint32_
 }  // namespace
 
 Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_size,
-                  DiskKvPlan* out, const AttentionProfile* profile,
-                  std::span<const int32_t> ratios) {
+                  DiskKvPlan* out, const AttentionProfile* profile, std::span<const int32_t> ratios,
+                  int32_t n_head) {
+  if (n_head <= 0) n_head = shape.n_head_kv;
   STRATA_RETURN_IF_ERROR(ValidateDiskKvOptions(o));
   if (o.group_summary != AutoSwitch::kAuto)
-    return PlanWithReadThrough(shape, o, block_size, profile, ratios,
+    return PlanWithReadThrough(shape, n_head, o, block_size, profile, ratios,
                                o.group_summary == AutoSwitch::kOn, nullptr, out);
   DiskKvPlan per_token;
-  const Status st =
-      PlanWithReadThrough(shape, o, block_size, profile, ratios, false, nullptr, &per_token);
+  const Status st = PlanWithReadThrough(shape, n_head, o, block_size, profile, ratios, false,
+                                        nullptr, &per_token);
   if (st.ok() && !per_token.tight) {
     *out = per_token;
     return st;
@@ -388,7 +401,7 @@ Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_s
   const bool tight = true;
   DiskKvPlan per_group;
   const Status gs =
-      PlanWithReadThrough(shape, o, block_size, profile, ratios, true, &tight, &per_group);
+      PlanWithReadThrough(shape, n_head, o, block_size, profile, ratios, true, &tight, &per_group);
   if (!gs.ok()) {
     if (!st.ok()) return gs;  // refused either way: the per-group minimum is the smaller
     *out = per_token;

@@ -64,6 +64,8 @@ struct DiskKvPlan {
   // adapters' attention profile, summing to at most L*M and L*C.
   std::vector<int32_t> layer_groups, layer_slots;
   bool calibrated = false;
+  // kv.attend_tail in effect (it needs per-head scores and a per-token summary).
+  bool tail = false;
   // Per layer resident bonus: kv.resident_bonus, or kv.dispersed_bonus on the layers
   // DispersedLayers finds at M*G tokens (listed in dispersed_layers).
   std::vector<float> layer_bonus;
@@ -148,12 +150,13 @@ int32_t AutoRatio(const KvShape& shape, const DiskKvOptions& o,
 
 // block_size: the store's request alignment (records are padded to it). profile: the
 // adapters' attention profile, used when o.calibrated_layers (null or empty: uniform).
-// ratios: those the adapters hold, for an automatic kv.ratio (see AutoRatio).
+// ratios: those the adapters hold, for an automatic kv.ratio (see AutoRatio). n_head: the
+// model's query heads, for kv.attend_tail's tables (0: as many as KV heads).
 // kv.group_summary auto plans a per-token summary first and takes a per-group one where
 // that plan is tight or does not fit.
 Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_size,
                   DiskKvPlan* out, const AttentionProfile* profile = nullptr,
-                  std::span<const int32_t> ratios = {});
+                  std::span<const int32_t> ratios = {}, int32_t n_head = 0);
 
 // L*m groups spread over the layers so that the summed missed attention share of the
 // profile is least: greedy on the gain of one more group, each layer between max(1, m/4)

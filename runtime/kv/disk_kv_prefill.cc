@@ -38,6 +38,8 @@ Status DiskKv::AppendExact(int32_t layer, Sequence& s, const float* k, const flo
   kernels::F32ToF16Row(k, fk + size_t(head) * row, int64_t(n) * row);
   kernels::F32ToF16Row(v, fv + size_t(head) * row, int64_t(n) * row);
   if (!options_.reload_all && !plan_.group_summary) predictor_->ProjectKeys(layer, k, n, p0, L.klr);
+  if (plan_.tail)
+    for (int32_t i = 0; i < n; ++i) kernels::Add(L.v_new.data(), v + size_t(i) * row, row);
 
   auto fill = [&](std::byte* r, int32_t g) {  // record of group g from the fresh tokens
     const int32_t first = (g - gp0) * G;

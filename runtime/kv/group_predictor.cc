@@ -71,6 +71,7 @@ Status GroupPredictor::Create(const Model& model, const AdapterSet& set, GroupSc
     sc.token.resize(n);
     sc.group.resize(n);
     sc.q.resize(size_t(hp.n_head) * set.rank);
+    sc.log_norm.resize(size_t(hp.n_head));
   }
   p->key_acc_.resize(size_t(set.rank));
   p->key_mean_.resize(size_t(p->row_));
@@ -84,7 +85,8 @@ uint64_t GroupPredictor::scratch_bytes() const {
   for (const auto* v : {&xn_, &q_, &cos_sin_, &chunk_scores_, &key_acc_, &key_mean_, &key_row_})
     b += v->capacity() * sizeof(float);
   for (const Scores& sc : scores_)
-    for (const auto* v : {&sc.token, &sc.group, &sc.q, &sc.heads})
+    for (const auto* v :
+         {&sc.token, &sc.group, &sc.q, &sc.heads, &sc.log_norm, &sc.runs, &sc.run_mass})
       b += v->capacity() * sizeof(float);
   return b + xq_.capacity();
 }
@@ -320,7 +322,7 @@ void GroupPredictor::ScoreGroups(Scores& sc, const float* q_lr, const uint8_t* k
   // and only rescales each head.
   for (int32_t h = 0; h < n_head_; ++h) {
     float* row = rows + h * row_stride;
-    kernels::SoftmaxInPlace(row, n_groups);
+    sc.log_norm[size_t(h)] = kernels::SoftmaxInPlace(row, n_groups);  // for TailRatios
     if (h == 0)
       std::copy(row, row + n_groups, gs);
     else
@@ -371,6 +373,47 @@ void GroupPredictor::SelectGroups(const float* q_lr, const uint8_t* klr, int32_t
       out->push_back(g0 + g);
       if (scores) scores->push_back(gs[g]);
     }
+}
+
+void GroupPredictor::TailRatios(const uint8_t* klr, int32_t g0, int32_t g1,
+                                std::span<const int32_t> attended,
+                                std::span<const TokenRun> outside, int worker, float* ratio) {
+  assert(scoring_ == GroupScoring::kSoftmax && g1 > g0);
+  (void)g1;
+  Scores& sc = scores_[size_t(std::max(worker, 0))];
+  // The shares sum to 1 over [g0, g1), so the left-out share is what the attended groups
+  // leave: only they are visited.
+  for (int32_t h = 0; h < n_head_; ++h) {
+    const float* share = sc.heads.data() + h * heads_stride_;
+    float att = 0.0f;
+    for (int32_t g : attended) att += share[g - g0];
+    ratio[h] = att;
+  }
+  // The outside runs: each head's best score among a run's tokens, with the queries the
+  // selection left in sc.q (attention scale folded in), as a share exp(best - log norm).
+  constexpr int64_t T = kernels::kScoreTile;
+  int64_t tiles = 0;
+  for (const TokenRun& r : outside)
+    if (r.end > r.begin) tiles = std::max(tiles, (r.end + T - 1) / T - r.begin / T);
+  const int64_t stride = tiles * T;
+  sc.runs.resize(size_t(n_head_) * size_t(stride));
+  std::vector<float>& mass = sc.run_mass;
+  mass.assign(size_t(n_head_), 0.0f);
+  for (const TokenRun& r : outside) {
+    if (r.end <= r.begin) continue;
+    const int64_t ta = r.begin / T, tz = (r.end + T - 1) / T;
+    kernels::ScoreTiles(type_, klr, ta, tz, rank_, sc.q.data(), n_head_, sc.runs.data(), stride);
+    for (int32_t h = 0; h < n_head_; ++h) {
+      const float* y = sc.runs.data() + size_t(h) * stride;  // token ta * T first
+      float m = y[r.begin - ta * T];
+      for (int64_t t = r.begin + 1; t < r.end; ++t) m = std::max(m, y[t - ta * T]);
+      mass[size_t(h)] += std::exp(m - sc.log_norm[size_t(h)]);
+    }
+  }
+  for (int32_t h = 0; h < n_head_; ++h) {
+    const float att = ratio[h] + mass[size_t(h)];
+    ratio[h] = att > 0.0f ? std::max(0.0f, 1.0f - ratio[h]) / att : 0.0f;
+  }
 }
 
 }  // namespace strata

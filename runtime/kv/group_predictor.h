@@ -88,6 +88,23 @@ class GroupPredictor {
                     std::span<const int32_t> favored = {}, float bonus = 0.0f,
                     RowSpread spread = {}, std::vector<float>* scores = nullptr, int worker = -1);
 
+  // The attention a selection leaves out, per query head (kv.attend_tail): after a
+  // SelectGroups on `worker` that scored groups [g0, g1) (softmax scoring, a per-token
+  // summary), with `attended` the groups of that range attention reads
+  // (each once) and `outside` the other runs of tokens it reads (sink, recent and rolling
+  // groups; each run counts as one group), writes
+  //   ratio[h] = sum over left-out groups of exp(s_hg) / sum over attended groups and runs
+  //              of exp(s_hg),
+  // s_hg being head h's best low-rank score among the group's tokens, the estimate the
+  // selection ranked by. The forward pass then gives the left-out keys that share of the
+  // attention, with the mean value as theirs.
+  struct TokenRun {
+    int64_t begin = 0, end = 0;
+  };
+  // Visits only the attended groups (the shares sum to 1) and scores the outside runs.
+  void TailRatios(const uint8_t* klr, int32_t g0, int32_t g1, std::span<const int32_t> attended,
+                  std::span<const TokenRun> outside, int worker, float* ratio);
+
   // Sizes the scoring scratch for summaries of `group_size` tokens a row; SelectGroups does
   // it from the engine thread, and a caller that selects from pool workers first (worker >=
   // 0) must have done it.
@@ -106,8 +123,10 @@ class GroupPredictor {
   // One selection's scratch; one per pool worker (SelectGroups' `worker`).
   struct Scores {
     std::vector<float> token, group, q;
-    // Each head's group maxima: [head][heads_stride].
-    std::vector<float> heads;
+    // Each head's group maxima: [head][heads_stride]; after softmax scoring each head's
+    // shares, log_norm[h] the log of head h's denominator (share = exp(max - log_norm)).
+    std::vector<float> heads, log_norm;
+    std::vector<float> runs, run_mass;  // TailRatios' token scores and per-head masses
   };
   // sc.group[g - g0] for groups [g0, g1) of klr; worker as in SelectGroups.
   void ScoreGroups(Scores& sc, const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,

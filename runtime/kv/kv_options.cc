@@ -151,6 +151,10 @@ Status ValidateDiskKvOptions(const DiskKvOptions& o) {
   if (!(o.dispersed_bonus >= -1.0f && o.dispersed_bonus <= 100.0f))
     return Status::OutOfRange("kv.dispersed_bonus = " + std::to_string(o.dispersed_bonus) +
                               " is out of range [-1, 100] (-1: as kv.resident_bonus)");
+  if (!(o.tail_weight >= 0.0f && o.tail_weight <= 1.0f))
+    return Status::OutOfRange("kv.tail_weight = " + std::to_string(o.tail_weight) +
+                              " is out of range [0, 1]");
+  STRATA_RETURN_IF_ERROR(Range("kv.tail_first_layer", o.tail_first_layer, 0, 1 << 16));
   if (!(o.group_spread >= 0.0f && o.group_spread <= 4.0f))
     return Status::OutOfRange("kv.group_spread = " + std::to_string(o.group_spread) +
                               " is out of range [0, 4]");

@@ -152,6 +152,19 @@ struct DiskKvOptions {
   // this step's selection: they are in memory already, so more of the context is attended
   // at no I/O. Measured in bench_kv_quality (numbers in docs/DESIGN.md).
   bool attend_resident = true;
+  // Attention also gives the keys it leaves out their estimated share: each query head's
+  // mass of the left-out groups against the attended ones, from the selection's own
+  // low-rank scores (GroupPredictor::TailRatios), with the layer's mean value as their
+  // value. Needs per-head scores and a per-token summary (kv.scoring softmax, no
+  // kv.group_summary); off otherwise. On SmolLM2-135M at 1/13 (16 windows): +2.64%
+  // perplexity / 90.11% top-1 agreement against full KV where dropping them gives +2.89% /
+  // 89.79% (bench_kv_quality; docs/DESIGN.md).
+  bool attend_tail = true;
+  // The weight of that estimate (its share times tail_weight) and the first layer it applies
+  // to. The low-rank scores overstate the left-out share: a group's best token under
+  // rounding noise scores high, and the left-out groups are many.
+  float tail_weight = 0.15f;
+  int32_t tail_first_layer = 1;
   // Selection prefers groups already in memory: a held group's score s counts as
   // s + resident_bonus * |s|. A sharper summary follows the query more closely and so
   // changes its picks more from step to step; this trades a little of that for fewer reads.

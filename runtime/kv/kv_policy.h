@@ -78,6 +78,15 @@ struct KvCounters {
   uint64_t write_requests = 0;  // requests that wrote to the slow tier
 };
 
+// What a sparse view leaves out, as an estimate the forward pass adds to attention: query
+// head h's output o_h over the view becomes (o_h + ratio[h] * mean_v[kv head of h]) /
+// (1 + ratio[h]), i.e. the left-out keys get ratio[h] times the view's softmax mass and the
+// mean value of all the sequence's tokens as theirs.
+struct KvTail {
+  const float* ratio = nullptr;   // [n_head]
+  const float* mean_v = nullptr;  // [n_head_kv * head_dim]
+};
+
 class KvPolicy {
  public:
   virtual ~KvPolicy() = default;
@@ -104,6 +113,9 @@ class KvPolicy {
   virtual Status Append(int32_t layer, SeqId seq, const float* k, const float* v) = 0;
   // The spans for attention of `seq` at `layer`, including this batch's new tokens.
   virtual Status View(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) = 0;
+  // After View(layer, seq) of a decode step: whether the view leaves keys out that attention
+  // should add by estimate (KvTail, valid as long as the view). Default: never.
+  virtual bool Tail(int32_t layer, SeqId seq, KvTail* out);
   virtual Status EndBatch() = 0;
   // Drops what BeginBatch and Append did when the forward pass fails midway.
   virtual void AbortBatch() = 0;

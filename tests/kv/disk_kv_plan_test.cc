@@ -29,11 +29,45 @@ TEST(DiskKvPlanTest, DefaultBudgetIsOneThirteenthAndFillsTheSlots) {
   EXPECT_EQ(p.summary_type, KeySummaryType::kQ4);
   EXPECT_EQ(p.klr_bytes, uint64_t(30) * 8192 * 26);  // 24 bytes of nibbles + an F16 scale
   EXPECT_LE(p.total_bytes(), p.budget_bytes);
-  // M left at 0 is C: every slot chosen afresh each step (123 groups of 5 tokens a layer).
+  // M left at 0 is C: every slot chosen afresh each step (122 groups of 5 tokens a layer;
+  // 123 without kv.attend_tail's tables, below).
   EXPECT_EQ(p.groups_per_step, p.reuse_slots);
-  EXPECT_EQ(p.reuse_slots, 123);
+  EXPECT_EQ(p.reuse_slots, 122);
+  EXPECT_TRUE(p.tail);
   // Nothing more fits: one more slot per layer would break the budget.
   EXPECT_GT(p.total_bytes() + uint64_t(30) * 2048, p.budget_bytes);
+}
+
+// kv.attend_tail's tables (each layer's value sums and mean, and a share per query head) are
+// part of the budget; the tail needs per-head scores of a per-token summary and is off
+// otherwise, leaving those bytes to the slots.
+TEST(DiskKvPlanTest, TailTablesAreInTheBudget) {
+  DiskKvOptions o;
+  o.group_summary = AutoSwitch::kOff;
+  DiskKvPlan on, off, sum, group;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &on, nullptr, {}, 9).ok());
+  EXPECT_TRUE(on.tail);
+  EXPECT_NE(on.Describe().find("kv.attend_tail"), std::string::npos) << on.Describe();
+  o.attend_tail = false;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &off, nullptr, {}, 9).ok());
+  EXPECT_FALSE(off.tail);
+  EXPECT_EQ(off.Describe().find("kv.attend_tail"), std::string::npos) << off.Describe();
+  const uint64_t tail_bytes = uint64_t(30) * (3 * 192 + 9) * sizeof(float);
+  EXPECT_EQ(on.reuse_slots, 122);
+  EXPECT_EQ(off.reuse_slots, 123);
+  EXPECT_EQ(on.slot_bytes + 30 * 2048, off.slot_bytes);
+  // The tables differ by the tail's and by one slot's table entries.
+  EXPECT_GT(on.table_bytes, off.table_bytes + tail_bytes - 30 * 200);
+  EXPECT_LT(on.table_bytes, off.table_bytes + tail_bytes);
+  EXPECT_LE(on.total_bytes(), on.budget_bytes);
+  o.attend_tail = true;
+  o.scoring = GroupScoring::kSum;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &sum, nullptr, {}, 9).ok());
+  EXPECT_FALSE(sum.tail);
+  o.scoring = GroupScoring::kSoftmax;
+  o.group_summary = AutoSwitch::kOn;
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &group, nullptr, {}, 9).ok());
+  EXPECT_FALSE(group.tail);
 }
 
 // Auto G: of 4..8, the G whose records fill the 512-byte blocks best, the smaller on a tie.
@@ -193,10 +227,10 @@ TEST(DiskKvPlanTest, TightBudgetsSpreadTheLayers) {
   const int64_t full = int64_t(kSmol.n_layer) * kSmol.n_ctx * kSmol.row() * 4;
   DiskKvOptions o;
   DiskKvPlan p;
-  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, &prof).ok());  // 1/13: 123 slots of 5 tokens
+  ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, &prof).ok());  // 1/13: 122 slots of 5 tokens
   EXPECT_FALSE(p.tight);
   EXPECT_FALSE(p.calibrated);
-  EXPECT_NE(p.Describe().find("C=123 sink="), std::string::npos) << p.Describe();
+  EXPECT_NE(p.Describe().find("C=122 sink="), std::string::npos) << p.Describe();
   o.budget_bytes = full / 34;  // per token, sigma 16: 52 slots of 5 tokens
   o.group_summary = AutoSwitch::kOff;
   o.read_through = 0;  // (ReadThroughAtTightBudgets below)
@@ -204,7 +238,7 @@ TEST(DiskKvPlanTest, TightBudgetsSpreadTheLayers) {
   EXPECT_TRUE(p.tight);
   EXPECT_LT(p.reuse_slots * p.layout.group_size, kTightSlotTokens);
   EXPECT_TRUE(p.calibrated);
-  EXPECT_NE(p.Describe().find("C=52 (tight) sink="), std::string::npos) << p.Describe();
+  EXPECT_NE(p.Describe().find("C=51 (tight) sink="), std::string::npos) << p.Describe();
   // The default summary there is per group (61 slots), and the budget is as tight.
   o.group_summary = AutoSwitch::kAuto;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p, &prof).ok());
@@ -298,7 +332,7 @@ TEST(DiskKvPlanTest, GroupSummaryAtTightBudgets) {
   DiskKvPlan p13, p34, token34, group13;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p13).ok());
   EXPECT_FALSE(p13.group_summary);
-  EXPECT_EQ(p13.reuse_slots, 123);
+  EXPECT_EQ(p13.reuse_slots, 122);
   EXPECT_EQ(p13.Describe().find("per group"), std::string::npos) << p13.Describe();
   o.budget_bytes = full / 34;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &p34).ok());

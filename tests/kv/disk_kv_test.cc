@@ -345,6 +345,32 @@ TEST_F(DiskKvTest, AttendingResidentGroupsReadsMoreOfTheContext) {
   EXPECT_GT(diff[1], 0.0);
 }
 
+// kv.attend_tail: the groups a step leaves out enter attention by their estimated share with
+// the mean value. Where it is off, weighted 0 or starts past the last layer, the results are
+// those of the plain selection bit for bit; on, they move, here towards full KV (the
+// synthetic model's attention is spread, so the left-out mass is large).
+TEST_F(DiskKvTest, LeftOutKeysEnterAttentionByTheirEstimatedShare) {
+  const auto ref = Reference();
+  auto run = [&](bool tail, float weight, int32_t first) {
+    EngineOptions o = Options();
+    o.kv.disk.groups_per_step = 6;
+    o.kv.disk.reuse_slots = 6;
+    o.kv.disk.attend_tail = tail;
+    o.kv.disk.tail_weight = weight;
+    o.kv.disk.tail_first_layer = first;
+    return Run(o);
+  };
+  const auto off = run(false, 1.0f, 0);
+  EXPECT_EQ(run(true, 0.0f, 0), off);
+  EXPECT_EQ(run(true, 1.0f, model_->hparams().n_layer), off);
+  const auto on = run(true, 1.0f, 0);
+  const double d_on = MaxRelativeDiff(on, ref), d_off = MaxRelativeDiff(off, ref);
+  EXPECT_GT(MaxRelativeDiff(on, off), 1e-4);
+  EXPECT_LT(d_on, d_off);
+  std::printf("max relative logit difference from full KV: %.4f with the tail, %.4f without\n",
+              d_on, d_off);
+}
+
 // Adapters with an attention profile spread M and C over the layers (here the last layer
 // spreads its attention, the first does not) within the same budget; with M covering the
 // context every layer still gets every group, so results equal full KV.

@@ -26,6 +26,23 @@ class GroupPredictorTest : public ::testing::Test {
     STRATA_ASSERT_OK(testing::WriteIdentityAdapters(*model_, {1, 4}, path));
     STRATA_ASSERT_OK(Adapters::Read(path, &adapters_));
   }
+  // A softmax-scoring predictor for contexts of n tokens and, in *tiled, the F16 summary of
+  // n keys drawn from `draw` (positions 0..n-1); null if it cannot be made.
+  template <typename Draw>
+  std::unique_ptr<GroupPredictor> F16Summary(const AdapterSet& set, int n, Draw& draw,
+                                             std::vector<uint8_t>* tiled) {
+    const HParams& hp = model_->hparams();
+    const std::vector<float> keys = draw(size_t(n) * hp.n_head_kv * hp.head_dim, 1);
+    std::unique_ptr<GroupPredictor> p;
+    const Status st = GroupPredictor::Create(*model_, set, GroupScoring::kSoftmax,
+                                             kernels::ScoreType::kF16, n, 1, &pool_, &p);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    if (!st.ok()) return nullptr;
+    tiled->assign(GroupPredictor::KlrBytes(n, set.rank, kernels::ScoreType::kF16), 0);
+    p->ProjectKeys(0, keys.data(), n, 0, tiled->data());
+    return p;
+  }
+
   testing::KvTempDir dir_;
   std::unique_ptr<Model> model_;
   Adapters adapters_;
@@ -241,6 +258,66 @@ TEST_F(GroupPredictorTest, SelectionsOnPoolWorkersMatchTheEngineThreads) {
   EXPECT_NE(alone[0], alone[1]);
 }
 
+// TailRatios: per head, the left-out groups' summed exp(best score) over the attended
+// groups' and the outside runs' (each run counted as one group), from the scores of the
+// selection just made, against the same sums in double precision.
+TEST_F(GroupPredictorTest, TailRatiosCompareLeftOutWithAttendedMass) {
+  const HParams& hp = model_->hparams();
+  const AdapterSet& set = *adapters_.Find(1);
+  const int n = 4200, G = 5, g0 = 1, g1 = 800, M = 40;
+  Gaussians draw{std::mt19937(23), {}};
+  std::vector<uint8_t> tiled;
+  std::unique_ptr<GroupPredictor> p = F16Summary(set, n, draw, &tiled);
+  ASSERT_TRUE(p);
+  const std::vector<float> q = draw(size_t(hp.n_head) * set.rank, 0.5);
+  std::vector<int32_t> sel;
+  p->SelectGroups(q.data(), tiled.data(), g0, g1, G, M, &sel);
+  ASSERT_EQ(sel.size(), size_t(M));
+  // Attended: the selection and every third group (stale picks still in memory); outside:
+  // the sink group, two recent groups and a partial rolling group of 3 tokens.
+  std::vector<uint8_t> attended(size_t(g1 - g0), 0);
+  for (int32_t g : sel) attended[size_t(g - g0)] = 1;
+  for (int32_t g = g0; g < g1; g += 3) attended[size_t(g - g0)] = 1;
+  std::vector<int32_t> list;
+  for (int32_t g = g0; g < g1; ++g)
+    if (attended[size_t(g - g0)]) list.push_back(g);
+  const std::vector<GroupPredictor::TokenRun> outside = {{0, G},
+                                                         {g1 * G, (g1 + 1) * G},
+                                                         {(g1 + 1) * G, (g1 + 2) * G},
+                                                         {(g1 + 2) * G, (g1 + 2) * G + 3}};
+  std::vector<float> got(size_t(hp.n_head));
+  p->TailRatios(tiled.data(), g0, g1, list, outside, -1, got.data());
+
+  const double scale = 1.0 / std::sqrt(double(hp.head_dim));
+  auto score = [&](int h, int64_t t) {
+    double s = 0;
+    for (int j = 0; j < set.rank; ++j)
+      s += StoredValue(kernels::ScoreType::kF16, tiled, t, j, set.rank) *
+           q[size_t(h) * set.rank + j];
+    return s * scale;
+  };
+  auto best = [&](int h, int64_t a, int64_t b) {
+    double m = -INFINITY;
+    for (int64_t t = a; t < b; ++t) m = std::max(m, score(h, t));
+    return m;
+  };
+  int heads_with_tail = 0;
+  for (int h = 0; h < hp.n_head; ++h) {
+    std::vector<double> gm;
+    for (int32_t g = g0; g < g1; ++g) gm.push_back(best(h, int64_t(g) * G, int64_t(g + 1) * G));
+    const double top = *std::max_element(gm.begin(), gm.end());
+    double in = 0, out = 0;
+    for (int32_t g = g0; g < g1; ++g)
+      (attended[size_t(g - g0)] ? in : out) += std::exp(gm[size_t(g - g0)] - top);
+    for (const auto& r : outside) in += std::exp(best(h, r.begin, r.end) - top);
+    const double want = out / in;
+    EXPECT_NEAR(got[size_t(h)], want, 2e-3 * want + 1e-6) << "head " << h;
+    heads_with_tail += want > 0.05;
+  }
+  // Half the groups are left out: the ratios are not all vanishing.
+  EXPECT_GT(heads_with_tail, 0);
+}
+
 // Favored groups (those already in memory) win a near tie: with a bonus, the best favored
 // group outside the plain top M displaces the weakest plain pick; without one, nothing moves.
 TEST_F(GroupPredictorTest, FavoredGroupsWinNearTies) {
@@ -248,13 +325,10 @@ TEST_F(GroupPredictorTest, FavoredGroupsWinNearTies) {
   const AdapterSet& set = *adapters_.Find(1);
   const int n = 512, G = 4, M = 10;
   Gaussians draw{std::mt19937(12), {}};
-  const std::vector<float> keys = draw(size_t(n) * hp.n_head_kv * hp.head_dim, 1);
+  std::vector<uint8_t> tiled;
+  std::unique_ptr<GroupPredictor> p = F16Summary(set, n, draw, &tiled);
+  ASSERT_TRUE(p);
   const std::vector<float> q = draw(size_t(hp.n_head) * set.rank, 3);
-  std::unique_ptr<GroupPredictor> p;
-  STRATA_ASSERT_OK(GroupPredictor::Create(*model_, set, GroupScoring::kSoftmax,
-                                          kernels::ScoreType::kF16, n, 1, &pool_, &p));
-  std::vector<uint8_t> tiled(GroupPredictor::KlrBytes(n, set.rank, kernels::ScoreType::kF16));
-  p->ProjectKeys(0, keys.data(), n, 0, tiled.data());
   std::vector<int32_t> plain, top_more;
   p->SelectGroups(q.data(), tiled.data(), 0, n / G, G, M, &plain);
   p->SelectGroups(q.data(), tiled.data(), 0, n / G, G, M + 1, &top_more);
