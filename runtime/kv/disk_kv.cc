@@ -337,8 +337,7 @@ Status DiskKv::BeginBatch(std::span<const BatchSeq> batch) {
 Status DiskKv::Prepare(int32_t layer, const float* x, int64_t n_embd) {
   // x enters layer-1 now: its query for layer-1 is exact, so correct that layer's guess
   // (layer 0's guess already came from its own input; the last layer has no later call).
-  if (options_.refine && layer >= 2 && layer <= shape_.n_layer)
-    STRATA_RETURN_IF_ERROR(Refine(layer - 1, x, n_embd));
+  if (layer >= 1 && Refined(layer - 1)) STRATA_RETURN_IF_ERROR(Refine(layer - 1, x, n_embd));
   if (layer < 0 || layer >= shape_.n_layer) return Status::OK();
   const auto t0 = Clock::now();
   const double wait0 = c_.io_wait_seconds;
@@ -450,15 +449,13 @@ void DiskKv::SelectForSequence(int32_t layer, size_t j, bool refining, int worke
   L.reuse.Resolve(L.selected, &L.placed,
                   read_through ? std::span<const float>(sel.scores) : std::span<const float>());
   // The view follows the step's last selection of the layer.
-  if (plan_.tail && (refining || !Refined(layer))) TailRatios(layer, s, worker);
+  if (plan_.tail && (refining || !Refined(layer))) TailRatios(layer, s, g_lo, g_hi, worker);
 }
 
-void DiskKv::TailRatios(int32_t layer, Sequence& s, int worker) {
+void DiskKv::TailRatios(int32_t layer, Sequence& s, int32_t n_sink, int32_t g_hi, int worker) {
   Layer& L = s.layers[size_t(layer)];
   Selection& sel = selections_[size_t(std::max(worker, 0))];
   const int32_t G = layout_.group_size, p = s.length, gp = p / G;
-  const int32_t n_sink = std::min(plan_.sink_groups, gp);
-  const int32_t g_hi = std::max(n_sink, gp - plan_.recent_groups);
   std::fill(L.tail_ratio.begin(), L.tail_ratio.end(), 0.0f);
   if (layer < options_.tail_first_layer || options_.tail_weight == 0.0f) return;
   // The groups ViewDecode will attend among those the selection scored, [n_sink, g_hi):

@@ -96,7 +96,8 @@ class DiskKv final : public KvPolicy {
     return !(options_.refine && layer == 1 && shape_.n_layer > 2);
   }
   // Whether layer's selection is made again from its exact query (Prepare(layer + 1) refines
-  // it: layers 1 .. n_layer - 2; layer 0's guess is already exact).
+  // it: layers 1 .. n_layer - 2; layer 0's guess is already exact, and the last layer has no
+  // later call).
   bool Refined(int32_t layer) const {
     return options_.refine && layer >= 1 && layer + 2 <= shape_.n_layer;
   }
@@ -123,8 +124,9 @@ class DiskKv final : public KvPolicy {
                       uint16_t* spread);
   Status AppendExact(int32_t layer, Sequence& s, const float* k, const float* v);
   void ViewDecode(int32_t layer, Sequence& s);
-  // kv.attend_tail: layer's left-out share per query head after a selection on `worker`.
-  void TailRatios(int32_t layer, Sequence& s, int worker);
+  // kv.attend_tail: layer's left-out share per query head after a selection on `worker`
+  // that scored groups [n_sink, g_hi) (the sink groups before, the recent and rolling after).
+  void TailRatios(int32_t layer, Sequence& s, int32_t n_sink, int32_t g_hi, int worker);
   // Where slot `slot` of layer's reuse buffer (persistent or read-through) lives.
   std::byte* SlotRecord(Sequence& s, int32_t layer, int32_t slot);
   void ViewExact(int32_t layer, Sequence& s);
