@@ -424,6 +424,26 @@ Status DiskKv::PrepareSparse(int32_t layer, const float* x, int64_t n_embd, bool
   return Status::OK();
 }
 
+template <typename Fn>
+void DiskKv::ForEachViewed(const Layer& L, int32_t p, Fn&& fn) const {
+  const int32_t G = layout_.group_size, gp = p / G, R = plan_.ring_records();
+  const int32_t n_sink = std::min(plan_.sink_groups, gp);
+  for (int32_t g = 0; g < n_sink; ++g) fn(Viewed::kSink, g, g, G);
+  for (const ReuseBuffer::Placement& pl : L.placed) fn(Viewed::kSlot, pl.group, pl.slot, G);
+  const int32_t g_hi = std::max(n_sink, gp - plan_.recent_groups);
+  if (options_.attend_resident) {
+    // Groups still held from earlier steps: their reads settled then (a failed one cleared
+    // its slot), and they lie between the sink and the ring like every selected group.
+    // Read-through slots the refinement gave up still hold this step's reads too.
+    for (int32_t i = 0; i < L.reuse.size(); ++i) {
+      const int32_t g = L.reuse.group_of(i);
+      if (g >= n_sink && g < g_hi && !L.reuse.placed_last(i)) fn(Viewed::kResident, g, i, G);
+    }
+  }
+  for (int32_t g = g_hi; g < gp; ++g) fn(Viewed::kRing, g, g % R, G);
+  fn(Viewed::kRing, gp, gp % R, p - gp * G + 1);
+}
+
 void DiskKv::SelectForSequence(int32_t layer, size_t j, bool refining, int worker) {
   const int32_t G = layout_.group_size, rank = plan_.rank;
   const int32_t n_head = predictor_->n_head();
@@ -455,29 +475,24 @@ void DiskKv::SelectForSequence(int32_t layer, size_t j, bool refining, int worke
 void DiskKv::TailRatios(int32_t layer, Sequence& s, int32_t n_sink, int32_t g_hi, int worker) {
   Layer& L = s.layers[size_t(layer)];
   Selection& sel = selections_[size_t(std::max(worker, 0))];
-  const int32_t G = layout_.group_size, p = s.length, gp = p / G;
+  const int32_t G = layout_.group_size, p = s.length;
   std::fill(L.tail_ratio.begin(), L.tail_ratio.end(), 0.0f);
   if (layer < options_.tail_first_layer || options_.tail_weight == 0.0f) return;
-  // The groups ViewDecode will attend among those the selection scored, [n_sink, g_hi):
-  // what it placed, and with kv.attend_resident whatever the slots hold (a group is in at
-  // most one slot, and every placed group is in one).
+  // What the view will read: slots' groups among those the selection scored, [n_sink, g_hi),
+  // and the sink and ring runs outside them (the new token has no summary row yet; its
+  // share is left to attention).
   sel.attended.clear();
-  if (options_.attend_resident) {
-    for (int32_t i = 0; i < L.reuse.size(); ++i) {
-      const int32_t g = L.reuse.group_of(i);
-      if (g >= n_sink && g < g_hi) sel.attended.push_back(g);
+  sel.outside.clear();
+  ForEachViewed(L, p, [&](Viewed kind, int32_t g, int32_t, int32_t n) {
+    if (kind == Viewed::kSink || kind == Viewed::kRing) {
+      const int64_t begin = int64_t(g) * G, end = std::min<int64_t>(begin + n, p);
+      if (end > begin) sel.outside.push_back({begin, end});
+    } else {
+      sel.attended.push_back(g);
     }
-  } else {
-    for (const ReuseBuffer::Placement& pl : L.placed) sel.attended.push_back(pl.group);
-  }
+  });
   // Nothing left out (also where the selection took every group without scoring them).
   if (int32_t(sel.attended.size()) >= g_hi - n_sink) return;
-  // The sink, recent and rolling tokens it also reads (the new token has no summary row
-  // yet; its share is left to attention).
-  sel.outside.clear();
-  for (int32_t g = 0; g < n_sink; ++g) sel.outside.push_back({int64_t(g) * G, int64_t(g + 1) * G});
-  for (int32_t g = g_hi; g < gp; ++g) sel.outside.push_back({int64_t(g) * G, int64_t(g + 1) * G});
-  if (p > gp * G) sel.outside.push_back({int64_t(gp) * G, int64_t(p)});
   predictor_->TailRatios(L.klr, n_sink, g_hi, sel.attended, sel.outside, worker,
                          L.tail_ratio.data());
   for (float& r : L.tail_ratio) r *= options_.tail_weight;
@@ -602,30 +617,16 @@ std::byte* DiskKv::SlotRecord(Sequence& s, int32_t layer, int32_t slot) {
 
 void DiskKv::ViewDecode(int32_t layer, Sequence& s) {
   Layer& L = s.layers[size_t(layer)];
-  const int32_t G = layout_.group_size, p = s.length, gp = p / G, R = plan_.ring_records();
+  const int32_t p = s.length;
   const uint32_t rec = layout_.record_bytes;
   L.view.clear();
-  const int32_t n_sink = std::min(plan_.sink_groups, gp);
-  for (int32_t g = 0; g < n_sink; ++g)
-    L.view.push_back(layout_.Span(L.sink + size_t(g) * rec, g, G));
-  for (const ReuseBuffer::Placement& pl : L.placed)
-    L.view.push_back(layout_.Span(SlotRecord(s, layer, pl.slot), pl.group, G));
-  const int32_t g_hi = std::max(n_sink, gp - plan_.recent_groups);
-  if (options_.attend_resident) {
-    // Groups still held from earlier steps: their reads settled then (a failed one cleared
-    // its slot), and they lie between the sink and the ring like every selected group.
-    // Read-through slots the refinement gave up still hold this step's reads too.
-    for (int32_t i = 0; i < L.reuse.size(); ++i) {
-      const int32_t g = L.reuse.group_of(i);
-      if (g >= n_sink && g < g_hi && !L.reuse.placed_last(i)) {
-        L.view.push_back(layout_.Span(SlotRecord(s, layer, i), g, G));
-        ++c_.resident_attended;
-      }
-    }
-  }
-  for (int32_t g = g_hi; g < gp; ++g)
-    L.view.push_back(layout_.Span(L.ring + size_t(g % R) * rec, g, G));
-  L.view.push_back(layout_.Span(L.ring + size_t(gp % R) * rec, gp, p - gp * G + 1));
+  ForEachViewed(L, p, [&](Viewed kind, int32_t g, int32_t where, int32_t n) {
+    const std::byte* r = kind == Viewed::kSink   ? L.sink + size_t(where) * rec
+                         : kind == Viewed::kRing ? L.ring + size_t(where) * rec
+                                                 : SlotRecord(s, layer, where);
+    L.view.push_back(layout_.Span(r, g, n));
+    if (kind == Viewed::kResident) ++c_.resident_attended;
+  });
   if (plan_.tail) {
     const float inv = 1.0f / float(p + s.pending);
     for (size_t i = 0; i < L.v_mean.size(); ++i) L.v_mean[i] = (L.v_sum[i] + L.v_new[i]) * inv;

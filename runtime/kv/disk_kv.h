@@ -123,6 +123,13 @@ class DiskKv final : public KvPolicy {
   void SummarizeGroup(int32_t layer, const std::byte* record, int32_t g, uint8_t* klr,
                       uint16_t* spread);
   Status AppendExact(int32_t layer, Sequence& s, const float* k, const float* v);
+  // What decode attention reads of a layer, in its view's order: fn(kind, group, where,
+  // tokens) for the sink groups (where: sink record), the selection's placements and, with
+  // kv.attend_resident, the other groups the slots hold (where: slot), then the recent and
+  // rolling groups (where: ring record; the rolling one with the pass's new token).
+  enum class Viewed { kSink, kSlot, kResident, kRing };
+  template <typename Fn>
+  void ForEachViewed(const Layer& L, int32_t p, Fn&& fn) const;
   void ViewDecode(int32_t layer, Sequence& s);
   // kv.attend_tail: layer's left-out share per query head after a selection on `worker`
   // that scored groups [n_sink, g_hi) (the sink groups before, the recent and rolling after).
