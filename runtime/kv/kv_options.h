@@ -156,8 +156,8 @@ struct DiskKvOptions {
   // mass of the left-out groups against the attended ones, from the selection's own
   // low-rank scores (GroupPredictor::TailRatios), with the layer's mean value as their
   // value. Needs per-head scores and a per-token summary (kv.scoring softmax, no
-  // kv.group_summary); off otherwise. On SmolLM2-135M at 1/13 (16 windows): +2.64%
-  // perplexity / 90.11% top-1 agreement against full KV where dropping them gives +2.89% /
+  // kv.group_summary); off otherwise. On SmolLM2-135M at 1/13 (16 windows): +2.63%
+  // perplexity / 90.33% top-1 agreement against full KV where dropping them gives +2.89% /
   // 89.79% (bench_kv_quality; docs/DESIGN.md).
   bool attend_tail = true;
   // The weight of that estimate (its share times tail_weight) and the first layer it applies
