@@ -7,9 +7,11 @@
 // policy), and the last `--scored` tokens are predicted by teacher-forced decoding, one
 // token per pass, with full KV and with each configuration of the policy. It prints
 // perplexity of both, the change, and top-1 next-token agreement, per configuration,
-// aggregated over windows. Results go to a JSON-lines file as each (window, configuration)
-// finishes; a rerun skips what is there, so a long run can be stopped and resumed, or
-// split over machines.
+// aggregated over windows; agreement also where the reference's top two logits are clear of
+// a near-tie ("clear agr") and where the full-KV runs decoded and prefilled agree with each
+// other ("stable agr"), the positions on which agreement is not a matter of rounding. Results go to
+// a JSON-lines file as each (window, configuration) finishes; a rerun skips what is there, so a
+// long run can be stopped and resumed, or split over machines.
 //
 //   bench_kv_quality --text ../shared/data/tinyshakespeare.txt --results quality.jsonl
 //   bench_kv_quality ... --configs "G=4,sigma=16,budget=1/13;G=1,sigma=16,budget=1/13"
@@ -182,6 +184,21 @@ void CountClear(const nlohmann::json& ref, const nlohmann::json& other, double* 
   }
 }
 
+// Positions where the two full-KV runs (decoded, and prefilled) pick the same top-1, and
+// of those, how many `other` picks too: agreement where the metric itself is stable.
+void CountStable(const nlohmann::json& ref, const nlohmann::json& prefill,
+                 const nlohmann::json& other, double* stable, double* same) {
+  if (!ref.contains("argmax") || !prefill.contains("argmax") || !other.contains("argmax")) return;
+  const auto a = ref["argmax"].get<std::vector<int32_t>>();
+  const auto p = prefill["argmax"].get<std::vector<int32_t>>();
+  const auto b = other["argmax"].get<std::vector<int32_t>>();
+  for (size_t i = 0; i < std::min({a.size(), p.size(), b.size()}); ++i) {
+    if (a[i] != p[i]) continue;
+    *stable += 1;
+    *same += a[i] == b[i];
+  }
+}
+
 std::string Percent(double num, double den) {
   if (den <= 0) return "-";
   char buf[32];
@@ -191,11 +208,12 @@ std::string Percent(double num, double den) {
 
 void PrintTable(const Flags& f, const std::vector<std::pair<std::string, std::string>>& configs,
                 const std::map<std::pair<int, std::string>, nlohmann::json>& done) {
-  std::printf("\n%-44s %5s %6s %8s %9s %9s %8s %9s %9s %6s %7s\n", "configuration", "M", "C",
-              "KV MiB", "ppl full", "ppl kv", "d ppl", "top-1 agr", "clear agr", "reuse",
-              "windows");
+  std::printf("\n%-44s %5s %6s %8s %9s %9s %8s %9s %9s %10s %6s %7s\n", "configuration", "M", "C",
+              "KV MiB", "ppl full", "ppl kv", "d ppl", "top-1 agr", "clear agr", "stable agr",
+              "reuse", "windows");
   for (const auto& [label, spec] : configs) {
     double nll_full = 0, nll = 0, agree = 0, n = 0, sel = 0, hits = 0, clear = 0, same = 0;
+    double stable = 0, stable_same = 0;
     int windows = 0;
     std::string m = "-", c = "-", refused;
     double kv_mib = 0;
@@ -214,6 +232,8 @@ void PrintTable(const Flags& f, const std::vector<std::pair<std::string, std::st
       sel += it->second["groups_selected"].get<double>();
       hits += it->second["reuse_hits"].get<double>();
       CountClear(ref->second, it->second, &clear, &same);
+      if (auto pre = done.find({w, kPrefillKey}); pre != done.end())
+        CountStable(ref->second, pre->second, it->second, &stable, &stable_same);
       m = std::to_string(it->second["M"].get<int>());
       c = std::to_string(it->second["C"].get<int>());
       kv_mib = std::max(kv_mib, it->second["peak_sequence_resident"].get<double>() / (1 << 20));
@@ -225,9 +245,10 @@ void PrintTable(const Flags& f, const std::vector<std::pair<std::string, std::st
       continue;
     }
     const double pf = std::exp(nll_full / n), pk = std::exp(nll / n);
-    std::printf("%-44s %5s %6s %8.2f %9.3f %9.3f %+7.2f%% %8.2f%% %9s %5.1f%% %7d\n", label.c_str(),
-                m.c_str(), c.c_str(), kv_mib, pf, pk, 100 * (pk / pf - 1), 100 * agree / n,
-                Percent(same, clear).c_str(), 100 * hits / std::max(sel, 1.0), windows);
+    std::printf("%-44s %5s %6s %8.2f %9.3f %9.3f %+7.2f%% %8.2f%% %9s %10s %5.1f%% %7d\n",
+                label.c_str(), m.c_str(), c.c_str(), kv_mib, pf, pk, 100 * (pk / pf - 1),
+                100 * agree / n, Percent(same, clear).c_str(), Percent(stable_same, stable).c_str(),
+                100 * hits / std::max(sel, 1.0), windows);
   }
   // The reference decodes one token per pass like the policies; a batched prefill of the
   // same tokens rounds differently, and this is how far apart the two full-KV runs are.
@@ -251,7 +272,8 @@ void PrintTable(const Flags& f, const std::vector<std::pair<std::string, std::st
     std::printf(
         "full KV, scored tokens in one prefill pass instead of decoded one by one: ppl %.3f vs "
         "%.3f (%+.2f%%), top-1 agreement %.2f%%, %s where the reference's best two logits are "
-        ">= %.1f apart (%s of positions; 'clear agr' above) (%d windows)\n",
+        ">= %.1f apart (%s of positions; 'clear agr' above); 'stable agr' counts only the "
+        "positions where these two runs agree (%d windows)\n",
         std::exp(nll_p / n), std::exp(nll_d / n), 100 * (std::exp((nll_p - nll_d) / n) - 1),
         100 * same / n, Percent(clear_same, clear).c_str(), double(kClearMargin),
         Percent(ref_clear, n).c_str(), windows);
