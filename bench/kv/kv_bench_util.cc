@@ -137,6 +137,8 @@ Status ParseDiskSpec(const std::string& spec, const DiskKvOptions& base, int32_t
         o.reuse_slots = std::stoi(v);
       } else if (k == "T") {
         o.read_through = std::stoi(v);
+      } else if (k == "S") {
+        o.read_through_span = std::stoi(v);
       } else if (k == "qd") {
         o.queue_depth = std::stoi(v);
       } else if (k == "sink") {

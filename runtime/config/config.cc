@@ -228,6 +228,10 @@ const std::vector<Setting>& Schema() {
         "kv.read_through",
         "T: groups a layer may read past its C slots, dropped after the layer runs; -1 = auto",
         [dk](Config& c) -> int32_t& { return dk(c).read_through; }, -1, 1 << 20));
+    v.push_back(Int<int32_t>(
+        "kv.read_through_span",
+        "groups of a read-through span, each span one request (1 = single groups)",
+        [dk](Config& c) -> int32_t& { return dk(c).read_through_span; }, 1, 256));
     v.push_back(Int<int64_t>(
         "kv.budget_bytes", "KV memory per sequence, 0 = 1/13 of the full cache",
         [dk](Config& c) -> int64_t& { return dk(c).budget_bytes; }, 0, int64_t(1) << 50));

@@ -466,6 +466,10 @@ void DiskKv::SelectForSequence(int32_t layer, size_t j, bool refining, int worke
       q_lr_.data() + j * n_head * rank, L.klr, g_lo, g_hi, plan_.summary_group_size(),
       plan_.layer_groups[size_t(layer)], &L.selected, sel.favored, bonus,
       RowSpread{L.spread, options_.group_spread}, read_through ? &sel.scores : nullptr, worker);
+  if (read_through && options_.read_through_span > 1)
+    predictor_->SpanReadThrough(g_lo, g_hi,
+                                plan_.layer_groups[size_t(layer)] - plan_.transient_groups,
+                                options_.read_through_span, &L.selected, &sel.scores, worker);
   L.reuse.Resolve(L.selected, &L.placed,
                   read_through ? std::span<const float>(sel.scores) : std::span<const float>());
   // The view follows the step's last selection of the layer.

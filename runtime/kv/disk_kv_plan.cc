@@ -130,9 +130,11 @@ std::vector<int32_t> DispersedLayers(const AttentionProfile& profile, int32_t n_
 
 std::string DiskKvPlan::Describe() const {
   const std::string read_through =
-      transient_groups > 0 ? " T=" + std::to_string(transient_groups) +
-                                 (transient_auto ? " (read-through, auto)" : " (read-through)")
-                           : "";
+      transient_groups > 0
+          ? " T=" + std::to_string(transient_groups) +
+                (transient_auto ? " (read-through, auto" : " (read-through") +
+                (transient_span > 1 ? ", spans of " + std::to_string(transient_span) + ")" : ")")
+          : "";
   char s[640];
   std::snprintf(s, sizeof s,
                 "G=%d sigma=%d (%srank %d, %s%s) M=%d C=%d%s%s sink=%d recent=%d %s "
@@ -249,6 +251,7 @@ Status PlanOnce(const KvShape& shape, int32_t n_head, const DiskKvOptions& o, ui
   p.full_cache_bytes = FullCacheBytes(shape);
   p.budget_bytes = BudgetBytes(shape, o);
   p.transient_groups = t;
+  p.transient_span = o.read_through_span;
 
   const uint64_t L = uint64_t(shape.n_layer), rec = p.layout.record_bytes;
   p.summary_type = o.summary_type;

@@ -58,6 +58,7 @@ struct DiskKvPlan {
   // transient_auto: chosen by the plan (auto at a tight budget, see kReadThroughTokens).
   int32_t transient_groups = 0;
   bool transient_auto = false;
+  int32_t transient_span = 1;  // kv.read_through_span: read-through groups come in spans of it
   int32_t sink_groups = 0;
   int32_t recent_groups = 0;
   // Per layer M and C. Uniform (every layer M and C) unless `calibrated`: then spread by the

@@ -375,6 +375,71 @@ void GroupPredictor::SelectGroups(const float* q_lr, const uint8_t* klr, int32_t
     }
 }
 
+void GroupPredictor::SpanReadThrough(int32_t g0, int32_t g1, int32_t keep, int32_t span,
+                                     std::vector<int32_t>* out, std::vector<float>* scores,
+                                     int worker) {
+  const int32_t n_groups = g1 - g0, m = int32_t(out->size());
+  if (span <= 1 || keep >= m || m >= n_groups || int32_t(scores->size()) != m) return;
+  Scores& sc = scores_[size_t(std::max(worker, 0))];
+  const float* gs = sc.group.data();  // the last selection's scores, bonus included
+  // The keep best of the selection (ties: the older group) stay.
+  std::vector<int32_t>& order = sc.order;
+  order.resize(size_t(m));
+  for (int32_t i = 0; i < m; ++i) order[size_t(i)] = i;
+  const std::vector<float>& sv = *scores;
+  auto better = [&](int32_t a, int32_t b) {
+    return sv[size_t(a)] != sv[size_t(b)] ? sv[size_t(a)] > sv[size_t(b)] : a < b;
+  };
+  std::vector<uint8_t>& chosen = sc.chosen;
+  chosen.assign(size_t(n_groups), 0);
+  if (keep > 0) {
+    std::nth_element(order.begin(), order.begin() + (keep - 1), order.end(), better);
+    for (int32_t i = 0; i < keep; ++i) chosen[size_t((*out)[size_t(order[size_t(i)])] - g0)] = 1;
+  }
+  // Each span's weight over its groups not kept.
+  const bool mass = scoring_ == GroupScoring::kSoftmax;
+  const int32_t n_spans = (n_groups + span - 1) / span;
+  std::vector<float>& w = sc.span;
+  w.assign(size_t(n_spans), mass ? 0.0f : -INFINITY);
+  int32_t open = 0;
+  for (int32_t g = 0; g < n_groups; ++g) {
+    if (chosen[size_t(g)]) continue;
+    float& x = w[size_t(g / span)];
+    x = mass ? x + gs[g] : std::max(x, gs[g]);
+    ++open;
+  }
+  order.resize(size_t(n_spans));
+  for (int32_t i = 0; i < n_spans; ++i) order[size_t(i)] = i;
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return w[size_t(a)] != w[size_t(b)] ? w[size_t(a)] > w[size_t(b)] : a > b;
+  });
+  // Whole spans while they fit; the span that does not gets its best groups.
+  int32_t left = std::min(m - keep, open);
+  for (int32_t i = 0; i < n_spans && left > 0; ++i) {
+    const int32_t a = order[size_t(i)] * span, z = std::min(n_groups, a + span);
+    int32_t free = 0;
+    for (int32_t g = a; g < z; ++g) free += !chosen[size_t(g)];
+    if (free <= left) {
+      for (int32_t g = a; g < z; ++g) chosen[size_t(g)] |= 2;
+      left -= free;
+      continue;
+    }
+    for (; left > 0; --left) {
+      int32_t best = -1;
+      for (int32_t g = a; g < z; ++g)
+        if (!chosen[size_t(g)] && (best < 0 || gs[g] > gs[best])) best = g;
+      chosen[size_t(best)] = 2;
+    }
+  }
+  out->clear();
+  scores->clear();
+  for (int32_t g = 0; g < n_groups; ++g)
+    if (chosen[size_t(g)]) {
+      out->push_back(g0 + g);
+      scores->push_back(gs[g]);
+    }
+}
+
 void GroupPredictor::TailRatios(const uint8_t* klr, int32_t g0, int32_t g1,
                                 std::span<const int32_t> attended,
                                 std::span<const TokenRun> outside, int worker, float* ratio) {

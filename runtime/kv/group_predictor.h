@@ -88,6 +88,17 @@ class GroupPredictor {
                     std::span<const int32_t> favored = {}, float bonus = 0.0f,
                     RowSpread spread = {}, std::vector<float>* scores = nullptr, int worker = -1);
 
+  // Read-through in spans (kv.read_through_span): after a SelectGroups on `worker` that
+  // returned M groups in `out` (with their `scores`), keeps the `keep` best of them and
+  // refills the other M - keep from aligned spans of `span` groups of [g0, g1): the spans
+  // whose unselected groups carry the most predicted attention (softmax scoring: the sum of
+  // their shares; otherwise their best score), every unselected group of a span taken (the
+  // last span only its best). Read-through groups are read a step at a time, so a span
+  // costs the device one request where scattered groups cost one each. `out` stays
+  // ascending with `scores` in its order; nothing changes where span <= 1 or keep >= M.
+  void SpanReadThrough(int32_t g0, int32_t g1, int32_t keep, int32_t span,
+                       std::vector<int32_t>* out, std::vector<float>* scores, int worker = -1);
+
   // The attention a selection leaves out, per query head (kv.attend_tail): after a
   // SelectGroups on `worker` that scored groups [g0, g1) (softmax scoring, a per-token
   // summary), with `attended` the groups of that range attention reads
@@ -127,6 +138,9 @@ class GroupPredictor {
     // shares, log_norm[h] the log of head h's denominator (share = exp(max - log_norm)).
     std::vector<float> heads, log_norm;
     std::vector<float> runs, run_mass;  // TailRatios' token scores and per-head masses
+    std::vector<float> span;            // SpanReadThrough's span weights
+    std::vector<int32_t> order;         // SpanReadThrough's ranking
+    std::vector<uint8_t> chosen;        // SpanReadThrough's selection, one flag a group
   };
   // sc.group[g - g0] for groups [g0, g1) of klr; worker as in SelectGroups.
   void ScoreGroups(Scores& sc, const float* q_lr, const uint8_t* klr, int32_t g0, int32_t g1,

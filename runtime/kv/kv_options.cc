@@ -141,6 +141,7 @@ Status ValidateDiskKvOptions(const DiskKvOptions& o) {
   STRATA_RETURN_IF_ERROR(Range("kv.groups_per_step (M)", o.groups_per_step, 0, 1 << 20));
   STRATA_RETURN_IF_ERROR(Range("kv.reuse_slots (C)", o.reuse_slots, 0, 1 << 20));
   STRATA_RETURN_IF_ERROR(Range("kv.read_through (T)", o.read_through, -1, 1 << 20));
+  STRATA_RETURN_IF_ERROR(Range("kv.read_through_span", o.read_through_span, 1, 256));
   STRATA_RETURN_IF_ERROR(Range("kv.budget_bytes", o.budget_bytes, 0, int64_t(1) << 50));
   STRATA_RETURN_IF_ERROR(Range("kv.sink_groups", o.sink_groups, 0, 64));
   STRATA_RETURN_IF_ERROR(Range("kv.recent_groups", o.recent_groups, 0, 64));

@@ -125,6 +125,13 @@ struct DiskKvOptions {
   // against full KV over 16 windows where the 61 slots alone gave +9.51% (bench_kv_quality;
   // docs/DESIGN.md).
   int32_t read_through = -1;
+  // Read-through in spans of this many adjacent groups (1 = single groups, the best
+  // ranked): with T > 0, the layer's C best groups take the persistent slots and the T
+  // read-through groups are refilled from aligned spans of S groups, those whose groups
+  // outside the C carry the most predicted attention, so that a span travels in one request.
+  // Read-through is re-read every step and the device is bound by requests (see
+  // docs/DESIGN.md, "read-through in spans").
+  int32_t read_through_span = 1;
   // Spread M and C over the layers by the adapters' attention profile (layers that spread
   // their attention wider get more groups; the totals stay L*M and L*C) when the adapters
   // have one; off, or without a profile, every layer gets M and C. Auto: on where the budget

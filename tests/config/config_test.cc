@@ -119,6 +119,12 @@ TEST(ConfigTest, WrongTypesAreErrors) {
   s = Parse("kv:\n  read_through: -2\n", &c);
   EXPECT_NE(s.message().find("kv.read_through"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("-2 is out of range [-1,"), std::string::npos) << s.message();
+  EXPECT_EQ(c.engine.kv.disk.read_through_span, 1);  // single groups
+  ASSERT_TRUE(Parse("kv:\n  read_through_span: 8\n", &c).ok());
+  EXPECT_EQ(c.engine.kv.disk.read_through_span, 8);
+  s = Parse("kv:\n  read_through_span: 0\n", &c);
+  EXPECT_NE(s.message().find("kv.read_through_span"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("0 is out of range [1, 256]"), std::string::npos) << s.message();
   ASSERT_TRUE(Parse("kv:\n  calibrated_layers: true\n  ratio: 0\n", &c).ok());
   EXPECT_EQ(c.engine.kv.disk.calibrated_layers, AutoSwitch::kOn);
   EXPECT_EQ(c.engine.kv.disk.ratio, 0);

@@ -482,12 +482,15 @@ TEST_F(DiskKvTest, ResidentMemoryStaysWithinBudgetOverALongGeneration) {
     int32_t ratio;
     bool group_summary = false;
     int32_t read_through = 0;
+    int32_t span = 1;
   };
   for (Variant v : {Variant{KeySummaryType::kF16, 8}, Variant{KeySummaryType::kQ8, 4},
                     Variant{KeySummaryType::kQ4, 2}, Variant{KeySummaryType::kQ4, 1, true},
-                    Variant{KeySummaryType::kQ4, 2, false, 10}}) {
+                    Variant{KeySummaryType::kQ4, 2, false, 10},
+                    Variant{KeySummaryType::kQ4, 2, false, 10, 4}}) {
     SCOPED_TRACE(std::string(KeySummaryTypeName(v.type)) + (v.group_summary ? " per group" : "") +
-                 " read-through " + std::to_string(v.read_through));
+                 " read-through " + std::to_string(v.read_through) + " in spans of " +
+                 std::to_string(v.span));
     EngineOptions o = Options();
     o.kv.disk.group_size = 2;
     o.kv.disk.ratio = v.ratio;
@@ -497,6 +500,7 @@ TEST_F(DiskKvTest, ResidentMemoryStaysWithinBudgetOverALongGeneration) {
     // With read-through slots the selection is larger than the slots the budget affords.
     o.kv.disk.groups_per_step = v.read_through > 0 ? 18 : 12;
     o.kv.disk.read_through = v.read_through;
+    o.kv.disk.read_through_span = v.span;
     // Tight: the key summary at full context plus about 20 slots per layer.
     const HParams& hp = model_->hparams();
     const int32_t rank = hp.n_head_kv * hp.head_dim / v.ratio;
@@ -535,6 +539,42 @@ TEST_F(DiskKvTest, ResidentMemoryStaysWithinBudgetOverALongGeneration) {
     EXPECT_GE(c.steps, uint64_t(r.params.max_tokens - 1));
     EXPECT_EQ(c.read_through_groups > 0, v.read_through > 0);
   }
+}
+
+// kv.read_through_span: the same number of groups read through, in spans of adjacent groups
+// that travel in one request each, so the step issues fewer requests.
+TEST_F(DiskKvTest, ReadThroughSpansIssueFewerRequests) {
+  const HParams& hp = model_->hparams();
+  auto run = [&](int32_t span, KvCounters* c) {
+    EngineOptions o = Options();
+    o.kv.disk.group_size = 2;
+    o.kv.disk.reuse_slots = 8;
+    o.kv.disk.read_through = 16;
+    o.kv.disk.groups_per_step = 24;
+    o.kv.disk.read_through_span = span;
+    std::unique_ptr<Engine> e;
+    STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
+    SeqId seq;
+    STRATA_ASSERT_OK(e->NewSequence(&seq));
+    GenerationRequest r;
+    r.seq = seq;
+    r.prompt = TestTokens(160, hp.n_vocab, 5);
+    r.params.max_tokens = 48;
+    r.params.ignore_eos = true;
+    r.params.sampling.temperature = 0;
+    GenerationStats st;
+    STRATA_ASSERT_OK(e->Generate({&r, 1}, &st));
+    *c = e->kv().counters();
+  };
+  KvCounters single, spans;
+  run(1, &single);
+  run(8, &spans);
+  ASSERT_GT(single.read_through_groups, 0u);
+  // Every step fills its read-through slots either way (the context holds far more groups).
+  EXPECT_EQ(spans.groups_selected, single.groups_selected);
+  EXPECT_GT(spans.read_through_groups, single.read_through_groups * 9 / 10);
+  EXPECT_LT(spans.reads_issued * 3, single.reads_issued * 2)
+      << "spans " << spans.reads_issued << " single " << single.reads_issued;
 }
 
 class DiskKvBatchTest : public DiskKvTest, public ::testing::WithParamInterface<bool> {};

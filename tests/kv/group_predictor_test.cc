@@ -445,6 +445,87 @@ TEST_F(GroupPredictorTest, GroupSpreadsRaiseTheScoresOfWideGroups) {
   }
 }
 
+// kv.read_through_span: the selection's `keep` best groups stay, and the rest of the M come
+// from the spans of adjacent groups that carry the most attention outside them.
+TEST_F(GroupPredictorTest, SpanReadThroughKeepsTheBestAndFillsWholeSpans) {
+  const HParams& hp = model_->hparams();
+  const AdapterSet& set = *adapters_.Find(1);
+  const int32_t n = 800, G = 4, groups = n / G, g0 = 1, M = 40, keep = 15;
+  const int32_t row = hp.n_head_kv * hp.head_dim;
+  Gaussians draw{std::mt19937(57), {}};
+  const std::vector<float> keys = draw(size_t(n) * row, 1);
+  const std::vector<float> q = draw(size_t(hp.n_head) * set.rank, 3);
+  std::unique_ptr<GroupPredictor> p;
+  STRATA_ASSERT_OK(GroupPredictor::Create(*model_, set, GroupScoring::kSoftmax,
+                                          kernels::ScoreType::kF16, n, n, &pool_, &p));
+  std::vector<uint8_t> tiled(GroupPredictor::KlrBytes(n, set.rank, kernels::ScoreType::kF16));
+  p->ProjectKeys(0, keys.data(), n, 0, tiled.data());
+  // Every group's score, from a selection that takes them all.
+  std::vector<int32_t> all;
+  std::vector<float> score;
+  p->SelectGroups(q.data(), tiled.data(), g0, groups, G, groups, &all, {}, 0.0f, {}, &score);
+  ASSERT_EQ(int32_t(score.size()), groups - g0);
+  for (int32_t span : {1, 3, 8}) {
+    SCOPED_TRACE(span);
+    std::vector<int32_t> sel;
+    std::vector<float> sel_scores;
+    p->SelectGroups(q.data(), tiled.data(), g0, groups, G, M, &sel, {}, 0.0f, {}, &sel_scores);
+    const std::vector<int32_t> plain = sel;
+    p->SpanReadThrough(g0, groups, keep, span, &sel, &sel_scores);
+    ASSERT_EQ(int32_t(sel.size()), M);
+    ASSERT_EQ(sel_scores.size(), sel.size());
+    EXPECT_TRUE(std::is_sorted(sel.begin(), sel.end()));
+    EXPECT_EQ(std::adjacent_find(sel.begin(), sel.end()), sel.end());
+    for (size_t i = 0; i < sel.size(); ++i)
+      EXPECT_EQ(sel_scores[i], score[size_t(sel[i] - g0)]) << "group " << sel[i];
+    if (span == 1) {
+      EXPECT_EQ(sel, plain);
+      continue;
+    }
+    // The keep best groups of all.
+    std::vector<int32_t> rank(static_cast<size_t>(groups - g0));
+    std::iota(rank.begin(), rank.end(), 0);
+    std::stable_sort(rank.begin(), rank.end(),
+                     [&](int32_t a, int32_t b) { return score[size_t(a)] > score[size_t(b)]; });
+    std::vector<bool> kept(static_cast<size_t>(groups - g0), false), in(kept);
+    for (int32_t i = 0; i < keep; ++i) kept[size_t(rank[size_t(i)])] = true;
+    for (int32_t g : sel) in[size_t(g - g0)] = true;
+    for (int32_t i = 0; i < keep; ++i) EXPECT_TRUE(in[size_t(rank[size_t(i)])]);
+    // Spans by their mass outside the kept groups, heaviest first: whole spans are taken in
+    // that order, and no span outside the taken ones outweighs the lightest taken.
+    const int32_t n_spans = (groups - g0 + span - 1) / span;
+    std::vector<double> mass(static_cast<size_t>(n_spans), 0.0);
+    std::vector<int32_t> free(static_cast<size_t>(n_spans), 0), taken(free);
+    for (int32_t g = 0; g < groups - g0; ++g)
+      if (!kept[size_t(g)]) {
+        mass[size_t(g / span)] += score[size_t(g)];
+        ++free[size_t(g / span)];
+        taken[size_t(g / span)] += in[size_t(g)];
+      }
+    int32_t partial = 0;
+    double lightest_whole = 1e30, heaviest_untaken = -1;
+    for (int32_t sp = 0; sp < n_spans; ++sp) {
+      if (taken[size_t(sp)] == 0) {
+        heaviest_untaken = std::max(heaviest_untaken, mass[size_t(sp)]);
+      } else if (taken[size_t(sp)] == free[size_t(sp)]) {
+        lightest_whole = std::min(lightest_whole, mass[size_t(sp)]);
+      } else {
+        ++partial;
+      }
+    }
+    EXPECT_LE(partial, 1);
+    EXPECT_LE(heaviest_untaken, lightest_whole);
+    EXPECT_NE(sel, plain);
+  }
+  // Nothing changes where the keep covers the selection.
+  std::vector<int32_t> sel;
+  std::vector<float> sel_scores;
+  p->SelectGroups(q.data(), tiled.data(), g0, groups, G, M, &sel, {}, 0.0f, {}, &sel_scores);
+  const std::vector<int32_t> plain = sel;
+  p->SpanReadThrough(g0, groups, M, 8, &sel, &sel_scores);
+  EXPECT_EQ(sel, plain);
+}
+
 TEST_F(GroupPredictorTest, FewerCandidatesThanMSelectsThemAll) {
   std::unique_ptr<GroupPredictor> p;
   STRATA_ASSERT_OK(GroupPredictor::Create(*model_, *adapters_.Find(4), GroupScoring::kSoftmax,
