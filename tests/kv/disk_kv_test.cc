@@ -577,18 +577,21 @@ TEST_F(DiskKvTest, ReadThroughSpansIssueFewerRequests) {
       << "spans " << spans.reads_issued << " single " << single.reads_issued;
 }
 
-class DiskKvBatchTest : public DiskKvTest, public ::testing::WithParamInterface<bool> {};
+// Parameter: 0 no read-through, 1 read-through slots, 2 read-through in spans of 2.
+class DiskKvBatchTest : public DiskKvTest, public ::testing::WithParamInterface<int> {};
 
 // Several sequences in one pass give each the logits it gets alone, with or without
-// read-through slots (each sequence has its own read-through buffers), refinement included.
+// read-through slots, single or in spans (each sequence has its own read-through buffers, and
+// each worker selecting side by side its own scratch), refinement included.
 TEST_P(DiskKvBatchTest, BatchDecodeMatchesSingleSequences) {
   UseLayers(4);
   EngineOptions o = Options();
   o.max_sequences = 3;
   o.kv.disk.groups_per_step = 5;
-  if (GetParam()) {
+  if (GetParam() > 0) {
     o.kv.disk.reuse_slots = 2;
     o.kv.disk.read_through = 3;
+    o.kv.disk.read_through_span = GetParam() == 2 ? 2 : 1;
   }
   const int32_t n_vocab = model_->hparams().n_vocab;
   std::vector<std::vector<int32_t>> prompts, decodes;
@@ -627,10 +630,10 @@ TEST_P(DiskKvBatchTest, BatchDecodeMatchesSingleSequences) {
     }
   }
   EXPECT_GT(e->kv().counters().reads_issued, reads_before);
-  EXPECT_EQ(e->kv().counters().read_through_groups > 0, GetParam());
+  EXPECT_EQ(e->kv().counters().read_through_groups > 0, GetParam() > 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(ReadThrough, DiskKvBatchTest, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(ReadThrough, DiskKvBatchTest, ::testing::Values(0, 1, 2));
 
 // The sequences' arenas (slots, rings, read-through buffers) are registered with the store
 // for fixed-buffer reads, and re-registered at the next pass when sequences come and go.
