@@ -408,6 +408,8 @@ void GroupPredictor::SpanReadThrough(int32_t g0, int32_t g1, int32_t keep, int32
     x = mass ? x + gs[g] : std::max(x, gs[g]);
     ++open;
   }
+  // Heaviest first; of equal weights the newer span (in practice only spans with nothing
+  // left to take, which add no group, tie).
   order.resize(size_t(n_spans));
   for (int32_t i = 0; i < n_spans; ++i) order[size_t(i)] = i;
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {

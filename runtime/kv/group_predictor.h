@@ -90,7 +90,7 @@ class GroupPredictor {
 
   // Read-through in spans (kv.read_through_span): after a SelectGroups on `worker` that
   // returned M groups in `out` (with their `scores`), keeps the `keep` best of them and
-  // refills the other M - keep from aligned spans of `span` groups of [g0, g1): the spans
+  // refills the other M - keep from spans of `span` groups of [g0, g1), counted from g0: the spans
   // whose unselected groups carry the most predicted attention (softmax scoring: the sum of
   // their shares; otherwise their best score), every unselected group of a span taken (the
   // last span only its best). Read-through groups are read a step at a time, so a span
