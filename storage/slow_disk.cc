@@ -1,5 +1,6 @@
 #include "storage/slow_disk.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -20,12 +21,17 @@ class SlowDiskBackend final : public ShapingBackend {
  protected:
   OpShape Shape(const BackendOp& op, Clock::time_point now) override {
     Clock::time_point finish = now;
-    if (options_.bandwidth_bytes_per_second > 0) {
-      const auto busy = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-          static_cast<double>(op.length) / options_.bandwidth_bytes_per_second));
-      const Clock::time_point begin = std::max(now, bandwidth_free_at_);
+    double busy_seconds = 0;
+    if (options_.bandwidth_bytes_per_second > 0)
+      busy_seconds = static_cast<double>(op.length) / options_.bandwidth_bytes_per_second;
+    if (options_.requests_per_second > 0)
+      busy_seconds = std::max(busy_seconds, 1.0 / options_.requests_per_second);
+    if (busy_seconds > 0) {
+      const auto busy =
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(busy_seconds));
+      const Clock::time_point begin = std::max(now, device_free_at_);
       finish = begin + busy;
-      bandwidth_free_at_ = finish;
+      device_free_at_ = finish;
     }
     OpShape shape;
     shape.release_at = finish + options_.latency;
@@ -34,7 +40,7 @@ class SlowDiskBackend final : public ShapingBackend {
 
  private:
   const SlowDiskOptions options_;
-  Clock::time_point bandwidth_free_at_{};  // Shape runs under Submit only, so no lock
+  Clock::time_point device_free_at_{};  // Shape runs under Submit only, so no lock
 };
 
 }  // namespace
@@ -43,19 +49,19 @@ SlowDiskOptions SlowDiskOptions::Emmc() {
   SlowDiskOptions o;
   o.enabled = true;
   o.bandwidth_bytes_per_second = 250e6;
+  o.requests_per_second = 11000;
   return o;
 }
 
 std::string SlowDiskOptions::Describe() const {
   if (!enabled) return "";
-  char buf[160];
-  if (bandwidth_bytes_per_second > 0) {
-    std::snprintf(buf, sizeof(buf), "slow-disk emulation: %.0f MB/s, +%lld us per request",
-                  bandwidth_bytes_per_second / 1e6, static_cast<long long>(latency.count()));
-  } else {
-    std::snprintf(buf, sizeof(buf), "slow-disk emulation: no bandwidth cap, +%lld us per request",
-                  static_cast<long long>(latency.count()));
-  }
+  char bandwidth[64] = "no bandwidth cap", rate[64] = "", buf[192];
+  if (bandwidth_bytes_per_second > 0)
+    std::snprintf(bandwidth, sizeof(bandwidth), "%.0f MB/s", bandwidth_bytes_per_second / 1e6);
+  if (requests_per_second > 0)
+    std::snprintf(rate, sizeof(rate), ", %.0f IOPS", requests_per_second);
+  std::snprintf(buf, sizeof(buf), "slow-disk emulation: %s%s, +%lld us per request", bandwidth,
+                rate, static_cast<long long>(latency.count()));
   return buf;
 }
 
@@ -68,6 +74,14 @@ Status SlowDiskOptions::Validate() const {
     return Status::InvalidArgument("slow_disk.bandwidth_bytes_per_second " +
                                    std::to_string(bandwidth_bytes_per_second) +
                                    " is below 4096 B/s: one block would take over a second");
+  }
+  if (!std::isfinite(requests_per_second) || requests_per_second < 0) {
+    return Status::InvalidArgument("slow_disk.requests_per_second must be >= 0 (0: no cap)");
+  }
+  if (requests_per_second > 0 && requests_per_second < 1) {
+    return Status::InvalidArgument("slow_disk.requests_per_second " +
+                                   std::to_string(requests_per_second) +
+                                   " is below 1: one request would take over a second");
   }
   if (latency.count() < 0 || latency > std::chrono::seconds(10)) {
     return Status::InvalidArgument("slow_disk.latency " + std::to_string(latency.count()) +

@@ -49,6 +49,7 @@ struct Config {
   bool verbose = false;
   bool emulate_emmc = false;
   double emulate_mbps = 0;
+  double emulate_iops = 0;
   double emulate_latency_us = 0;
   std::string command_line;
 };
@@ -90,10 +91,11 @@ storage::StoreOptions StoreFor(const Config& c, uint64_t capacity, storage::Back
   o.backend = backend;
   o.queue_depth = std::max<uint32_t>(depth, 1);
   o.fallback_threads = o.queue_depth;
-  if (c.emulate_emmc || c.emulate_mbps > 0 || c.emulate_latency_us > 0) {
+  if (c.emulate_emmc || c.emulate_mbps > 0 || c.emulate_iops > 0 || c.emulate_latency_us > 0) {
     o.slow_disk = c.emulate_emmc ? storage::SlowDiskOptions::Emmc() : storage::SlowDiskOptions();
     o.slow_disk.enabled = true;
     if (c.emulate_mbps > 0) o.slow_disk.bandwidth_bytes_per_second = c.emulate_mbps * 1e6;
+    if (c.emulate_iops > 0) o.slow_disk.requests_per_second = c.emulate_iops;
     o.slow_disk.latency = std::chrono::microseconds(static_cast<int64_t>(c.emulate_latency_us));
   }
   // The table header names the emulation once; the store's own line for it would repeat
@@ -171,7 +173,8 @@ void WriteJson(const std::string& path, const Config& c, const std::string& devi
 int Run(Config c) {
   if (c.runtime <= 0) c.runtime = c.mode == "full" ? 1 : 0.5;
   if (c.repeat <= 0) c.repeat = c.mode == "full" ? 15 : 1;
-  const bool emulated = c.emulate_emmc || c.emulate_mbps > 0 || c.emulate_latency_us > 0;
+  const bool emulated =
+      c.emulate_emmc || c.emulate_mbps > 0 || c.emulate_iops > 0 || c.emulate_latency_us > 0;
   if (emulated) c.no_fio = true;  // fio runs on the real disk; its numbers would not compare
   const uint64_t capacity = static_cast<uint64_t>(c.size_gib * (1 << 30)) / 65536 * 65536;
   const uint32_t max_depth = *std::max_element(c.depths.begin(), c.depths.end());
@@ -353,9 +356,12 @@ int main(int argc, char** argv) {
   app.add_flag("--no-fio", c.no_fio, "skip fio");
   app.add_flag("--no-fallback", c.no_fallback, "skip the pread-pool store");
   app.add_flag("--verbose", c.verbose, "print every measurement to stderr");
-  app.add_flag("--emulate-emmc", c.emulate_emmc, "slow-disk emulation at 250 MB/s (labelled)");
+  app.add_flag("--emulate-emmc", c.emulate_emmc,
+               "slow-disk emulation at 250 MB/s and 11000 IOPS (labelled)");
   app.add_option("--emulate-bandwidth-mbps", c.emulate_mbps, "slow-disk emulation bandwidth")
       ->check(CLI::Range(0.01, 1e6));
+  app.add_option("--emulate-iops", c.emulate_iops, "slow-disk emulation request rate")
+      ->check(CLI::Range(1.0, 1e8));
   app.add_option("--emulate-latency-us", c.emulate_latency_us, "slow-disk added latency")
       ->check(CLI::Range(0.0, 1e7));
   try {

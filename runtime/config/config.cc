@@ -329,7 +329,8 @@ const std::vector<Setting>& Schema() {
     v.push_back(Bool("kv.attend_resident",
                      "attention also reads groups the reuse buffer holds from earlier steps",
                      [dk](Config& c) -> bool& { return dk(c).attend_resident; }));
-    v.push_back(Bool("kv.emulate_emmc", "cap the KV store at eMMC speed (250 MB/s, labelled)",
+    v.push_back(Bool("kv.emulate_emmc",
+                     "cap the KV store at eMMC speed (250 MB/s, 11000 IOPS, labelled)",
                      [dk](Config& c) -> bool& { return dk(c).emulate_emmc; }));
     return v;
   }();

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <memory>
 
 #include "storage/aligned_buffer.h"
@@ -30,7 +31,13 @@ TEST(SlowDiskTest, EmmcPresetIsLabelled) {
   const SlowDiskOptions e = SlowDiskOptions::Emmc();
   EXPECT_TRUE(e.enabled);
   EXPECT_DOUBLE_EQ(e.bandwidth_bytes_per_second, 250e6);
-  EXPECT_NE(e.Describe().find("slow-disk emulation: 250 MB/s"), std::string::npos) << e.Describe();
+  EXPECT_DOUBLE_EQ(e.requests_per_second, 11000);
+  EXPECT_EQ(e.Describe(), "slow-disk emulation: 250 MB/s, 11000 IOPS, +0 us per request");
+  SlowDiskOptions rate_only;
+  rate_only.enabled = true;
+  rate_only.requests_per_second = 500;
+  EXPECT_EQ(rate_only.Describe(),
+            "slow-disk emulation: no bandwidth cap, 500 IOPS, +0 us per request");
 }
 
 class SlowDiskStoreTest : public ::testing::TestWithParam<BackendKind> {};
@@ -76,6 +83,54 @@ TEST_P(SlowDiskStoreTest, LatencyAndBandwidthAreFloorsAndDataIsIntact) {
   EXPECT_GE(seconds, 16.0 * (1 << 20) / 100e6);
   for (int i = 0; i < 16; i += 4)
     EXPECT_TRUE(MatchesPattern(buf.data() + (size_t{1} << 20) * i, 4 << 20, 1, 1)) << i;
+}
+
+// Small reads are bound by the request rate, not the bandwidth: 64 reads of 4 KiB at 1000
+// IOPS cannot finish in less than 64 ms however deep the queue, though 256 KiB at 200 MB/s
+// would take 1.3 ms. One large read is bound by the bandwidth.
+TEST_P(SlowDiskStoreTest, RequestRateIsAFloorForSmallReads) {
+  if (GetParam() == BackendKind::kUring && !testing::UringRefusal().empty()) {
+    GTEST_SKIP() << "io_uring refused on this machine: " << testing::UringRefusal();
+  }
+  TempDir dir;
+  StoreOptions o = testing::SmallStore(dir.path(), 8 << 20, GetParam());
+  o.slow_disk.enabled = true;
+  o.slow_disk.bandwidth_bytes_per_second = 200e6;
+  o.slow_disk.requests_per_second = 1000;
+  std::vector<std::string> reports;
+  o.report = [&](std::string_view l) { reports.emplace_back(l); };
+  std::unique_ptr<BlockStore> store;
+  ASSERT_TRUE(BlockStore::Open(o, &store).ok());
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_NE(reports[0].find("slow-disk emulation: 200 MB/s, 1000 IOPS"), std::string::npos)
+      << reports[0];
+
+  AlignedBuffer buf;
+  ASSERT_TRUE(AlignedBuffer::Allocate(8 << 20, 4096, &buf).ok());
+  FillPattern(buf.data(), 4 << 20, 7, 3);
+  ASSERT_TRUE(store->Write(0, buf.data(), 4 << 20).ok());
+  IoBatch small;
+  for (int i = 0; i < 64; ++i)
+    small.AddRead(uint64_t(i) * 61 * 4096 % (4 << 20), buf.data() + (4 << 20) + i * 4096, 4096);
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(store->Submit(small).ok());
+  ASSERT_TRUE(store->Wait(small).ok());
+  const double small_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(small_seconds, 64 / 1000.0);
+  for (int i = 0; i < 64; ++i) {
+    const uint64_t off = uint64_t(i) * 61 * 4096 % (4 << 20);
+    EXPECT_EQ(std::memcmp(buf.data() + (4 << 20) + i * 4096, buf.data() + off, 4096), 0) << i;
+  }
+  // 1 MiB in one request: the bandwidth's 5.2 ms, not the request rate's 1 ms, is its floor.
+  IoBatch large;
+  large.AddRead(0, buf.data() + (4 << 20), 1 << 20);
+  start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(store->Submit(large).ok());
+  ASSERT_TRUE(store->Wait(large).ok());
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+            double(1 << 20) / 200e6);
+  EXPECT_TRUE(std::memcmp(buf.data() + (4 << 20), buf.data(), 1 << 20) == 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, SlowDiskStoreTest,

@@ -289,6 +289,16 @@ TEST(StoreFileTest, OptionsAreCheckedWithTheFieldNamed) {
          o.slow_disk.bandwidth_bytes_per_second = -1;
        },
        "bandwidth"},
+      {[](StoreOptions& o) {
+         o.slow_disk.enabled = true;
+         o.slow_disk.requests_per_second = 0.5;
+       },
+       "requests_per_second 0.5"},
+      {[](StoreOptions& o) {
+         o.slow_disk.enabled = true;
+         o.slow_disk.requests_per_second = -3;
+       },
+       "requests_per_second"},
   };
   for (const Case& c : cases) {
     StoreOptions o = Options(dir.path());
