@@ -344,11 +344,14 @@ void GroupPredictor::SelectGroups(const float* q_lr, const uint8_t* klr, int32_t
   }
   Scores& sc = scores_[size_t(std::max(worker, 0))];
   ScoreGroups(sc, q_lr, klr, g0, g1, group_size, spread, worker);
+  // s + bonus * |s| for a positive score (softmax shares always are); a negative raw sum is
+  // brought toward zero instead (s / (1 + bonus)), so a favored group never passes one that
+  // scored better than it by the sign of its score alone.
   if (bonus != 0.0f)
     for (int32_t g : favored)
       if (g >= g0 && g < g1) {
         float& s = sc.group[size_t(g - g0)];
-        s += bonus * std::fabs(s);
+        s = s >= 0.0f ? s + bonus * s : s / (1.0f + bonus);
       }
   const float* gs = sc.group.data();
   if (m >= n_groups) {

@@ -76,8 +76,9 @@ class GroupPredictor {
   // The M best groups among groups [g0, g1) for one token's q_lr ([n_head][rank]) scored
   // against the layer's tiled summary `klr`. Writes min(M, g1-g0) group ids, ascending.
   // Groups in `favored` (e.g. those already in memory; any order, ids outside [g0, g1)
-  // ignored) have their score s raised to s + bonus * |s| first. `spread`: a per-group
-  // summary's row spreads (group_size is then 1). `scores`, if given, gets each chosen
+  // ignored) have their score s raised first: to s + bonus * s where s >= 0, to
+  // s / (1 + bonus) where it is negative (raw sums), so the raise never reorders by sign. `spread`:
+  // a per-group summary's row spreads (group_size is then 1). `scores`, if given, gets each chosen
   // group's score (with the bonus), in the order of `out`: the caller's priority among them.
   // worker < 0: called from the engine thread, the scoring spread over the pool. worker >= 0:
   // called from inside a pool job as that worker (ThreadPool::Run's `worker`), scored on it

@@ -173,9 +173,10 @@ struct DiskKvOptions {
   float tail_weight = 0.15f;
   int32_t tail_first_layer = 1;
   // Selection prefers groups already in memory: a held group's score s counts as
-  // s + resident_bonus * |s|. A sharper summary follows the query more closely and so
-  // changes its picks more from step to step; this trades a little of that for fewer reads.
-  // 0 = off. With M = C (the default) a bonus of 3 finds 92% of the picks in memory (0.5:
+  // s + resident_bonus * s (a negative raw sum under kv.scoring sum as s / (1 + bonus), so
+  // the bonus never turns a bad score into a good one). A sharper summary follows the query more
+  // closely and so changes its picks more from step to step; this trades a little of that for fewer
+  // reads. 0 = off. With M = C (the default) a bonus of 3 finds 92% of the picks in memory (0.5:
   // 82%, 0: 74%) for about half a point of perplexity against 0.5, and reads 1.2x what the
   // paper's M*G ~ 400 read at 0.5 (bench_kv_quality / bench_kv_speed; docs/DESIGN.md).
   // At 1/34 (52 slots) a bonus of 0 gained 2.7 points over 3 on the 4 hardest windows but

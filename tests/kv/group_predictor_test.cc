@@ -30,12 +30,13 @@ class GroupPredictorTest : public ::testing::Test {
   // n keys drawn from `draw` (positions 0..n-1); null if it cannot be made.
   template <typename Draw>
   std::unique_ptr<GroupPredictor> F16Summary(const AdapterSet& set, int n, Draw& draw,
-                                             std::vector<uint8_t>* tiled) {
+                                             std::vector<uint8_t>* tiled,
+                                             GroupScoring scoring = GroupScoring::kSoftmax) {
     const HParams& hp = model_->hparams();
     const std::vector<float> keys = draw(size_t(n) * hp.n_head_kv * hp.head_dim, 1);
     std::unique_ptr<GroupPredictor> p;
-    const Status st = GroupPredictor::Create(*model_, set, GroupScoring::kSoftmax,
-                                             kernels::ScoreType::kF16, n, 1, &pool_, &p);
+    const Status st =
+        GroupPredictor::Create(*model_, set, scoring, kernels::ScoreType::kF16, n, 1, &pool_, &p);
     EXPECT_TRUE(st.ok()) << st.ToString();
     if (!st.ok()) return nullptr;
     tiled->assign(GroupPredictor::KlrBytes(n, set.rank, kernels::ScoreType::kF16), 0);
@@ -347,6 +348,42 @@ TEST_F(GroupPredictorTest, FavoredGroupsWinNearTies) {
   int32_t kept = 0;
   for (int32_t g : got) kept += std::binary_search(plain.begin(), plain.end(), g);
   EXPECT_EQ(kept, M - 1);
+}
+
+// Raw summed scores (kv.scoring sum) can be negative. The bonus raises a favored group's
+// score but keeps the order of the plain scores: a favored group at the bottom stays out at
+// any bonus, and one just below the top M is raised into it.
+TEST_F(GroupPredictorTest, TheBonusNeverLiftsANegativeScoreAboveABetterOne) {
+  const HParams& hp = model_->hparams();
+  const AdapterSet& set = *adapters_.Find(1);
+  const int n = 512, G = 4, M = 10, n_groups = n / G;
+  Gaussians draw{std::mt19937(13), {}};
+  std::vector<uint8_t> tiled;
+  std::unique_ptr<GroupPredictor> p = F16Summary(set, n, draw, &tiled, GroupScoring::kSum);
+  ASSERT_TRUE(p);
+  const std::vector<float> q = draw(size_t(hp.n_head) * set.rank, 3);
+  std::vector<int32_t> all, plain;
+  std::vector<float> scores;
+  p->SelectGroups(q.data(), tiled.data(), 0, n_groups, G, n_groups, &all, {}, 0.0f, {}, &scores);
+  ASSERT_EQ(all.size(), size_t(n_groups));
+  std::vector<int32_t> by_score(all);
+  std::sort(by_score.begin(), by_score.end(),
+            [&](int32_t a, int32_t b) { return scores[size_t(a)] > scores[size_t(b)]; });
+  const int32_t worst = by_score.back(), next = by_score[size_t(M)];
+  ASSERT_LT(scores[size_t(worst)], 0.0f) << "the draw gives no negative group score";
+  p->SelectGroups(q.data(), tiled.data(), 0, n_groups, G, M, &plain);
+  for (float bonus : {0.5f, 3.0f, 10.0f, 100.0f}) {
+    SCOPED_TRACE(bonus);
+    std::vector<int32_t> got;
+    const std::vector<int32_t> favored = {worst};
+    p->SelectGroups(q.data(), tiled.data(), 0, n_groups, G, M, &got, favored, bonus);
+    EXPECT_EQ(got, plain);
+  }
+  ASSERT_GT(scores[size_t(next)], 0.0f);
+  std::vector<int32_t> got;
+  const std::vector<int32_t> favored = {next};
+  p->SelectGroups(q.data(), tiled.data(), 0, n_groups, G, M, &got, favored, 100.0f);
+  EXPECT_TRUE(std::binary_search(got.begin(), got.end(), next));
 }
 
 // A per-group summary (kv.group_summary) holds one row per group: the projection of the
