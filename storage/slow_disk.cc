@@ -65,24 +65,23 @@ std::string SlowDiskOptions::Describe() const {
   return buf;
 }
 
+// A cap of 0 is off; a positive one must let one `unit` through within a second.
+static Status CheckCap(const char* field, double value, double floor, const char* floor_text,
+                       const char* unit) {
+  const std::string said = std::string("slow_disk.") + field + " " + std::to_string(value);
+  if (!std::isfinite(value) || value < 0)
+    return Status::InvalidArgument(said + " must be >= 0 (0: no cap)");
+  if (value > 0 && value < floor)
+    return Status::InvalidArgument(said + " is below " + floor_text + ": one " + unit +
+                                   " would take over a second");
+  return Status::OK();
+}
+
 Status SlowDiskOptions::Validate() const {
   if (!enabled) return Status::OK();
-  if (!std::isfinite(bandwidth_bytes_per_second) || bandwidth_bytes_per_second < 0) {
-    return Status::InvalidArgument("slow_disk.bandwidth_bytes_per_second must be >= 0 (0: no cap)");
-  }
-  if (bandwidth_bytes_per_second > 0 && bandwidth_bytes_per_second < 4096) {
-    return Status::InvalidArgument("slow_disk.bandwidth_bytes_per_second " +
-                                   std::to_string(bandwidth_bytes_per_second) +
-                                   " is below 4096 B/s: one block would take over a second");
-  }
-  if (!std::isfinite(requests_per_second) || requests_per_second < 0) {
-    return Status::InvalidArgument("slow_disk.requests_per_second must be >= 0 (0: no cap)");
-  }
-  if (requests_per_second > 0 && requests_per_second < 1) {
-    return Status::InvalidArgument("slow_disk.requests_per_second " +
-                                   std::to_string(requests_per_second) +
-                                   " is below 1: one request would take over a second");
-  }
+  STRATA_RETURN_IF_ERROR(CheckCap("bandwidth_bytes_per_second", bandwidth_bytes_per_second, 4096,
+                                  "4096 B/s", "block"));
+  STRATA_RETURN_IF_ERROR(CheckCap("requests_per_second", requests_per_second, 1, "1", "request"));
   if (latency.count() < 0 || latency > std::chrono::seconds(10)) {
     return Status::InvalidArgument("slow_disk.latency " + std::to_string(latency.count()) +
                                    " us is outside [0, 10 s]");

@@ -40,24 +40,37 @@ TEST(SlowDiskTest, EmmcPresetIsLabelled) {
             "slow-disk emulation: no bandwidth cap, 500 IOPS, +0 us per request");
 }
 
-class SlowDiskStoreTest : public ::testing::TestWithParam<BackendKind> {};
+class SlowDiskStoreTest : public ::testing::TestWithParam<BackendKind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == BackendKind::kUring && !testing::UringRefusal().empty())
+      GTEST_SKIP() << "io_uring refused on this machine: " << testing::UringRefusal();
+  }
+  // Opens an 8 MiB store under `emulation`; its one report line at opening is report_.
+  void OpenEmulated(const SlowDiskOptions& emulation) {
+    StoreOptions o = testing::SmallStore(dir_.path(), 8 << 20, GetParam());
+    o.slow_disk = emulation;
+    o.slow_disk.enabled = true;
+    o.report = [this](std::string_view l) { reports_.emplace_back(l); };
+    const Status st = BlockStore::Open(o, &store_);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_EQ(reports_.size(), 1u);
+    report_ = reports_[0];
+  }
+
+  TempDir dir_;
+  std::vector<std::string> reports_;  // outlives the store, which reports into it
+  std::unique_ptr<BlockStore> store_;
+  std::string report_;
+};
 
 TEST_P(SlowDiskStoreTest, LatencyAndBandwidthAreFloorsAndDataIsIntact) {
-  if (GetParam() == BackendKind::kUring && !testing::UringRefusal().empty()) {
-    GTEST_SKIP() << "io_uring refused on this machine: " << testing::UringRefusal();
-  }
-  TempDir dir;
-  StoreOptions o = testing::SmallStore(dir.path(), 8 << 20, GetParam());
-  o.slow_disk.enabled = true;
-  o.slow_disk.bandwidth_bytes_per_second = 100e6;  // 100 MB/s
-  o.slow_disk.latency = 2ms;
-  std::vector<std::string> reports;
-  o.report = [&](std::string_view l) { reports.emplace_back(l); };
-  std::unique_ptr<BlockStore> store;
-  ASSERT_TRUE(BlockStore::Open(o, &store).ok());
-  ASSERT_EQ(reports.size(), 1u);
-  EXPECT_NE(reports[0].find("slow-disk emulation: 100 MB/s, +2000 us"), std::string::npos)
-      << reports[0];
+  SlowDiskOptions e;
+  e.bandwidth_bytes_per_second = 100e6;  // 100 MB/s
+  e.latency = 2ms;
+  ASSERT_NO_FATAL_FAILURE(OpenEmulated(e));
+  BlockStore* store = store_.get();
+  EXPECT_NE(report_.find("slow-disk emulation: 100 MB/s, +2000 us"), std::string::npos) << report_;
   EXPECT_NE(store->counters().emulation.find("slow-disk emulation"), std::string::npos);
   EXPECT_NE(store->counters().backend.find("slow-disk emulation"), std::string::npos);
   EXPECT_NE(store->counters().ToJson().find("slow-disk emulation"), std::string::npos);
@@ -89,21 +102,12 @@ TEST_P(SlowDiskStoreTest, LatencyAndBandwidthAreFloorsAndDataIsIntact) {
 // IOPS cannot finish in less than 64 ms however deep the queue, though 256 KiB at 200 MB/s
 // would take 1.3 ms. One large read is bound by the bandwidth.
 TEST_P(SlowDiskStoreTest, RequestRateIsAFloorForSmallReads) {
-  if (GetParam() == BackendKind::kUring && !testing::UringRefusal().empty()) {
-    GTEST_SKIP() << "io_uring refused on this machine: " << testing::UringRefusal();
-  }
-  TempDir dir;
-  StoreOptions o = testing::SmallStore(dir.path(), 8 << 20, GetParam());
-  o.slow_disk.enabled = true;
-  o.slow_disk.bandwidth_bytes_per_second = 200e6;
-  o.slow_disk.requests_per_second = 1000;
-  std::vector<std::string> reports;
-  o.report = [&](std::string_view l) { reports.emplace_back(l); };
-  std::unique_ptr<BlockStore> store;
-  ASSERT_TRUE(BlockStore::Open(o, &store).ok());
-  ASSERT_EQ(reports.size(), 1u);
-  EXPECT_NE(reports[0].find("slow-disk emulation: 200 MB/s, 1000 IOPS"), std::string::npos)
-      << reports[0];
+  SlowDiskOptions e;
+  e.bandwidth_bytes_per_second = 200e6;
+  e.requests_per_second = 1000;
+  ASSERT_NO_FATAL_FAILURE(OpenEmulated(e));
+  BlockStore* store = store_.get();
+  EXPECT_NE(report_.find("slow-disk emulation: 200 MB/s, 1000 IOPS"), std::string::npos) << report_;
 
   AlignedBuffer buf;
   ASSERT_TRUE(AlignedBuffer::Allocate(8 << 20, 4096, &buf).ok());
