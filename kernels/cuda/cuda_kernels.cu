@@ -98,12 +98,24 @@ __global__ void MatmulF16PartsKernel(const MatmulPartsArg a, int64_t k, const fl
     MatmulRow(reinterpret_cast<const __half*>(part.w), part.rows, k, x, n_tok, part.y, r, lane);
 }
 
+// Writes lane's value v of a block of 32 consecutive values quantized (ActQuant): the
+// warp's 32 lanes hold one block.
+__device__ void QuantizeLane(float v, int lane, int8_t* q, q::ActScale* s) {
+  const float d = q::ActScaleOf(WarpMax(fabsf(v)));
+  const int qi = q::ActQuant(v, d);
+  q[lane] = int8_t(qi);
+  int sum = qi;
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(kFull, sum, off);
+  if (lane == 0) *s = {d, d * float(sum)};
+}
+
 // One block per row: strided squares, warp sums, then warp 0 sums the warps in order. With
 // kAdd, the row first takes d's row (x += d) and is normed as Add then RmsNormRows would
-// norm it: the same values, summed in the same order.
+// norm it: the same values, summed in the same order. With act.q, each warp's 32 outputs
+// (a whole block: the block size is a multiple of 32, and so is n) are quantized too.
 template <bool kAdd>
 __global__ void RmsNormKernel(float* x, const float* d, const float* weight, float* y, int64_t n,
-                              float eps) {
+                              float eps, ActOut act) {
   __shared__ float part[32];
   float* xr = x + int64_t(blockIdx.x) * n;
   float* yr = y + int64_t(blockIdx.x) * n;
@@ -128,8 +140,18 @@ __global__ void RmsNormKernel(float* x, const float* d, const float* weight, flo
   }
   __syncthreads();
   const float scale = float(1.0 / sqrt(double(part[0]) / double(n) + double(eps)));
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    yr[i] = xr[i] * scale * (weight ? weight[i] : 1.f);
+  if (!act.q) {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+      yr[i] = xr[i] * scale * (weight ? weight[i] : 1.f);
+    return;
+  }
+  for (int64_t base = int64_t(warp) * 32; base < n; base += blockDim.x) {
+    const int64_t i = base + lane;
+    const float v = xr[i] * scale * (weight ? weight[i] : 1.f);
+    yr[i] = v;
+    QuantizeLane(v, lane, act.q + int64_t(blockIdx.x) * n + base,
+                 act.s + (int64_t(blockIdx.x) * n + base) / 32);
+  }
 }
 
 // Rotates element pair j of head h of token t of one tensor (see RopeRows).
@@ -164,12 +186,29 @@ __global__ void RopeQkKernel(float* q, int64_t q_stride, int q_heads, float* k, 
            int(i % half), pos, inv_freq, neox);
 }
 
-__global__ void SwiGluKernel(float* g, const float* u, int64_t n) {
+__global__ void SwiGluKernel(float* g, const float* u, int64_t n, ActOut act) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) {
-    const float a = g[i];
-    g[i] = a / (1.f + expf(-a)) * u[i];
+  if (!act.q) {
+    if (i < n) {
+      const float a = g[i];
+      g[i] = a / (1.f + expf(-a)) * u[i];
+    }
+    return;
   }
+  // n % 32 == 0: a warp is one whole block, or past the end.
+  if (i - (threadIdx.x & 31) >= n) return;
+  const float a = g[i];
+  const float v = a / (1.f + expf(-a)) * u[i];
+  g[i] = v;
+  const int64_t base = i - (threadIdx.x & 31);
+  QuantizeLane(v, int(threadIdx.x & 31), act.q + base, act.s + base / 32);
+}
+
+__global__ void QuantizeKernel(const float* x, int64_t n, ActOut act) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t base = i - (threadIdx.x & 31);
+  if (base >= n) return;
+  QuantizeLane(x[i], int(threadIdx.x & 31), act.q + base, act.s + base / 32);
 }
 
 __global__ void AddKernel(float* y, const float* x, int64_t n) {
@@ -190,6 +229,15 @@ __global__ void GatherRowsKernel(const float* src, const int32_t* rows, float* d
 
 constexpr int64_t kStoreChunk = 4096;
 __global__ void StoreF16Kernel(const StoreF16Op* ops) {
+  const StoreF16Op op = ops[blockIdx.x];
+  const int64_t begin = int64_t(blockIdx.y) * kStoreChunk;
+  const int64_t end = min(op.n, begin + kStoreChunk);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    op.dst[i] = __half_as_ushort(__float2half_rn(op.src[i]));
+}
+
+__global__ void StoreF16CountedKernel(const StoreF16Op* ops, const int32_t* n_ops) {
+  if (int32_t(blockIdx.x) >= *n_ops) return;
   const StoreF16Op op = ops[blockIdx.x];
   const int64_t begin = int64_t(blockIdx.y) * kStoreChunk;
   const int64_t end = min(op.n, begin + kStoreChunk);
@@ -362,19 +410,24 @@ void MatmulF16Parts(const MatmulPart* parts, int n_parts, int64_t k, const float
 }
 
 void RmsNormRows(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n,
-                 float eps, void* stream) {
+                 float eps, void* stream, ActOut act) {
   if (n_rows <= 0) return;
   const int threads = n >= 1024 ? 512 : n >= 256 ? 256 : 64;
   // x is only read (y may be x).
   RmsNormKernel<false><<<unsigned(n_rows), threads, 0, S(stream)>>>(const_cast<float*>(x), nullptr,
-                                                                    weight, y, n, eps);
+                                                                    weight, y, n, eps, act);
 }
 
 void AddRmsNormRows(float* x, const float* d, const float* weight, float* y, int64_t n_rows,
-                    int64_t n, float eps, void* stream) {
+                    int64_t n, float eps, void* stream, ActOut act) {
   if (n_rows <= 0) return;
   const int threads = n >= 1024 ? 512 : n >= 256 ? 256 : 64;
-  RmsNormKernel<true><<<unsigned(n_rows), threads, 0, S(stream)>>>(x, d, weight, y, n, eps);
+  RmsNormKernel<true><<<unsigned(n_rows), threads, 0, S(stream)>>>(x, d, weight, y, n, eps, act);
+}
+
+void QuantizeActivations(const float* x, int64_t n_rows, int64_t k, ActOut out, void* stream) {
+  const int64_t n = n_rows * k;
+  if (n > 0) QuantizeKernel<<<Blocks(n, 256), 256, 0, S(stream)>>>(x, n, out);
 }
 
 void RopeRows(float* x, int64_t n_tok, int64_t stride, int n_heads, int head_dim, int rot_dim,
@@ -393,8 +446,8 @@ void RopeQk(float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride,
                                                           inv_freq, layout == RopeLayout::kNeox);
 }
 
-void SwiGlu(float* gate, const float* up, int64_t n, void* stream) {
-  if (n > 0) SwiGluKernel<<<Blocks(n, 256), 256, 0, S(stream)>>>(gate, up, n);
+void SwiGlu(float* gate, const float* up, int64_t n, void* stream, ActOut act) {
+  if (n > 0) SwiGluKernel<<<Blocks(n, 256), 256, 0, S(stream)>>>(gate, up, n, act);
 }
 
 void Add(float* y, const float* x, int64_t n, void* stream) {
@@ -415,6 +468,13 @@ void StoreF16(const StoreF16Op* ops, int32_t n_ops, int64_t max_n, void* stream)
   if (n_ops <= 0 || max_n <= 0) return;
   const dim3 grid(unsigned(n_ops), unsigned((max_n + kStoreChunk - 1) / kStoreChunk));
   StoreF16Kernel<<<grid, 256, 0, S(stream)>>>(ops);
+}
+
+void StoreF16Counted(const StoreF16Op* ops, const int32_t* n_ops, int32_t max_ops, int64_t max_n,
+                     void* stream) {
+  if (max_ops <= 0 || max_n <= 0) return;
+  const dim3 grid(unsigned(max_ops), unsigned((max_n + kStoreChunk - 1) / kStoreChunk));
+  StoreF16CountedKernel<<<grid, 256, 0, S(stream)>>>(ops, n_ops);
 }
 
 void CopyExtents(const CopyOp* ops, int32_t n_ops, uint64_t max_bytes, void* stream) {

@@ -14,9 +14,18 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/quant_blocks.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels::cuda {
+
+// Activations quantized for the quantized matmuls (quant_blocks.h): [n][k] int8 and
+// [n][k / 32] scales. Kernels that produce a matmul's input can write this form beside (or
+// instead of) their float output, sparing a launch; null pointers mean "not wanted".
+struct ActOut {
+  int8_t* q = nullptr;
+  q::ActScale* s = nullptr;
+};
 
 // y[t * rows + r] = dot(W[r], x[t]) for t < n_tok, r < rows. W: F16 [rows][k] row-major;
 // x: F32 [n_tok][k]; k % 8 == 0.
@@ -36,9 +45,9 @@ void MatmulF16Parts(const MatmulPart* parts, int n_parts, int64_t k, const float
                     void* stream);
 
 // y = x / sqrt(mean(x^2) + eps) * weight per row of n values (weight may be null).
-// y may equal x.
+// y may equal x. With `act` (n % 32 == 0), y is also written quantized.
 void RmsNormRows(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n,
-                 float eps, void* stream);
+                 float eps, void* stream, ActOut act = {});
 
 // x[t * stride + h * head_dim ...]: rotates the first rot_dim dims of n_heads heads of every
 // token t < n_tok by position pos[t]; inv_freq has rot_dim / 2 entries.
@@ -46,17 +55,18 @@ void RopeRows(float* x, int64_t n_tok, int64_t stride, int n_heads, int head_dim
               const int32_t* pos, const float* inv_freq, RopeLayout layout, void* stream);
 
 // x += d, then y = RmsNormRows(x): what Add followed by RmsNormRows gives, bit for bit, in one
-// launch (the residual add and the next norm of a layer). y may be d, not x.
+// launch (the residual add and the next norm of a layer). y may be d, not x. `act` as in
+// RmsNormRows.
 void AddRmsNormRows(float* x, const float* d, const float* weight, float* y, int64_t n_rows,
-                    int64_t n, float eps, void* stream);
+                    int64_t n, float eps, void* stream, ActOut act = {});
 
 // RopeRows of q (q_heads heads, row stride q_stride) and of k in one launch.
 void RopeQk(float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride, int k_heads,
             int64_t n_tok, int head_dim, int rot_dim, const int32_t* pos, const float* inv_freq,
             RopeLayout layout, void* stream);
 
-// gate = silu(gate) * up, n values.
-void SwiGlu(float* gate, const float* up, int64_t n, void* stream);
+// gate = silu(gate) * up, n values. With `act` (n % 32 == 0), also quantized.
+void SwiGlu(float* gate, const float* up, int64_t n, void* stream, ActOut act = {});
 // y += x, n values.
 void Add(float* y, const float* x, int64_t n, void* stream);
 // y[r * n + i] += b[i] for r < n_rows.
@@ -72,6 +82,10 @@ struct StoreF16Op {
   int64_t n;
 };
 void StoreF16(const StoreF16Op* ops, int32_t n_ops, int64_t max_n, void* stream);
+// The same with the op count read from device memory at run time (*n_ops <= max_ops): a
+// launch that a captured graph can replay with other ops.
+void StoreF16Counted(const StoreF16Op* ops, const int32_t* n_ops, int32_t max_ops, int64_t max_n,
+                     void* stream);
 struct CopyOp {
   void* dst;
   const void* src;
@@ -100,5 +114,45 @@ struct AttentionBatch {
 void Attention(const AttentionBatch& a, void* stream);
 // Shared memory one attention block takes (must stay within 48 KiB).
 size_t AttentionSharedBytes(int n_rep, int head_dim);
+
+// dst[r * n + i] = f16 of value i of Q8_0 row r (n values, n % 32 == 0, rows Q8_0RowBytes(n)
+// bytes apart at src) for r < n_rows: KV records of the disk policy expanded for attention.
+void ExpandQ8_0Rows(const uint8_t* src, int64_t n_rows, int64_t n, uint16_t* dst, void* stream);
+// The disk policy's estimate of the keys a view left out (KvTail), for one token's attention
+// output o ([n_head][head_dim]): o_h = (o_h + ratio[h] * mean_v[h / n_rep]) / (1 + ratio[h]).
+void AttendTail(float* o, const float* ratio, const float* mean_v, int n_head, int n_rep,
+                int head_dim, void* stream);
+
+// ---- Quantized weights (cuda_quant.cu) -------------------------------------------------
+//
+// Weights stay in their GGUF blocks, rows row_bytes apart, in GPU memory or in host memory
+// the GPU maps. Decode-sized batches (a few tokens) run as dequantizing GEMVs over
+// quantized activations (four int8 products per dp4a); larger ones as cuBLAS GEMMs over
+// F16 copies made by DequantizeF16 into a scratch buffer a chunk of rows at a time.
+
+// Whether the GPU matmuls take weights of type t as they are (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K).
+bool QuantizedWeightType(DType t);
+// Quantizes n_rows rows of k floats (k % 32 == 0) for the quantized matmuls.
+void QuantizeActivations(const float* x, int64_t n_rows, int64_t k, ActOut out, void* stream);
+// y[t * rows + r] = dot(W[r], x[t]) for the parts' rows and n_tok tokens, all parts of one
+// weight type (k a multiple of its block). Each output is reduced in an order fixed by the
+// weight row and k alone: the same for any n_tok and any parts alongside.
+struct QMatmulPart {
+  const uint8_t* w;
+  int64_t rows;
+  float* y;
+};
+void QMatmulParts(DType type, const QMatmulPart* parts, int n_parts, int64_t k, const int8_t* xq,
+                  const q::ActScale* xs, int64_t n_tok, void* stream);
+// out[(r - r0) * k + c] = W[r][c] as F16 for rows [r0, r1).
+void DequantizeF16(DType type, const uint8_t* w, int64_t r0, int64_t r1, int64_t k, uint16_t* out,
+                   void* stream);
+// out[i] = f16(x[i]).
+void F32ToF16(const float* x, int64_t n, uint16_t* out, void* stream);
+// y[t * ldy + r] = dot(W[r], x[t]) for r < rows, t < n_tok, with cuBLAS (F16 inputs, F32
+// accumulation and output) through `blas` (a cublasHandle_t bound to the stream). False when
+// cuBLAS refuses.
+bool GemmF16(void* blas, const uint16_t* w, int64_t rows, int64_t k, const uint16_t* x,
+             int64_t n_tok, float* y, int64_t ldy);
 
 }  // namespace strata::kernels::cuda

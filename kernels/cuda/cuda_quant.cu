@@ -1,0 +1,230 @@
+// Quantized-weight kernels (see cuda_kernels.h): dequantizing GEMVs for decode-sized
+// batches, dequantization to F16 and cuBLAS GEMMs for prefill. The per-block arithmetic is
+// quant_blocks.h's, shared with the host tests.
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace strata::kernels::cuda {
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+cudaStream_t S(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+__device__ float WarpSum(float v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFull, v, off);
+  return v;
+}
+
+// One warp per weight row, kRowsPerBlock rows a block. Lane i takes units i, i + 32, ... of
+// the row (whole GGUF blocks, or fixed parts of a super-block), for up to NT tokens at once
+// so each weight is read once per NT tokens; then the warp reduces. A token's sum runs over
+// the same units on the same lanes in the same order whatever NT and n_tok are, so its
+// result is independent of the batch.
+constexpr int kRowsPerBlock = 4;
+struct QPartsArg {
+  QMatmulPart part[3];
+  unsigned first_block[4];
+  int n;
+};
+
+template <class B, int NT>
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
+    QMatmulKernel(const QPartsArg a, int64_t k, const int8_t* __restrict__ xq,
+                  const q::ActScale* __restrict__ xs, int64_t n_tok) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int p = 0;
+  while (p + 1 < a.n && blockIdx.x >= a.first_block[p + 1]) ++p;
+  const QMatmulPart& part = a.part[p];
+  const int64_t r = int64_t(blockIdx.x - a.first_block[p]) * kRowsPerBlock + warp;
+  if (r >= part.rows) return;
+  const int64_t row_bytes = k / B::kBlockElems * B::kBlockBytes;
+  const uint8_t* row = part.w + r * row_bytes;
+  const int64_t units = k / B::kUnit;
+  for (int64_t t0 = 0; t0 < n_tok; t0 += NT) {
+    const int nt = n_tok - t0 < NT ? int(n_tok - t0) : NT;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+#pragma unroll 2
+    for (int64_t u = lane; u < units; u += 32)
+      B::template Dot<NT>(row, u, xq + t0 * k, xs + t0 * (k / 32), k, nt, acc);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t < nt) {
+        const float s = WarpSum(acc[t]);
+        if (lane == 0) part.y[(t0 + t) * part.rows + r] = s;
+      }
+    }
+  }
+}
+
+template <class B>
+void LaunchQMatmul(const QPartsArg& a, unsigned blocks, int64_t k, const int8_t* xq,
+                   const q::ActScale* xs, int64_t n_tok, cudaStream_t s) {
+  const dim3 grid(blocks), block(32 * kRowsPerBlock);
+  if (n_tok == 1)
+    QMatmulKernel<B, 1><<<grid, block, 0, s>>>(a, k, xq, xs, n_tok);
+  else if (n_tok == 2)
+    QMatmulKernel<B, 2><<<grid, block, 0, s>>>(a, k, xq, xs, n_tok);
+  else if (n_tok <= 4)
+    QMatmulKernel<B, 4><<<grid, block, 0, s>>>(a, k, xq, xs, n_tok);
+  else
+    QMatmulKernel<B, 8><<<grid, block, 0, s>>>(a, k, xq, xs, n_tok);
+}
+
+// One thread per unit of rows [r0, r1).
+template <class B>
+__global__ void DequantizeF16Kernel(const uint8_t* w, int64_t r0, int64_t n_units, int64_t k,
+                                    __half* out) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_units) return;
+  const int64_t per_row = k / B::kUnit;
+  const int64_t r = i / per_row, u = i % per_row;
+  const int64_t row_bytes = k / B::kBlockElems * B::kBlockBytes;
+  float v[B::kUnit];
+  B::Dequant(w + (r0 + r) * row_bytes, u, v);
+  __half* o = out + r * k + u * B::kUnit;
+#pragma unroll
+  for (int j = 0; j < B::kUnit; j += 2) reinterpret_cast<__half2*>(o)[j / 2] = __floats2half2_rn(v[j], v[j + 1]);
+}
+
+template <class B>
+void LaunchDequant(const uint8_t* w, int64_t r0, int64_t r1, int64_t k, uint16_t* out,
+                   cudaStream_t s) {
+  const int64_t n_units = (r1 - r0) * (k / B::kUnit);
+  if (n_units <= 0) return;
+  DequantizeF16Kernel<B><<<unsigned((n_units + 127) / 128), 128, 0, s>>>(
+      w, r0, n_units, k, reinterpret_cast<__half*>(out));
+}
+
+__global__ void F32ToF16Kernel(const float* x, int64_t n, __half* out) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __float2half_rn(x[i]);
+}
+
+// One thread per Q8_0 block of 32 values.
+__global__ void ExpandQ8_0Kernel(const uint8_t* src, int64_t n_blocks, int64_t blocks_per_row,
+                                 __half* dst) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_blocks) return;
+  const int64_t r = i / blocks_per_row, b = i % blocks_per_row;
+  float v[32];
+  q::Q8_0::Dequant(src + r * blocks_per_row * q::Q8_0::kBlockBytes, b, v);
+  __half2* o = reinterpret_cast<__half2*>(dst + i * 32);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) o[j] = __floats2half2_rn(v[2 * j], v[2 * j + 1]);
+}
+
+// One block per query head.
+__global__ void AttendTailKernel(float* o, const float* ratio, const float* mean_v, int n_rep,
+                                 int head_dim) {
+  const int h = blockIdx.x;
+  const float r = ratio[h];
+  if (r == 0.0f) return;
+  const float w = 1.0f / (1.0f + r);
+  const float* mv = mean_v + (h / n_rep) * head_dim;
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+    float* p = o + h * head_dim + i;
+    *p = __fmul_rn(__fadd_rn(*p, __fmul_rn(r, mv[i])), w);
+  }
+}
+
+}  // namespace
+
+void ExpandQ8_0Rows(const uint8_t* src, int64_t n_rows, int64_t n, uint16_t* dst, void* stream) {
+  const int64_t n_blocks = n_rows * (n / 32);
+  if (n_blocks > 0)
+    ExpandQ8_0Kernel<<<unsigned((n_blocks + 127) / 128), 128, 0, S(stream)>>>(
+        src, n_blocks, n / 32, reinterpret_cast<__half*>(dst));
+}
+
+void AttendTail(float* o, const float* ratio, const float* mean_v, int n_head, int n_rep,
+                int head_dim, void* stream) {
+  if (n_head > 0) AttendTailKernel<<<n_head, 64, 0, S(stream)>>>(o, ratio, mean_v, n_rep, head_dim);
+}
+
+bool QuantizedWeightType(DType t) {
+  switch (t) {
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ8_0:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void QMatmulParts(DType type, const QMatmulPart* parts, int n_parts, int64_t k, const int8_t* xq,
+                  const q::ActScale* xs, int64_t n_tok, void* stream) {
+  if (n_parts <= 0 || n_parts > 3 || n_tok <= 0) return;
+  QPartsArg a{};
+  a.n = n_parts;
+  unsigned blocks = 0;
+  for (int i = 0; i < n_parts; ++i) {
+    a.part[i] = parts[i];
+    a.first_block[i] = blocks;
+    blocks += unsigned((std::max<int64_t>(parts[i].rows, 0) + kRowsPerBlock - 1) / kRowsPerBlock);
+  }
+  a.first_block[n_parts] = blocks;
+  if (blocks == 0) return;
+  switch (type) {
+    case DType::kQ4_0:
+      return LaunchQMatmul<q::Q4_0>(a, blocks, k, xq, xs, n_tok, S(stream));
+    case DType::kQ4_1:
+      return LaunchQMatmul<q::Q4_1>(a, blocks, k, xq, xs, n_tok, S(stream));
+    case DType::kQ8_0:
+      return LaunchQMatmul<q::Q8_0>(a, blocks, k, xq, xs, n_tok, S(stream));
+    case DType::kQ4_K:
+      return LaunchQMatmul<q::Q4_K>(a, blocks, k, xq, xs, n_tok, S(stream));
+    case DType::kQ6_K:
+      return LaunchQMatmul<q::Q6_K>(a, blocks, k, xq, xs, n_tok, S(stream));
+    default:
+      return;
+  }
+}
+
+void DequantizeF16(DType type, const uint8_t* w, int64_t r0, int64_t r1, int64_t k, uint16_t* out,
+                   void* stream) {
+  switch (type) {
+    case DType::kQ4_0:
+      return LaunchDequant<q::Q4_0>(w, r0, r1, k, out, S(stream));
+    case DType::kQ4_1:
+      return LaunchDequant<q::Q4_1>(w, r0, r1, k, out, S(stream));
+    case DType::kQ8_0:
+      return LaunchDequant<q::Q8_0>(w, r0, r1, k, out, S(stream));
+    case DType::kQ4_K:
+      return LaunchDequant<q::Q4_K>(w, r0, r1, k, out, S(stream));
+    case DType::kQ6_K:
+      return LaunchDequant<q::Q6_K>(w, r0, r1, k, out, S(stream));
+    default:
+      return;
+  }
+}
+
+void F32ToF16(const float* x, int64_t n, uint16_t* out, void* stream) {
+  if (n > 0)
+    F32ToF16Kernel<<<unsigned((n + 255) / 256), 256, 0, S(stream)>>>(
+        x, n, reinterpret_cast<__half*>(out));
+}
+
+bool GemmF16(void* blas, const uint16_t* w, int64_t rows, int64_t k, const uint16_t* x,
+             int64_t n_tok, float* y, int64_t ldy) {
+  if (rows <= 0 || n_tok <= 0) return true;
+  const float one = 1.0f, zero = 0.0f;
+  // Column-major view: W^T (rows x k, W stored k-major) times X (k x n_tok) into Y (rows x
+  // n_tok, leading dimension ldy).
+  const cublasStatus_t st = cublasGemmEx(
+      static_cast<cublasHandle_t>(blas), CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(n_tok), int(k),
+      &one, w, CUDA_R_16F, int(k), x, CUDA_R_16F, int(k), &zero, y, CUDA_R_32F, int(ldy),
+      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  return st == CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace strata::kernels::cuda
