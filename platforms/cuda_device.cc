@@ -1,10 +1,15 @@
 // The CUDA implementation of CudaDevice (built only with the CUDA toolkit).
 #include "platforms/cuda_device.h"
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/cuda/cuda_kernels.h"
@@ -40,6 +45,37 @@ class CudaEventImpl final : public CudaDevice::Event {
 
 class CudaDeviceImpl;
 
+class CudaGraphImpl final : public CudaDevice::Graph {
+ public:
+  CudaGraphImpl(cudaGraph_t g, cudaGraphExec_t e, cudaStream_t s) : g_(g), e_(e), s_(s) {}
+  ~CudaGraphImpl() override {
+    cudaGraphExecDestroy(e_);
+    cudaGraphDestroy(g_);
+  }
+  Status Launch() override {
+    STRATA_CUDA_RETURN(cudaGraphLaunch(e_, s_), "launching a captured graph");
+    return Status::OK();
+  }
+
+ private:
+  cudaGraph_t g_;
+  cudaGraphExec_t e_;
+  cudaStream_t s_;
+};
+
+// MemAvailable of /proc/meminfo in bytes (0 when unreadable).
+uint64_t SystemAvailableBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
 // GPU memory as a fast tier. StoreF16 calls are queued and launched as one kernel by
 // FlushStores: a batch of 32 sequences appends 64 rows per layer, and a launch each would
 // cost more than the attention that reads them.
@@ -56,6 +92,7 @@ class DeviceTierMemory final : public TierMemory {
 
   std::vector<kernels::cuda::StoreF16Op> pending_;
   Status deferred_;  // a failure of Copy, reported by the next FlushStores
+  std::shared_ptr<std::atomic<uint64_t>> bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
 
  private:
   CudaDeviceImpl* d_;
@@ -75,6 +112,7 @@ class CudaDeviceImpl final : public CudaDevice {
       if (r.dev) cudaFree(r.dev);
     }
     if (after_compute_) cudaEventDestroy(after_compute_);
+    if (blas_) cublasDestroy(static_cast<cublasHandle_t>(blas_));
   }
 
   Status Init(int ordinal) {
@@ -83,6 +121,7 @@ class CudaDeviceImpl final : public CudaDevice {
     cudaDeviceProp prop;
     STRATA_CUDA_RETURN(cudaGetDeviceProperties(&prop, ordinal), "reading device properties");
     name_ = "cuda:" + std::to_string(ordinal) + " (" + prop.name + ")";
+    integrated_ = prop.integrated != 0;
     for (auto& s : streams_)
       STRATA_CUDA_RETURN(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating a stream");
     for (auto& r : rings_) {
@@ -121,10 +160,93 @@ class CudaDeviceImpl final : public CudaDevice {
   Status Malloc(size_t bytes, void** out) override {
     STRATA_CUDA_RETURN(cudaMalloc(out, std::max<size_t>(bytes, 1)),
                        "allocating " + std::to_string(bytes) + " bytes of device memory");
+    sizes_[*out] = bytes;
+    allocated_ += bytes;
     return Status::OK();
   }
   void Free(void* p) override {
-    if (p) cudaFree(p);
+    if (!p) return;
+    auto it = sizes_.find(p);
+    if (it != sizes_.end()) {
+      allocated_ -= it->second;
+      sizes_.erase(it);
+    }
+    cudaFree(p);
+  }
+  uint64_t allocated_bytes() const override { return allocated_ + memory_.bytes_->load(); }
+
+  Status Blas(void** handle) override {
+    if (!blas_) {
+      cublasHandle_t h = nullptr;
+      if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
+        return Status::IOError("cuda: cannot create a cuBLAS handle on " + name_);
+      cublasSetStream(h, S(Stream::kCompute));
+      blas_ = h;
+    }
+    *handle = blas_;
+    return Status::OK();
+  }
+  bool integrated() const override { return integrated_; }
+  Status FreeMemory(uint64_t* free_bytes, uint64_t* total_bytes) override {
+    size_t f = 0, t = 0;
+    STRATA_CUDA_RETURN(cudaMemGetInfo(&f, &t), "reading the device's free memory");
+    *free_bytes = f;
+    *total_bytes = t;
+    if (integrated_) {
+      const uint64_t avail = SystemAvailableBytes();
+      if (avail > 0) *free_bytes = std::min<uint64_t>(f, avail);
+    }
+    return Status::OK();
+  }
+  Status MapHost(const void* p, size_t bytes, bool read_only, const void** device) override {
+    unsigned flags = cudaHostRegisterMapped | (read_only ? cudaHostRegisterReadOnly : 0u);
+    STRATA_CUDA_RETURN(cudaHostRegister(const_cast<void*>(p), bytes, flags),
+                       "pinning " + std::to_string(bytes) + " bytes of host memory for the GPU");
+    void* dev = nullptr;
+    cudaError_t e = cudaHostGetDevicePointer(&dev, const_cast<void*>(p), 0);
+    if (e != cudaSuccess) {
+      cudaHostUnregister(const_cast<void*>(p));
+      return CudaError(e, "mapping pinned host memory into the device's address space");
+    }
+    *device = dev;
+    return Status::OK();
+  }
+  void UnmapHost(const void* p) override {
+    if (p) cudaHostUnregister(const_cast<void*>(p));
+  }
+  Status TakeStores(std::vector<kernels::cuda::StoreF16Op>* ops) override {
+    ops->clear();
+    if (!memory_.deferred_.ok()) {
+      Status s = memory_.deferred_;
+      memory_.deferred_ = Status::OK();
+      memory_.pending_.clear();
+      return s;
+    }
+    ops->swap(memory_.pending_);
+    return Status::OK();
+  }
+  Status ExpandQ8_0(const void* src, int64_t n_rows, int64_t n, uint16_t* dst) override {
+    kernels::cuda::ExpandQ8_0Rows(static_cast<const uint8_t*>(src), n_rows, n, dst,
+                                  S(Stream::kCompute));
+    return CheckLaunch("expanding Q8_0 KV rows");
+  }
+  Status BeginCapture() override {
+    STRATA_CUDA_RETURN(
+        cudaStreamBeginCapture(S(Stream::kCompute), cudaStreamCaptureModeThreadLocal),
+        "starting a graph capture");
+    return Status::OK();
+  }
+  Status EndCapture(std::unique_ptr<Graph>* out) override {
+    cudaGraph_t g = nullptr;
+    STRATA_CUDA_RETURN(cudaStreamEndCapture(S(Stream::kCompute), &g), "ending a graph capture");
+    cudaGraphExec_t e = nullptr;
+    cudaError_t r = cudaGraphInstantiate(&e, g, 0);
+    if (r != cudaSuccess) {
+      cudaGraphDestroy(g);
+      return CudaError(r, "instantiating a captured graph");
+    }
+    *out = std::make_unique<CudaGraphImpl>(g, e, S(Stream::kCompute));
+    return Status::OK();
   }
   Status HostAlloc(size_t bytes, void** host, void** device) override {
     STRATA_CUDA_RETURN(cudaHostAlloc(host, std::max<size_t>(bytes, 1), cudaHostAllocMapped),
@@ -221,6 +343,10 @@ class CudaDeviceImpl final : public CudaDevice {
   };
   int ordinal_ = 0;
   std::string name_;
+  bool integrated_ = false;
+  void* blas_ = nullptr;
+  std::unordered_map<void*, size_t> sizes_;
+  uint64_t allocated_ = 0;
   cudaStream_t streams_[2] = {nullptr, nullptr};
   Ring rings_[2];
   cudaEvent_t after_compute_ = nullptr;
@@ -234,14 +360,23 @@ Status DeviceTierMemory::Allocate(size_t bytes, size_t alignment, TierArena* out
   if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096)
     return Status::InvalidArgument("device memory: alignment " + std::to_string(alignment) +
                                    " is not a power of two up to 4096");
+  // cudaMalloc aligns to 256 at least. Counted apart from Malloc's allocations: an arena
+  // may outlive the device object.
   void* p = nullptr;
-  STRATA_RETURN_IF_ERROR(d_->Malloc(bytes, &p));  // cudaMalloc aligns to 256 at least
-  cudaError_t e = cudaMemset(p, 0, std::max<size_t>(bytes, 1));
+  cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+  if (e != cudaSuccess)
+    return CudaError(e, "allocating " + std::to_string(bytes) + " bytes of device memory");
+  e = cudaMemset(p, 0, std::max<size_t>(bytes, 1));
   if (e != cudaSuccess) {
     cudaFree(p);
     return CudaError(e, "clearing device memory");
   }
-  *out = TierArena(static_cast<std::byte*>(p), [](std::byte* q) { cudaFree(q); });
+  std::shared_ptr<std::atomic<uint64_t>> counter = bytes_;
+  *counter += bytes;
+  *out = TierArena(static_cast<std::byte*>(p), [counter, bytes](std::byte* q) {
+    cudaFree(q);
+    *counter -= bytes;
+  });
   if (alignment > 256 && reinterpret_cast<uintptr_t>(p) % alignment != 0)
     return Status::Internal("device memory: cudaMalloc returned memory not aligned to " +
                             std::to_string(alignment));

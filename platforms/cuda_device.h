@@ -19,6 +19,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -74,6 +75,48 @@ class CudaDevice {
   // the device aliases of pinned host memory); the list itself is uploaded first.
   virtual Status CopyExtents(std::span<const kernels::cuda::CopyOp> ops, Stream s) = 0;
 
+  // The capabilities below have defaults that say "not supported", so a stand-in for a
+  // device (the host-backed ones of the tests) implements only what it uses.
+
+  // The device's cuBLAS handle, bound to the compute stream (created on first use).
+  virtual Status Blas(void** handle) { return Unsupported(handle, "cuBLAS"); }
+  // Whether the GPU shares the host's RAM (an integrated GPU: Jetson-class boards). Such a
+  // GPU reads pinned host memory at full speed, so weights and KV are best kept where the
+  // CPU can read them too, once.
+  virtual bool integrated() const { return false; }
+  // Memory this process can still place on the device. On an integrated GPU the CUDA
+  // figure counts memory the OS would have to reclaim from caches it cannot drop for a
+  // pinned allocation, so the smaller of it and the system's MemAvailable is reported.
+  virtual Status FreeMemory(uint64_t* free_bytes, uint64_t* total_bytes) {
+    *free_bytes = *total_bytes = 0;
+    return Status::NotSupported(name() + ": no free-memory query");
+  }
+  // Device memory allocated through this device (Malloc and memory()) and not freed.
+  virtual uint64_t allocated_bytes() const { return 0; }
+  // Pins `bytes` of existing host memory at p (e.g. the model file's mapping) and maps it
+  // into the device's address space: *device receives the address kernels use. read_only
+  // allows a read-only mapping. UnmapHost undoes it.
+  virtual Status MapHost(const void* p, size_t bytes, bool read_only, const void** device);
+  virtual void UnmapHost(const void* /*p*/) {}
+  // Hands over the StoreF16 calls queued since the last flush instead of launching them (a
+  // captured graph launches them from a list of its own).
+  virtual Status TakeStores(std::vector<kernels::cuda::StoreF16Op>* ops);
+
+  // Enqueues on the compute stream the expansion of n_rows Q8_0 rows of n values (device
+  // memory at src) into F16 rows at dst (KV records for attention).
+  virtual Status ExpandQ8_0(const void* src, int64_t n_rows, int64_t n, uint16_t* dst);
+
+  // A captured sequence of compute-stream work that can be launched again and again.
+  class Graph {
+   public:
+    virtual ~Graph() = default;
+    virtual Status Launch() = 0;
+  };
+  // Everything enqueued on the compute stream between BeginCapture and EndCapture is
+  // recorded, not run. No synchronizing call may come in between.
+  virtual Status BeginCapture() { return Status::NotSupported(name() + ": no graph capture"); }
+  virtual Status EndCapture(std::unique_ptr<Graph>* out);
+
   // Events mark a point of a stream: a transfer's end.
   class Event {
    public:
@@ -82,6 +125,12 @@ class CudaDevice {
     virtual Status Wait() = 0;
   };
   virtual Status Record(Stream s, std::unique_ptr<Event>* out) = 0;
+
+ private:
+  Status Unsupported(void** out, const char* what) const {
+    *out = nullptr;
+    return Status::NotSupported(name() + ": no " + what);
+  }
 };
 
 }  // namespace strata

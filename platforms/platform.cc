@@ -87,6 +87,25 @@ Status ParseComputeDevice(const std::string& text, int32_t* cuda_device) {
   return Status::InvalidArgument("'" + text + "' is not a device (cpu, cuda or cuda:N)");
 }
 
+Status CudaDevice::MapHost(const void*, size_t, bool, const void** device) {
+  *device = nullptr;
+  return Status::NotSupported(name() + ": cannot map host memory");
+}
+
+Status CudaDevice::TakeStores(std::vector<kernels::cuda::StoreF16Op>* ops) {
+  ops->clear();
+  return Status::NotSupported(name() + ": stores cannot be taken");
+}
+
+Status CudaDevice::ExpandQ8_0(const void*, int64_t, int64_t, uint16_t*) {
+  return Status::NotSupported(name() + ": cannot expand Q8_0 rows");
+}
+
+Status CudaDevice::EndCapture(std::unique_ptr<Graph>* out) {
+  out->reset();
+  return Status::NotSupported(name() + ": no graph capture");
+}
+
 std::string ComputeDeviceName(int32_t cuda_device) {
   return cuda_device < 0 ? "cpu" : "cuda:" + std::to_string(cuda_device);
 }

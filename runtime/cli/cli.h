@@ -24,6 +24,7 @@ struct CommonFlags {
   int32_t batch = 0;
   std::string kv;
   std::string device;
+  std::string gpu_weights;
   std::string kv_dir;
   int64_t kv_budget = 0;
   CLI::Option* threads_opt = nullptr;
@@ -31,6 +32,7 @@ struct CommonFlags {
   CLI::Option* batch_opt = nullptr;
   CLI::Option* kv_opt = nullptr;
   CLI::Option* device_opt = nullptr;
+  CLI::Option* gpu_weights_opt = nullptr;
   CLI::Option* kv_dir_opt = nullptr;
   CLI::Option* kv_budget_opt = nullptr;
 };

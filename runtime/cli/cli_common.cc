@@ -24,6 +24,10 @@ void AddCommonFlags(CLI::App* app, CommonFlags* f) {
   f->kv_opt = app->add_option("--kv", f->kv, "KV policy: memory, disk");
   f->device_opt = app->add_option("--device", f->device,
                                   "cpu (default) or cuda[:N]: run the forward pass on a GPU");
+  f->gpu_weights_opt =
+      app->add_option("--gpu-weights", f->gpu_weights,
+                      "on a GPU: auto, device (copied into GPU memory) or mapped (read in place "
+                      "from the model file, as an integrated GPU does)");
   f->kv_dir_opt = app->add_option("--kv-dir", f->kv_dir, "directory of the disk KV store");
   f->kv_budget_opt =
       app->add_option("--kv-budget", f->kv_budget, "disk KV memory per sequence in bytes");
@@ -40,6 +44,9 @@ Status ResolveConfig(const CommonFlags& f, Config* cfg) {
   if (f.device_opt->count())
     STRATA_RETURN_IF_ERROR(
         ParseComputeDevice(f.device, &cfg->engine.cuda_device).WithContext("--device"));
+  if (f.gpu_weights_opt->count())
+    STRATA_RETURN_IF_ERROR(
+        ParseGpuWeights(f.gpu_weights, &cfg->engine.gpu.weights).WithContext("--gpu-weights"));
   if (f.kv_budget_opt->count()) {
     if (f.kv_budget < 0)
       return Status::InvalidArgument("--kv-budget: " + std::to_string(f.kv_budget) +

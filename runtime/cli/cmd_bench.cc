@@ -18,6 +18,8 @@ struct BenchFlags {
   int32_t pp = 512;
   int32_t tg = 128;
   int32_t reps = 3;
+  int32_t depth = 0;  // tokens already in each sequence before pp and tg (llama-bench -d)
+  int32_t seqs = 1;   // sequences decoded together in tg
   bool json = false;
 };
 
@@ -26,20 +28,30 @@ using Clock = std::chrono::steady_clock;
 Status Bench(const BenchFlags& f) {
   Config cfg;
   STRATA_RETURN_IF_ERROR(ResolveConfig(f.common, &cfg));
-  if (f.pp < 0 || f.tg < 0 || f.reps < 1)
-    return Status::InvalidArgument("--pp and --tg must be >= 0 and --reps >= 1");
+  if (f.pp < 0 || f.tg < 0 || f.reps < 1 || f.depth < 0 || f.seqs < 1 || f.seqs > 4096)
+    return Status::InvalidArgument(
+        "--pp, --tg and --depth must be >= 0, --reps >= 1 and --seqs in [1, 4096]");
   std::string path;
   STRATA_RETURN_IF_ERROR(ResolveModelPath(f.common, cfg, &path));
   std::unique_ptr<Model> model;
   STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
-  if (!f.common.ctx_opt->count()) cfg.engine.n_ctx = std::max(f.pp, 1) + f.tg;
-  if (!f.common.batch_opt->count()) cfg.engine.n_batch = std::max(f.pp, 1);
+  if (!f.common.ctx_opt->count()) cfg.engine.n_ctx = f.depth + std::max(f.pp, 1) + f.tg;
+  if (!f.common.batch_opt->count()) cfg.engine.n_batch = std::max({f.pp, f.seqs, 1});
+  cfg.engine.max_sequences = std::max(cfg.engine.max_sequences, f.seqs);
+  // On a GPU, what the device had free before the engine existed tells what it took (the
+  // CUDA context, created when the device opens, is not counted).
+  uint64_t gpu_free0 = 0, gpu_total = 0;
+  if (cfg.engine.cuda_device >= 0) {
+    STRATA_RETURN_IF_ERROR(CudaDevice::Open(cfg.engine.cuda_device, &cfg.engine.cuda));
+    STRATA_RETURN_IF_ERROR(cfg.engine.cuda->FreeMemory(&gpu_free0, &gpu_total));
+  }
   std::unique_ptr<Engine> engine;
   STRATA_RETURN_IF_ERROR(Engine::Create(*model, cfg.engine, &engine));
   const int32_t n_vocab = model->hparams().n_vocab;
   std::mt19937 rng(42);
-  std::vector<int32_t> prompt(f.pp);
+  std::vector<int32_t> prompt(f.pp), context(f.depth);
   for (int32_t& t : prompt) t = int32_t(rng() % uint32_t(n_vocab));
+  for (int32_t& t : context) t = int32_t(rng() % uint32_t(n_vocab));
 
   std::vector<double> pp_tps, tg_tps;
   std::vector<float> logits;
@@ -58,24 +70,32 @@ Status Bench(const BenchFlags& f) {
     if (f.pp > 0) {
       SeqId seq;
       STRATA_RETURN_IF_ERROR(engine->NewSequence(&seq));
+      if (f.depth > 0) STRATA_RETURN_IF_ERROR(engine->Prefill(seq, context, &logits));
       const auto a = Clock::now();
       STRATA_RETURN_IF_ERROR(engine->Prefill(seq, prompt, &logits));
       pp_tps.push_back(f.pp / std::chrono::duration<double>(Clock::now() - a).count());
       STRATA_RETURN_IF_ERROR(engine->RemoveSequence(seq));
     }
     if (f.tg > 0) {
-      SeqId seq;
-      STRATA_RETURN_IF_ERROR(engine->NewSequence(&seq));
+      std::vector<SeqId> seqs(size_t(f.seqs));
+      for (SeqId& seq : seqs) {
+        STRATA_RETURN_IF_ERROR(engine->NewSequence(&seq));
+        if (f.depth > 0) STRATA_RETURN_IF_ERROR(engine->Prefill(seq, context, &logits));
+      }
       int32_t tok = 1;
       const auto a = Clock::now();
       for (int32_t i = 0; i < f.tg; ++i) {
         batch.Clear();
-        batch.Add(seq, i, {&tok, 1});
+        for (size_t j = 0; j < seqs.size(); ++j) {
+          const int32_t t = int32_t((tok + 31 * j) % uint32_t(n_vocab));
+          batch.Add(seqs[j], f.depth + i, {&t, 1});
+        }
         STRATA_RETURN_IF_ERROR(engine->Evaluate(batch, &logits));
         tok = int32_t((tok * 7919 + i) % n_vocab);  // any token: no sampling, like llama-bench
       }
-      tg_tps.push_back(f.tg / std::chrono::duration<double>(Clock::now() - a).count());
-      STRATA_RETURN_IF_ERROR(engine->RemoveSequence(seq));
+      tg_tps.push_back(double(f.tg) * f.seqs /
+                       std::chrono::duration<double>(Clock::now() - a).count());
+      for (SeqId seq : seqs) STRATA_RETURN_IF_ERROR(engine->RemoveSequence(seq));
     }
   }
   auto median = [](std::vector<double> v) {
@@ -84,17 +104,29 @@ Status Bench(const BenchFlags& f) {
     return v[v.size() / 2];
   };
   const int64_t rss = PeakRssBytes();
+  uint64_t gpu_used = 0;
+  if (cfg.engine.cuda) {
+    uint64_t free1 = 0, total1 = 0;
+    STRATA_RETURN_IF_ERROR(cfg.engine.cuda->FreeMemory(&free1, &total1));
+    gpu_used = gpu_free0 > free1 ? gpu_free0 - free1 : 0;
+  }
   if (f.json) {
     nlohmann::json j{{"model", path},
                      {"threads", engine->options().n_threads},
                      {"pp", f.pp},
                      {"tg", f.tg},
                      {"reps", f.reps},
+                     {"depth", f.depth},
+                     {"seqs", f.seqs},
+                     {"kv", KvPolicyKindName(cfg.engine.kv.policy)},
                      {"pp_tokens_per_second", median(pp_tps)},
                      {"tg_tokens_per_second", median(tg_tps)},
                      {"pp_runs", pp_tps},
                      {"tg_runs", tg_tps},
                      {"peak_rss_bytes", rss},
+                     {"backend", engine->forward().description()},
+                     {"gpu_bytes_taken", gpu_used},
+                     {"gpu_bytes_forward", engine->forward().device_bytes()},
                      {"kernels", kernels::IsaName(kernels::ActiveIsa())}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -104,6 +136,9 @@ Status Bench(const BenchFlags& f) {
     if (f.pp > 0) std::printf("| pp%-3d | %8.2f |\n", f.pp, median(pp_tps));
     if (f.tg > 0) std::printf("| tg%-3d | %8.2f |\n", f.tg, median(tg_tps));
     std::printf("peak RSS %.1f MiB\n", rss / 1048576.0);
+    if (cfg.engine.cuda)
+      std::printf("%s; GPU memory taken %.1f MiB\n", engine->forward().description().c_str(),
+                  gpu_used / 1048576.0);
   }
   return Status::OK();
 }
@@ -117,6 +152,9 @@ void AddBenchCommand(CLI::App* app) {
   cmd->add_option("--pp", f->pp, "prompt tokens per pp run (0 = skip)");
   cmd->add_option("--tg", f->tg, "generated tokens per tg run (0 = skip)");
   cmd->add_option("--reps", f->reps, "repetitions (the median is reported)");
+  cmd->add_option("-d,--depth", f->depth,
+                  "tokens already in the context before each pp and tg run (llama-bench -d)");
+  cmd->add_option("--seqs", f->seqs, "sequences decoded together in the tg runs");
   cmd->add_flag("--json", f->json, "print JSON");
   cmd->callback([f] {
     Status s = Bench(*f);

@@ -194,6 +194,21 @@ const std::vector<Setting>& Schema() {
     };
     device.get = [](const Config& c) { return ComputeDeviceName(c.engine.cuda_device); };
     v.push_back(std::move(device));
+    Setting gpu_weights{"gpu.weights",
+                        "where a GPU reads the weights: auto (mapped on an integrated GPU), "
+                        "device (a copy in GPU memory), mapped (in place, from the model file)",
+                        nullptr, nullptr};
+    gpu_weights.set = [](const YAML::Node& n, const Where& w, Config* c) -> Status {
+      STRATA_RETURN_IF_ERROR(Expect(n, w, "a placement"));
+      Status s = ParseGpuWeights(n.Scalar(), &c->engine.gpu.weights);
+      return s.ok() ? s : Status::InvalidArgument(w.str() + ": " + s.message());
+    };
+    gpu_weights.get = [](const Config& c) {
+      return std::string(GpuWeightsName(c.engine.gpu.weights));
+    };
+    v.push_back(std::move(gpu_weights));
+    v.push_back(Bool("gpu.graphs", "capture a GPU decode step once and replay it",
+                     [](Config& c) -> bool& { return c.engine.gpu.graphs; }));
     Setting kv_policy{"kv.policy", "where KV lives: memory, disk", nullptr, nullptr};
     kv_policy.set = [](const YAML::Node& n, const Where& w, Config* c) -> Status {
       STRATA_RETURN_IF_ERROR(Expect(n, w, "a policy name"));

@@ -9,6 +9,7 @@
 
 #include "runtime/engine/forward_cuda.h"
 #include "runtime/engine/text_stream.h"
+#include "runtime/kv/device_view_kv.h"
 #include "runtime/kv/memory_kv.h"
 
 namespace strata {
@@ -97,12 +98,17 @@ Status Engine::Create(const Model& model, const EngineOptions& options,
           std::to_string(hp.head_dim));
     o.n_ctx = sh.n_ctx;
     e->kv_ = std::move(kv);
+  } else if (o.cuda && o.kv.policy != KvPolicyKind::kMemory) {
+    // A host policy (the disk policy: block store, reuse slots, selection on the host) seen
+    // by the GPU through DeviceViewKv.
+    std::unique_ptr<KvPolicy> host;
+    STRATA_RETURN_IF_ERROR(
+        CreateKvPolicy(model, o.kv, o.n_ctx, o.max_sequences, e->pool_.get(), &host));
+    std::unique_ptr<DeviceViewKv> dv;
+    STRATA_RETURN_IF_ERROR(DeviceViewKv::Create(std::move(host), o.cuda, &dv));
+    e->kv_ = std::move(dv);
   } else if (o.cuda) {
     // On a GPU the memory policy keeps every sequence's KV in the device's memory.
-    if (o.kv.policy != KvPolicyKind::kMemory)
-      return Status::InvalidArgument(std::string("kv.policy ") + KvPolicyKindName(o.kv.policy) +
-                                     " runs on the CPU only; on " + o.cuda->name() +
-                                     " use kv.policy memory (or beam search)");
     const HParams& hp = model.hparams();
     std::unique_ptr<MemoryKv> mkv;
     STRATA_RETURN_IF_ERROR(MemoryKv::Create({hp.n_layer, hp.n_head_kv, hp.head_dim, o.n_ctx},
@@ -116,7 +122,7 @@ Status Engine::Create(const Model& model, const EngineOptions& options,
   const int64_t most_rows = std::min<int64_t>(o.n_batch, int64_t(o.n_ctx) * o.max_sequences);
   if (o.cuda) {
     STRATA_RETURN_IF_ERROR(
-        CreateCudaForward(model, e->kv_.get(), o.cuda, int32_t(most_rows), &e->forward_));
+        CreateCudaForward(model, e->kv_.get(), o.cuda, int32_t(most_rows), o.gpu, &e->forward_));
   } else {
     if (e->kv_->device_memory())
       return Status::InvalidArgument(std::string("KV policy '") + e->kv_->name() +

@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "runtime/engine/forward.h"
+#include "runtime/engine/forward_cuda.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/engine/thread_pool.h"
 #include "runtime/kv/kv_options.h"
@@ -36,6 +37,8 @@ struct EngineOptions {
   int32_t cuda_device = -1;
   // An already open GPU (a policy passed to Create must keep its KV in its memory).
   std::shared_ptr<CudaDevice> cuda;
+  // How the forward pass runs there (weight placement, decode graphs, batch invariance).
+  CudaForwardOptions gpu;
 };
 
 Status ValidateEngineOptions(const EngineOptions& o, const HParams& hp);
@@ -108,6 +111,7 @@ class Engine {
   Status Generate(std::span<GenerationRequest> requests, GenerationStats* stats);
 
   const ForwardTimes& forward_times() const { return forward_->times(); }
+  const ForwardPass& forward() const { return *forward_; }
 
  private:
   Engine(const Model& model, const EngineOptions& options);

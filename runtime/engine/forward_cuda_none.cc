@@ -4,7 +4,7 @@
 namespace strata {
 
 Status CreateCudaForward(const Model&, KvPolicy*, std::shared_ptr<CudaDevice>, int32_t,
-                         std::unique_ptr<ForwardPass>*) {
+                         const CudaForwardOptions&, std::unique_ptr<ForwardPass>*) {
   return Status::NotSupported(
       "cuda: this build of Strata has no CUDA support (configure with the CUDA toolkit "
       "installed, or -DSTRATA_CUDA=ON)");

@@ -124,6 +124,14 @@ class KvPolicy {
   // True when the policy keeps KV in GPU memory: its views then hold device pointers and the
   // forward pass must run on that GPU (the CUDA backend).
   virtual bool device_memory() const { return false; }
+  // True when a pass's only device work is the StoreF16 calls of its TierMemory and its views
+  // follow from the host's state alone (no I/O, no copies): a GPU engine may then make every
+  // layer's Append and View calls before it launches the pass, and replay a captured graph.
+  virtual bool views_precomputable() const { return false; }
+  // True when Prepare and Append take host pointers although the views hold device pointers
+  // (a host policy seen from a GPU through DeviceViewKv): the GPU engine copies the hidden
+  // states and the new K/V rows to the host before it calls them.
+  virtual bool host_inputs() const { return false; }
 };
 
 }  // namespace strata

@@ -38,6 +38,7 @@ class MemoryKv final : public KvPolicy {
   void AbortBatch() override;
   KvCounters counters() const override;
   bool device_memory() const override { return memory_ != nullptr && memory_->device(); }
+  bool views_precomputable() const override { return device_memory(); }
 
  private:
   struct Sequence;

@@ -76,6 +76,8 @@ class GgufFile {
   uint64_t file_size() const { return size_; }
   uint32_t alignment() const { return alignment_; }      // general.alignment, default 32
   uint64_t data_offset() const { return data_offset_; }  // start of the tensor data section
+  // The whole file as mapped (or the caller's buffer): tensors' data point into it.
+  const void* base() const { return base_; }
 
   const GgufValue* Find(std::string_view key) const;
   // Typed getters: NotFound when absent, InvalidArgument naming key and actual type when

@@ -177,6 +177,8 @@ Status Search::Setup(int32_t prompt_tokens) {
   eo.n_batch = std::max(512, 2 * p_.n_beams);
   eo.max_sequences = ko.max_sequences;
   eo.cuda = gpu;
+  // Beams must not depend on how they are grouped: every pass takes the GPU's GEMV path.
+  eo.gpu.batch_invariant = true;
   return Engine::Create(model_, eo, std::move(kv), &engine_);
 }
 
