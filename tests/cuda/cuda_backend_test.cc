@@ -19,6 +19,8 @@
 #include "runtime/kv/prefix_tree_kv.h"
 #include "runtime/model/synthetic_model.h"
 #include "runtime/search/beam_search.h"
+#include "tests/kv/disk_kv_test_util.h"
+#include "tests/testing/host_backed_device.h"
 #include "tests/testing/test_model.h"
 
 namespace strata {
@@ -66,20 +68,6 @@ class CudaBackendTest : public ::testing::Test {
 std::string* CudaBackendTest::path_ = nullptr;
 std::unique_ptr<Model>* CudaBackendTest::model_ = nullptr;
 
-// Host memory that claims to be a device's: what a policy may not pair with a CPU-side tier.
-class FakeDeviceMemory final : public TierMemory {
- public:
-  const char* name() const override { return "fake device"; }
-  bool device() const override { return true; }
-  Status Allocate(size_t bytes, size_t alignment, TierArena* out) override {
-    return HostMemory()->Allocate(bytes, alignment, out);
-  }
-  void StoreF16(uint16_t* dst, const float* src, int64_t n) override {
-    HostMemory()->StoreF16(dst, src, n);
-  }
-  void Copy(void* dst, const void* src, size_t n) override { HostMemory()->Copy(dst, src, n); }
-};
-
 TEST_F(CudaBackendTest, AskingForAGpuThatIsNotThereIsAClearError) {
   std::shared_ptr<CudaDevice> d;
   const int n = CudaDevice::Count();
@@ -118,7 +106,7 @@ TEST_F(CudaBackendTest, AnEngineOnAMissingGpuIsAClearError) {
 TEST_F(CudaBackendTest, GpuMemoryNeedsASlowTierThatMovesIt) {
   const HParams& hp = model().hparams();
   KvShape shape{hp.n_layer, hp.n_head_kv, hp.head_dim, 256};
-  FakeDeviceMemory mem;
+  testing::FakeDeviceTier mem;
   PrefixTreeKvOptions o;
   o.max_blocks = 64;
   o.fast_budget_bytes = 64 * PrefixTreeKv::BlockBytes(shape, o.block_tokens, 4096);
@@ -236,15 +224,6 @@ TEST_F(CudaBackendTest, GpuLogitsMatchTheCpuBackend) {
   std::vector<float> mem;
   STRATA_ASSERT_OK(GpuMemoryKvLogits(model(), ids, &mem));
   EXPECT_EQ(mem, gpu);
-  // The disk policy stays on the CPU, and says so.
-  EngineOptions eo;
-  eo.cuda_device = 0;
-  eo.kv.policy = KvPolicyKind::kDisk;
-  std::unique_ptr<Engine> e;
-  Status s = Engine::Create(model(), eo, &e);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("kv.policy disk runs on the CPU only"), std::string::npos)
-      << s.ToString();
 }
 
 TEST_F(CudaBackendTest, BeamSearchOnTheGpuIsIdenticalUnderEveryScheduleAndBudget) {
@@ -289,6 +268,215 @@ TEST_F(CudaBackendTest, BeamSearchOnTheGpuIsIdenticalUnderEveryScheduleAndBudget
       EXPECT_GT(gs.kv.bytes_written, 0u) << what;
       EXPECT_EQ(gs.kv.live_blocks, 0u) << what;
     }
+}
+
+// ---- Quantized weights, captured decode, mapped weights, the disk policy on the GPU -----
+
+// A synthetic model whose matrices are all of type t, sized for the K formats (256 wide).
+SyntheticModelSpec QuantSpec(kernels::DType t) {
+  SyntheticModelSpec s;
+  s.n_layer = 2;
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_ff = 512;
+  s.n_ctx_train = 1024;
+  s.weight_type = t;
+  s.output_type = t;
+  return s;
+}
+
+Status GpuEngine(const Model& m, int32_t n_ctx, int32_t max_seqs, const CudaForwardOptions& g,
+                 std::unique_ptr<Engine>* e) {
+  EngineOptions eo;
+  eo.n_threads = 1;
+  eo.n_ctx = n_ctx;
+  eo.max_sequences = max_seqs;
+  eo.cuda_device = 0;
+  eo.gpu = g;
+  return Engine::Create(m, eo, e);
+}
+
+TEST(CudaQuantModelTest, WeightsStayInTheirTypeAndTheGpuMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  testing::KvTempDir dir;
+  for (kernels::DType t : {kernels::DType::kQ4_0, kernels::DType::kQ4_1, kernels::DType::kQ8_0,
+                           kernels::DType::kQ4_K, kernels::DType::kQ6_K}) {
+    const std::string name = kernels::TypeName(t);
+    std::unique_ptr<Model> m;
+    STRATA_ASSERT_OK(testing::LoadSyntheticModel(QuantSpec(t), dir.path(), name, &m));
+    const std::vector<int32_t> ids = testing::TestTokens(70, m->hparams().n_vocab, 3);
+    std::vector<float> gpu, cpu;
+    // 70 tokens in one pass: the cuBLAS path.
+    STRATA_ASSERT_OK(GpuMemoryKvLogits(*m, ids, &gpu));
+    STRATA_ASSERT_OK(CpuLogits(*m, ids, &cpu));
+    const Agreement a = Compare(gpu, cpu, m->hparams().n_vocab, 0.5f);
+    std::printf("%s prefill: relative RMS %.4f, top-1 %.1f%%\n", name.c_str(), a.rel_rms,
+                a.all * 100);
+    EXPECT_LT(a.rel_rms, 0.03) << name;
+    EXPECT_GE(a.clear, 0.95) << name;
+    // Decode-sized passes: the quantized GEMVs (and a captured graph).
+    std::unique_ptr<Engine> ge, ce;
+    STRATA_ASSERT_OK(GpuEngine(*m, 128, 1, {}, &ge));
+    EngineOptions co;
+    co.n_threads = 1;
+    co.n_ctx = 128;
+    STRATA_ASSERT_OK(Engine::Create(*m, co, &ce));
+    SeqId gs, cs;
+    STRATA_ASSERT_OK(ge->NewSequence(&gs));
+    STRATA_ASSERT_OK(ce->NewSequence(&cs));
+    const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 20);
+    const std::vector<int32_t> decode(ids.begin() + 20, ids.end());
+    std::vector<std::vector<float>> gl, cl;
+    STRATA_ASSERT_OK(testing::RunTeacherForced(*ge, gs, prompt, decode, &gl));
+    STRATA_ASSERT_OK(testing::RunTeacherForced(*ce, cs, prompt, decode, &cl));
+    const double rel = testing::MaxRelativeDiff(gl, cl);
+    std::printf("%s decode: max relative difference %.4f\n", name.c_str(), rel);
+    EXPECT_LT(rel, 0.05) << name;
+    // The matrices stay quantized: far less than their F16 size on the GPU.
+    uint64_t f16 = 0;
+    for (const LayerWeights& L : m->weights().layers)
+      for (const TensorRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+        f16 += uint64_t(w->rows * w->cols) * 2;
+    f16 += uint64_t(m->weights().output.rows * m->weights().output.cols) * 2;
+    uint64_t quant = 0;
+    for (const LayerWeights& L : m->weights().layers)
+      for (const TensorRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+        quant += uint64_t(w->rows) * w->row_bytes;
+    quant += uint64_t(m->weights().output.rows) * m->weights().output.row_bytes;
+    const uint64_t held = ge->forward().device_bytes();
+    EXPECT_LT(held, quant + (f16 - quant) / 4) << name << ": the GPU holds " << held
+                                               << " bytes for " << quant << " of weights";
+  }
+}
+
+// Logits of a batch decode: 3 sequences prefilled with different lengths, then `steps`
+// passes of one token each for all three.
+Status BatchDecodeLogits(Engine& e, int32_t n_vocab, int steps, std::vector<float>* out) {
+  out->clear();
+  std::vector<SeqId> seqs(3);
+  std::vector<float> logits;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    STRATA_RETURN_IF_ERROR(e.NewSequence(&seqs[i]));
+    const auto p = testing::TestTokens(30 + int32_t(i) * 7, n_vocab, uint32_t(i) + 1);
+    STRATA_RETURN_IF_ERROR(e.Prefill(seqs[i], p, &logits));
+    out->insert(out->end(), logits.begin(), logits.end());
+  }
+  ForwardBatch b;
+  for (int s = 0; s < steps; ++s) {
+    b.Clear();
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const int32_t tok = int32_t((s * 131 + i * 17) % uint32_t(n_vocab));
+      b.Add(seqs[i], e.kv().Length(seqs[i]), {&tok, 1});
+    }
+    STRATA_RETURN_IF_ERROR(e.Evaluate(b, &logits));
+    out->insert(out->end(), logits.begin(), logits.end());
+  }
+  return Status::OK();
+}
+
+TEST(CudaQuantModelTest, CapturedDecodeAndMappedWeightsGiveTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  testing::KvTempDir dir;
+  std::unique_ptr<Model> m;
+  STRATA_ASSERT_OK(
+      testing::LoadSyntheticModel(QuantSpec(kernels::DType::kQ4_K), dir.path(), "q4k", &m));
+  const int32_t nv = m->hparams().n_vocab;
+  auto run = [&](bool graphs, GpuWeights w, std::vector<float>* out, std::string* desc) {
+    CudaForwardOptions g;
+    g.graphs = graphs;
+    g.weights = w;
+    std::unique_ptr<Engine> e;
+    STRATA_ASSERT_OK(GpuEngine(*m, 128, 3, g, &e));
+    *desc = e->forward().description();
+    STRATA_ASSERT_OK(BatchDecodeLogits(*e, nv, 12, out));
+  };
+  std::vector<float> captured, plain, mapped;
+  std::string d1, d2, d3;
+  run(true, GpuWeights::kDevice, &captured, &d1);
+  run(false, GpuWeights::kDevice, &plain, &d2);
+  run(true, GpuWeights::kMapped, &mapped, &d3);
+  EXPECT_NE(d1.find("decode graphs"), std::string::npos) << d1;
+  EXPECT_EQ(d2.find("decode graphs"), std::string::npos) << d2;
+  EXPECT_NE(d3.find("mapped"), std::string::npos) << d3;
+  ASSERT_EQ(captured.size(), plain.size());
+  EXPECT_TRUE(captured == plain) << "a captured decode step differs from the launched one";
+  EXPECT_TRUE(captured == mapped) << "weights read in place differ from the device copy";
+}
+
+TEST(CudaQuantModelTest, PrefillSizedPassesAgreeWithTheBatchInvariantPath) {
+  SKIP_WITHOUT_GPU();
+  testing::KvTempDir dir;
+  std::unique_ptr<Model> m;
+  STRATA_ASSERT_OK(
+      testing::LoadSyntheticModel(QuantSpec(kernels::DType::kQ4_0), dir.path(), "q40", &m));
+  const std::vector<int32_t> ids = testing::TestTokens(96, m->hparams().n_vocab, 9);
+  std::vector<std::vector<float>> logits(2);
+  for (int inv = 0; inv < 2; ++inv) {
+    CudaForwardOptions g;
+    g.batch_invariant = inv == 1;
+    std::unique_ptr<Engine> e;
+    STRATA_ASSERT_OK(GpuEngine(*m, 128, 1, g, &e));
+    SeqId s;
+    STRATA_ASSERT_OK(e->NewSequence(&s));
+    STRATA_ASSERT_OK(e->Prefill(s, ids, &logits[size_t(inv)], /*all_logits=*/true));
+  }
+  const Agreement a = Compare(logits[0], logits[1], m->hparams().n_vocab, 0.5f);
+  std::printf("cuBLAS prefill vs GEMV prefill: relative RMS %.5f\n", a.rel_rms);
+  EXPECT_LT(a.rel_rms, 0.01);
+  EXPECT_GE(a.clear, 0.98);
+}
+
+TEST(CudaDiskKvTest, TheDiskPolicyOnTheGpuFollowsTheCpuPolicy) {
+  SKIP_WITHOUT_GPU();
+  testing::KvTempDir dir;
+  std::unique_ptr<Model> m;
+  STRATA_ASSERT_OK(
+      testing::LoadSyntheticModel(QuantSpec(kernels::DType::kQ8_0), dir.path(), "q80", &m));
+  const std::string adapters = dir.path() + "/q80.adapters";
+  STRATA_ASSERT_OK(testing::WriteIdentityAdapters(*m, {1, 2, 4, 8}, adapters));
+  constexpr int32_t kCtx = 512;
+  EngineOptions o = testing::DiskEngineOptions(dir.path(), adapters, kCtx);
+  o.n_threads = 2;
+  o.kv.disk.budget_bytes = 0;  // 1/13 of the cache: sparse decode views
+  const auto ids = testing::TestTokens(300, m->hparams().n_vocab, 5);
+  const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 260);
+  const std::vector<int32_t> decode(ids.begin() + 260, ids.end());
+  std::vector<std::vector<float>> cpu, gpu;
+  KvCounters cc, gc;
+  {
+    std::unique_ptr<Engine> e;
+    STRATA_ASSERT_OK(Engine::Create(*m, o, &e));
+    SeqId s;
+    STRATA_ASSERT_OK(e->NewSequence(&s));
+    STRATA_ASSERT_OK(testing::RunTeacherForced(*e, s, prompt, decode, &cpu));
+    cc = e->kv().counters();
+  }
+  {
+    EngineOptions g = o;
+    g.cuda_device = 0;
+    std::unique_ptr<Engine> e;
+    STRATA_ASSERT_OK(Engine::Create(*m, g, &e));
+    EXPECT_STREQ(e->kv().name(), "disk");
+    EXPECT_TRUE(e->kv().device_memory());
+    SeqId s;
+    STRATA_ASSERT_OK(e->NewSequence(&s));
+    STRATA_ASSERT_OK(testing::RunTeacherForced(*e, s, prompt, decode, &gpu));
+    gc = e->kv().counters();
+  }
+  const double rel = testing::MaxRelativeDiff(gpu, cpu);
+  std::printf("disk policy GPU vs CPU: max relative logit difference %.4f; bytes read %llu vs "
+              "%llu, groups selected %llu vs %llu\n",
+              rel, (unsigned long long)gc.bytes_read, (unsigned long long)cc.bytes_read,
+              (unsigned long long)gc.groups_selected, (unsigned long long)cc.groups_selected);
+  EXPECT_LT(rel, 0.05);
+  EXPECT_GT(cc.bytes_read, 0u);
+  // The same policy selects from nearly the same hidden states: the same reads within a
+  // few percent (a score that ties to rounding may fall either way).
+  EXPECT_NEAR(double(gc.bytes_read), double(cc.bytes_read), 0.05 * double(cc.bytes_read));
+  EXPECT_NEAR(double(gc.groups_selected), double(cc.groups_selected),
+              0.05 * double(cc.groups_selected));
+  EXPECT_GT(gc.staging_bytes, 0u);
 }
 
 TEST(CudaRealModelTest, GpuAgreesWithTheCpuAndBeamsAreIdenticalUnderEverySchedule) {
@@ -348,6 +536,42 @@ TEST(CudaRealModelTest, GpuAgreesWithTheCpuAndBeamsAreIdenticalUnderEverySchedul
       EXPECT_EQ(got[i].score, ref[i].score) << BeamScheduleName(s) << " rank " << i;
     }
     EXPECT_LE(gs.kv.peak_fast_bytes, p.fast_budget_bytes) << BeamScheduleName(s);
+  }
+}
+
+TEST(CudaRealModelTest, DiskPolicyGreedyOutputOnTheGpuIsTheCpus) {
+  SKIP_WITHOUT_GPU();
+  STRATA_REQUIRE_REAL_MODEL(path);
+  const std::string adapters = path.substr(0, path.size() - 5) + ".adapters";
+  ASSERT_TRUE(std::filesystem::exists(adapters))
+      << adapters << " is missing: scripts/setup.sh makes it (strata calibrate)";
+  std::unique_ptr<Model> model;
+  STRATA_ASSERT_OK(Model::Load(path, &model));
+  testing::KvTempDir dir;
+  const char* prompts[] = {"The history of the printing press",
+                           "Write a short poem about the sea.",
+                           "List three uses of a paperclip:"};
+  for (const char* text : prompts) {
+    std::vector<std::vector<int32_t>> out;
+    for (int gpu = 0; gpu < 2; ++gpu) {
+      EngineOptions o;
+      o.n_threads = 2;
+      o.n_ctx = 1024;
+      o.kv.policy = KvPolicyKind::kDisk;
+      o.kv.disk.dir = dir.path();
+      o.cuda_device = gpu ? 0 : -1;
+      std::unique_ptr<Engine> e;
+      STRATA_ASSERT_OK(Engine::Create(*model, o, &e));
+      GenerationRequest r;
+      STRATA_ASSERT_OK(e->NewSequence(&r.seq));
+      STRATA_ASSERT_OK(model->tokenizer().Encode(text, true, false, &r.prompt));
+      r.params.max_tokens = 48;
+      r.params.sampling.temperature = 0;
+      STRATA_ASSERT_OK(e->Generate({&r, 1}, nullptr));
+      out.push_back(r.tokens);
+      std::printf("%s disk policy: %s\n", gpu ? "GPU" : "CPU", r.text.c_str());
+    }
+    EXPECT_EQ(out[0], out[1]) << text;
   }
 }
 

@@ -5,6 +5,7 @@
 // sees no CUDA device (CI has none); built only with the CUDA toolkit.
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -325,6 +326,253 @@ TEST_F(CudaKernelsTest, AttentionOverSpansMatchesTheCpuKernel) {
   CheckAttention(2, 4, 96);   // a head dimension the lanes do not divide evenly
   CheckAttention(1, 8, 128);  // two splits per query head
   CheckAttention(1, 16, 64);  // the most query heads per KV head, one split
+}
+
+
+// ---- Quantized weights ------------------------------------------------------------------
+
+// Rows of type t with Gaussian values (kernels::QuantizeRow).
+std::vector<uint8_t> QuantRows(kernels::DType t, int64_t rows, int64_t k, std::mt19937* rng) {
+  std::normal_distribution<float> nd(0.f, 0.05f);
+  const size_t rb = kernels::RowBytes(t, k);
+  std::vector<uint8_t> w(rb * size_t(rows));
+  std::vector<float> v(static_cast<size_t>(k));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& f : v) f = nd(*rng);
+    EXPECT_TRUE(kernels::QuantizeRow(t, v.data(), w.data() + rb * size_t(r), k));
+  }
+  return w;
+}
+
+// What the GPU's GEMV computes for one output, on the host: lane i sums units i, i + 32, ...
+// with the block math of quant_blocks.h, then the warp's butterfly reduction.
+template <class B>
+float HostGemvOutput(const uint8_t* row, int64_t k, const int8_t* xq, const kc::q::ActScale* xs) {
+  float lane[32] = {};
+  for (int l = 0; l < 32; ++l)
+    for (int64_t u = l; u < k / B::kUnit; u += 32) B::template Dot<1>(row, u, xq, xs, k, 1, &lane[l]);
+  for (int off = 16; off > 0; off >>= 1) {
+    float next[32];
+    for (int l = 0; l < 32; ++l) next[l] = lane[l] + lane[l ^ off];
+    std::memcpy(lane, next, sizeof(lane));
+  }
+  return lane[0];
+}
+
+template <class B>
+void CheckQuantMatmul(CudaKernelsTest* self, kernels::DType t, int64_t k, std::mt19937* rng,
+                      std::shared_ptr<CudaDevice> d, void* stream,
+                      const std::function<void*(size_t)>& alloc) {
+  const int64_t rows = 37;  // ragged against the kernel's rows per block
+  const std::vector<uint8_t> w = QuantRows(t, rows, k, rng);
+  const size_t rb = kernels::RowBytes(t, k);
+  auto* dw = static_cast<uint8_t*>(alloc(w.size()));
+  ASSERT_TRUE(d->CopyToDevice(dw, w.data(), w.size()).ok());
+  const int64_t n_max = 40;
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> x(static_cast<size_t>(n_max * k));
+  for (float& f : x) f = nd(*rng);
+  auto* dx = static_cast<float*>(alloc(x.size() * 4));
+  ASSERT_TRUE(d->CopyToDevice(dx, x.data(), x.size() * 4).ok());
+  auto* dq = static_cast<int8_t*>(alloc(size_t(n_max * k)));
+  auto* ds = static_cast<kc::q::ActScale*>(alloc(size_t(n_max * k / 32) * sizeof(kc::q::ActScale)));
+  kc::QuantizeActivations(dx, n_max, k, {dq, ds}, stream);
+  // The GPU's quantized activations are the host quantizer's, bit for bit.
+  std::vector<int8_t> xq(size_t(n_max * k)), hq(size_t(n_max * k));
+  std::vector<kc::q::ActScale> xs(size_t(n_max * k / 32)), hs(xs.size());
+  ASSERT_TRUE(d->Synchronize(CudaDevice::Stream::kCompute).ok());
+  ASSERT_TRUE(d->CopyToHostAsync(xq.data(), dq, xq.size(), CudaDevice::Stream::kCompute).ok());
+  ASSERT_TRUE(d->CopyToHostAsync(xs.data(), ds, xs.size() * sizeof(kc::q::ActScale),
+                                 CudaDevice::Stream::kCompute).ok());
+  ASSERT_TRUE(d->Synchronize(CudaDevice::Stream::kCompute).ok());
+  for (int64_t b = 0; b < n_max * k / 32; ++b)
+    kc::q::QuantizeActBlock(x.data() + b * 32, hq.data() + b * 32, &hs[size_t(b)]);
+  ASSERT_EQ(xq, hq) << kernels::TypeName(t);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    ASSERT_EQ(xs[i].d, hs[i].d) << i;
+    ASSERT_EQ(xs[i].s, hs[i].s) << i;
+  }
+  std::vector<float> alone;  // token 0..n-1 each computed alone
+  int64_t exact = 0, total = 0;
+  for (int64_t n : {1, 2, 3, 5, 8, 13, 40}) {
+    auto* dy = static_cast<float*>(alloc(size_t(n * rows) * 4));
+    const kc::QMatmulPart part{dw, rows, dy};
+    kc::QMatmulParts(t, &part, 1, k, dq, ds, n, stream);
+    std::vector<float> y(size_t(n * rows));
+    ASSERT_TRUE(d->Synchronize(CudaDevice::Stream::kCompute).ok());
+    ASSERT_TRUE(
+        d->CopyToHostAsync(y.data(), dy, y.size() * 4, CudaDevice::Stream::kCompute).ok());
+    ASSERT_TRUE(d->Synchronize(CudaDevice::Stream::kCompute).ok());
+    for (int64_t tok = 0; tok < n; ++tok)
+      for (int64_t r = 0; r < rows; ++r) {
+        const float ref = HostGemvOutput<B>(w.data() + rb * size_t(r), k, xq.data() + tok * k,
+                                            xs.data() + tok * (k / 32));
+        const float got = y[size_t(tok * rows + r)];
+        ASSERT_NEAR(got, ref, 1e-5f * (1.f + std::fabs(ref)))
+            << kernels::TypeName(t) << " n " << n << " token " << tok << " row " << r;
+        exact += got == ref;
+        ++total;
+      }
+    // Each token's outputs are the same bits whatever the batch around it.
+    if (n == 1) {
+      alone.resize(size_t(n_max * rows));
+    }
+    for (int64_t tok = 0; tok < n; ++tok) {
+      const kc::QMatmulPart one{dw, rows, dy};
+      kc::QMatmulParts(t, &one, 1, k, dq + tok * k, ds + tok * (k / 32), 1, stream);
+      std::vector<float> y1(static_cast<size_t>(rows));
+      ASSERT_TRUE(d->Synchronize(CudaDevice::Stream::kCompute).ok());
+      ASSERT_TRUE(
+          d->CopyToHostAsync(y1.data(), dy, y1.size() * 4, CudaDevice::Stream::kCompute).ok());
+      ASSERT_TRUE(d->Synchronize(CudaDevice::Stream::kCompute).ok());
+      ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + tok * rows, size_t(rows) * 4))
+          << kernels::TypeName(t) << " token " << tok << " of " << n;
+    }
+  }
+  std::printf("%s k=%lld: %lld of %lld GEMV outputs bit-identical to the host emulation\n",
+              kernels::TypeName(t), (long long)k, (long long)exact, (long long)total);
+  // Dequantization to F16 (the cuBLAS path) against the host decoder, rows [3, rows).
+  auto* dh = static_cast<uint16_t*>(alloc(size_t((rows - 3) * k) * 2));
+  kc::DequantizeF16(t, dw, 3, rows, k, dh, stream);
+  std::vector<uint16_t> h(size_t((rows - 3) * k));
+  ASSERT_TRUE(d->Synchronize(CudaDevice::Stream::kCompute).ok());
+  ASSERT_TRUE(d->CopyToHostAsync(h.data(), dh, h.size() * 2, CudaDevice::Stream::kCompute).ok());
+  ASSERT_TRUE(d->Synchronize(CudaDevice::Stream::kCompute).ok());
+  std::vector<float> ref(static_cast<size_t>(k));
+  for (int64_t r = 3; r < rows; ++r) {
+    kernels::DequantizeRow(t, w.data() + rb * size_t(r), ref.data(), k);
+    for (int64_t i = 0; i < k; ++i) {
+      const float got = kernels::F16ToF32(h[size_t((r - 3) * k + i)]);
+      ASSERT_NEAR(got, ref[size_t(i)], std::fabs(ref[size_t(i)]) * 1e-3f + 1e-7f)
+          << kernels::TypeName(t) << " row " << r << " value " << i;
+    }
+  }
+  (void)self;
+}
+
+TEST_F(CudaKernelsTest, QuantizedMatmulsFollowTheBlockMathAndIgnoreTheBatch) {
+  auto alloc = [this](size_t bytes) -> void* {
+    void* p = nullptr;
+    EXPECT_TRUE(d_->Malloc(bytes, &p).ok());
+    allocs_.push_back(p);
+    return p;
+  };
+  using namespace kernels;
+  for (int64_t k : {int64_t(576), int64_t(2048)}) {
+    CheckQuantMatmul<kc::q::Q4_0>(this, DType::kQ4_0, k, &rng_, d_, stream_, alloc);
+    CheckQuantMatmul<kc::q::Q4_1>(this, DType::kQ4_1, k, &rng_, d_, stream_, alloc);
+    CheckQuantMatmul<kc::q::Q8_0>(this, DType::kQ8_0, k, &rng_, d_, stream_, alloc);
+  }
+  for (int64_t k : {int64_t(256), int64_t(2048)}) {
+    CheckQuantMatmul<kc::q::Q4_K>(this, DType::kQ4_K, k, &rng_, d_, stream_, alloc);
+    CheckQuantMatmul<kc::q::Q6_K>(this, DType::kQ6_K, k, &rng_, d_, stream_, alloc);
+  }
+}
+
+TEST_F(CudaKernelsTest, NormAndSwiGluQuantizeTheirOutputLikeTheHost) {
+  const int64_t rows = 3, n = 1024;
+  const auto x = Random(size_t(rows * n));
+  const auto wn = Random(size_t(n));
+  float* dx = Up(x);
+  const float* dw = Up(wn);
+  float* dy = Up(std::vector<float>(size_t(rows * n)));
+  int8_t* dq = Up(std::vector<int8_t>(size_t(rows * n)));
+  auto* ds = Up(std::vector<kc::q::ActScale>(size_t(rows * n / 32)));
+  // The quantized blocks of the float output y, as the host quantizer makes them.
+  auto check = [&](const char* what) {
+    const auto y = Down(dy, size_t(rows * n));
+    const auto q = Down(dq, size_t(rows * n));
+    const auto s = Down(ds, size_t(rows * n / 32));
+    int64_t bad = 0;
+    for (int64_t b = 0; b < rows * n / 32; ++b) {
+      int8_t hq[32];
+      kc::q::ActScale hs;
+      kc::q::QuantizeActBlock(y.data() + b * 32, hq, &hs);
+      bad += std::memcmp(hq, q.data() + b * 32, 32) != 0 || hs.d != s[size_t(b)].d ||
+             hs.s != s[size_t(b)].s;
+    }
+    EXPECT_EQ(bad, 0) << what << ": blocks quantized otherwise than by the host";
+    return y;
+  };
+  // The quantized output does not change the float one.
+  kc::RmsNormRows(dx, dw, dy, rows, n, 1e-5f, stream_);
+  const auto plain = Down(dy, size_t(rows * n));
+  kc::RmsNormRows(dx, dw, dy, rows, n, 1e-5f, stream_, {dq, ds});
+  EXPECT_EQ(check("norm"), plain);
+  float* dg = Up(x);
+  const float* du = Up(Random(size_t(rows * n)));
+  kc::SwiGlu(dg, du, rows * n, stream_);
+  const auto plain_g = Down(dg, size_t(rows * n));
+  float* dg2 = Up(x);
+  kc::SwiGlu(dg2, du, rows * n, stream_, {dq, ds});
+  ASSERT_TRUE(d_->CopyOnDeviceAsync(dy, dg2, size_t(rows * n) * 4, Stream::kCompute).ok());
+  EXPECT_EQ(check("swiglu"), plain_g);
+}
+
+TEST_F(CudaKernelsTest, CublasGemmWritesItsRowsOfTheOutputOnly) {
+  void* blas = nullptr;
+  ASSERT_TRUE(d_->Blas(&blas).ok());
+  const int64_t rows = 96, k = 512, n = 40;
+  const auto w16 = ToF16(Random(size_t(rows * k)));
+  const auto x16 = ToF16(Random(size_t(n * k)));
+  const auto w = ToF32(w16), x = ToF32(x16);
+  const uint16_t* dw = Up(w16);
+  const uint16_t* dx = Up(x16);
+  std::vector<float> poison(size_t(n * rows), 12345.f);
+  float* dy = Up(poison);
+  // Rows [32, 96) only, as a chunk of a larger matrix.
+  ASSERT_TRUE(kc::GemmF16(blas, dw + 32 * k, rows - 32, k, dx, n, dy + 32, rows));
+  const auto y = Down(dy, size_t(n * rows));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r < 32) {
+        ASSERT_EQ(y[size_t(t * rows + r)], 12345.f) << t << " " << r;
+        continue;
+      }
+      double ref = 0, mag = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        ref += double(w[size_t(r * k + j)]) * x[size_t(t * k + j)];
+        mag += std::fabs(double(w[size_t(r * k + j)]) * x[size_t(t * k + j)]);
+      }
+      ASSERT_NEAR(y[size_t(t * rows + r)], ref, 1e-5 * mag + 1e-6) << t << " " << r;
+    }
+}
+
+TEST_F(CudaKernelsTest, Q8RowExpansionAndTheTailEstimateMatchTheHost) {
+  const int64_t rows = 7, n = 64;
+  const auto f = Random(size_t(rows * n));
+  std::vector<uint8_t> q(size_t(rows * kernels::Q8_0RowBytes(n)));
+  for (int64_t r = 0; r < rows; ++r)
+    ASSERT_TRUE(kernels::QuantizeRow(kernels::DType::kQ8_0, f.data() + r * n,
+                                     q.data() + r * kernels::Q8_0RowBytes(n), n));
+  const uint8_t* dq = Up(q);
+  uint16_t* dh = Up(std::vector<uint16_t>(size_t(rows * n)));
+  kc::ExpandQ8_0Rows(dq, rows, n, dh, stream_);
+  const auto h = Down(dh, size_t(rows * n));
+  std::vector<float> row(static_cast<size_t>(n));
+  std::vector<uint16_t> want(static_cast<size_t>(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    kernels::DequantizeRow(kernels::DType::kQ8_0, q.data() + r * kernels::Q8_0RowBytes(n),
+                           row.data(), n);
+    kernels::F32ToF16Row(row.data(), want.data(), n);
+    ASSERT_EQ(0, std::memcmp(want.data(), h.data() + r * n, size_t(n) * 2)) << r;
+  }
+  // Tail: 4 query heads over 2 KV heads of 32 dims; head 1's ratio 0 leaves it alone.
+  const int hd = 32, n_head = 4, n_rep = 2;
+  const auto o = Random(size_t(n_head * hd));
+  const std::vector<float> ratio = {0.5f, 0.0f, 2.0f, 0.25f};
+  const auto mean = Random(size_t(2 * hd));
+  float* d_o = Up(o);
+  kc::AttendTail(d_o, Up(ratio), Up(mean), n_head, n_rep, hd, stream_);
+  const auto got = Down(d_o, o.size());
+  for (int h2 = 0; h2 < n_head; ++h2)
+    for (int i = 0; i < hd; ++i) {
+      const float r = ratio[size_t(h2)];
+      const float want_v = r == 0.0f ? o[size_t(h2 * hd + i)]
+                                     : (o[size_t(h2 * hd + i)] + r * mean[size_t(h2 / n_rep * hd + i)]) *
+                                           (1.0f / (1.0f + r));
+      ASSERT_EQ(got[size_t(h2 * hd + i)], want_v) << h2 << " " << i;
+    }
 }
 
 }  // namespace

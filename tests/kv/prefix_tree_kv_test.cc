@@ -13,9 +13,12 @@
 #include "platforms/cuda_device.h"
 #include "runtime/kv/cuda_disk_tier.h"
 #include "runtime/kv/prefix_tree_kv.h"
+#include "tests/testing/host_backed_device.h"
 
 namespace strata {
 namespace {
+
+using testing::HostBackedDevice;
 
 ::testing::AssertionResult IsOk(const Status& s) {
   if (s.ok()) return ::testing::AssertionSuccess();
@@ -359,75 +362,6 @@ TEST(PrefixTreeKvTest, AbortDropsTheBatchesNewBlocks) {
   EXPECT_TRUE(f.kv->CheckInvariants().ok());
   ASSERT_OK(f.Append({a}, 2, 2));
 }
-
-// A CudaDevice whose "GPU memory" is host memory and whose streams run every copy at once:
-// the disk tier's staging, stages and ordering can be checked on any machine. It records the
-// order of the calls the tier makes, so the tests can see that each copy was ordered after
-// the compute stream.
-class HostBackedDevice final : public CudaDevice {
- public:
-  const std::string& name() const override { return name_; }
-  void* stream(Stream) const override { return nullptr; }
-  TierMemory* memory() override { return HostMemory(); }
-  Status FlushStores() override { return Status::OK(); }
-  Status Malloc(size_t bytes, void** out) override {
-    *out = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-    return Status::OK();
-  }
-  void Free(void* p) override { std::free(p); }
-  Status HostAlloc(size_t bytes, void** host, void** device) override {
-    ++host_allocs;
-    host_bytes += bytes;
-    *host = *device = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-    return Status::OK();
-  }
-  void HostFree(void* host) override { std::free(host); }
-  Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
-    std::memcpy(dst, src, bytes);
-    return Status::OK();
-  }
-  Status CopyToDeviceAsync(void* dst, const void* src, size_t bytes, Stream) override {
-    return CopyToDevice(dst, src, bytes);
-  }
-  Status CopyToHostAsync(void* dst, const void* src, size_t bytes, Stream) override {
-    return CopyToDevice(dst, src, bytes);
-  }
-  Status CopyOnDeviceAsync(void* dst, const void* src, size_t bytes, Stream) override {
-    return CopyToDevice(dst, src, bytes);
-  }
-  Status Upload(const void*, size_t, Stream, void**) override {
-    return Status::Internal("not used by the tier");
-  }
-  Status Synchronize(Stream) override { return Status::OK(); }
-  Status CheckLaunch(const char*) override { return Status::OK(); }
-  void OrderCopyAfterCompute() override { calls += 'o'; }
-  Status CopyExtents(std::span<const kernels::cuda::CopyOp> ops, Stream s) override {
-    if (s != Stream::kCopy) return Status::Internal("a transfer on the compute stream");
-    calls += 'c';
-    for (const auto& op : ops) {
-      if (op.bytes % 16 != 0) return Status::Internal("a copy of a length the kernel refuses");
-      std::memcpy(op.dst, op.src, op.bytes);
-    }
-    return Status::OK();
-  }
-  class DoneEvent final : public Event {
-   public:
-    bool Done() override { return true; }
-    Status Wait() override { return Status::OK(); }
-  };
-  Status Record(Stream, std::unique_ptr<Event>* out) override {
-    calls += 'e';
-    *out = std::make_unique<DoneEvent>();
-    return Status::OK();
-  }
-
-  std::string calls;  // o: ordered after compute, c: copy kernel, e: event
-  int host_allocs = 0;
-  size_t host_bytes = 0;
-
- private:
-  std::string name_ = "cuda:test (host-backed)";
-};
 
 // Device buffers of `n` extents of `len` bytes each, filled with a pattern of `seed`.
 std::vector<std::vector<uint8_t>> Pattern(int n, uint32_t len, int seed) {
