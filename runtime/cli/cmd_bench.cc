@@ -36,7 +36,9 @@ Status Bench(const BenchFlags& f) {
   std::unique_ptr<Model> model;
   STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
   if (!f.common.ctx_opt->count()) cfg.engine.n_ctx = f.depth + std::max(f.pp, 1) + f.tg;
-  if (!f.common.batch_opt->count()) cfg.engine.n_batch = std::max({f.pp, f.seqs, 1});
+  // The context before the runs is prefilled in passes of 512, like llama-bench's batch.
+  if (!f.common.batch_opt->count())
+    cfg.engine.n_batch = std::max({f.pp, f.seqs, f.depth > 0 ? 512 : 1});
   cfg.engine.max_sequences = std::max(cfg.engine.max_sequences, f.seqs);
   // On a GPU, what the device had free before the engine existed tells what it took (the
   // CUDA context, created when the device opens, is not counted).
@@ -104,6 +106,7 @@ Status Bench(const BenchFlags& f) {
     return v[v.size() / 2];
   };
   const int64_t rss = PeakRssBytes();
+  const KvCounters kv = engine->kv().counters();
   uint64_t gpu_used = 0;
   if (cfg.engine.cuda) {
     uint64_t free1 = 0, total1 = 0;
@@ -127,6 +130,13 @@ Status Bench(const BenchFlags& f) {
                      {"backend", engine->forward().description()},
                      {"gpu_bytes_taken", gpu_used},
                      {"gpu_bytes_forward", engine->forward().device_bytes()},
+                     {"kv_bytes_read", kv.bytes_read},
+                     {"kv_reads_issued", kv.reads_issued},
+                     {"kv_reuse_hits", kv.reuse_hits},
+                     {"kv_groups_selected", kv.groups_selected},
+                     {"kv_io_wait_seconds", kv.io_wait_seconds},
+                     {"kv_budget_bytes", kv.budget_bytes},
+                     {"kv_peak_staging_bytes", kv.peak_staging_bytes},
                      {"kernels", kernels::IsaName(kernels::ActiveIsa())}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {

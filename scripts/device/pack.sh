@@ -1,53 +1,67 @@
 #!/usr/bin/env bash
-# Packs what the GPU checks need for a lent device machine (see /work/.library/device), which
-# receives the working tree plus at most 64 MiB of carried, git-ignored paths per call and
-# keeps its files only while warm (about 30 s between calls). The model alone is 98 MB and
-# the binaries need this machine's ICU, so the pack is three carries, sent by three calls in
-# quick succession:
+# Packs what scripts/device/gpu_checks.sh needs on a GPU machine that receives the working
+# tree plus at most 64 MiB of carried, git-ignored paths per call and keeps its files only
+# while warm (about 30 s between calls). Three carries, sent by three calls in quick
+# succession; the parts land in /root/dev there:
 #
-#   scripts/device/pack.sh                      # here, after building build/ in Release
-#   run: bash .dev/a/unpack.sh                  carry [".dev/a"]
-#   run: bash .dev/b/unpack.sh                  carry [".dev/b"]
-#   run: bash .dev/c/unpack.sh && bash .dev/c/gpu_checks.sh    carry [".dev/c"]
+#   scripts/device/pack.sh                 # here, after a Release build in build/ and
+#                                          # PEER_BENCH=path/to/llama-bench (CUDA build)
+#   run: bash .dev/unpack.sh a && scripts/device/gpu_checks.sh probe   carry .dev/a .dev/unpack.sh
+#   run: bash .dev/unpack.sh b && scripts/device/gpu_checks.sh tests   carry .dev/b .dev/unpack.sh
+#   run: bash .dev/unpack.sh c && scripts/device/gpu_checks.sh bench   carry .dev/c .dev/unpack.sh
 #
-# .dev/ is added to .git/info/exclude. The parts land in /root/dev on the device machine.
+# The default model is 98 MB, so it travels in two pieces (a and b); b also carries the
+# binaries and the shared libraries the device image lacks (this machine's ICU, liburing,
+# yaml-cpp, LAPACK); c carries the peer's llama-bench. .dev/ is in .git/info/exclude.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 model=${STRATA_TEST_MODEL:-${STRATA_HOME:-$HOME/.cache/strata}/SmolLM2-135M-Instruct.Q4_1.gguf}
+adapters=${model%.gguf}.adapters
 build=${BUILD:-$root/build}
+peer=${PEER_BENCH:?set PEER_BENCH to a CUDA build of llama-bench}
 cd "$root"
 grep -qx '/.dev/' .git/info/exclude 2>/dev/null || echo '/.dev/' >>.git/info/exclude
-rm -rf .dev && mkdir -p .dev/a .dev/b .dev/c/bin .dev/c/lib
+rm -rf .dev && mkdir -p .dev/a .dev/b .dev/c
+[ -f "$adapters" ] || { echo "pack.sh: $adapters is missing (scripts/setup.sh makes it)" >&2; exit 1; }
 size=$(stat -c %s "$model")
-part() { dd if="$model" of="$1" bs=1M iflag=skip_bytes,count_bytes skip="$2" ${3:+count=$3} status=none; }
-part .dev/a/model.0 0 28000000
-part .dev/b/model.1 28000000 35000000
-part .dev/c/model.2 63000000
-cat .dev/a/model.0 .dev/b/model.1 .dev/c/model.2 | cmp -s - "$model" ||
-  { echo "pack.sh: the model's parts do not add up to $model" >&2; exit 1; }
-# Shared libraries the device image lacks (its ICU is another version, liburing is absent).
-for lib in libicuuc.so.72 libicudata.so.72; do cp -L "/lib/x86_64-linux-gnu/$lib" .dev/a/; done
-cp -L /lib/x86_64-linux-gnu/liburing.so.2 .dev/c/lib/
-cp "$build/bin/strata" "$build/tests/cuda/cuda_tests" "$build/bench/search/bench_beam_search" \
-  .dev/c/bin/
-cp "$root/../shared/data/tinyshakespeare.txt" .dev/c/
-cp "$root/scripts/device/gpu_checks.sh" .dev/c/
+half=58000000
+dd if="$model" of=.dev/a/model.0 bs=1M iflag=count_bytes count="$half" status=none
+dd if="$model" of=.dev/b/model.1 bs=1M iflag=skip_bytes skip="$half" status=none
+cat .dev/a/model.0 .dev/b/model.1 | cmp -s - "$model" ||
+  { echo "pack.sh: the model's pieces do not add up to $model" >&2; exit 1; }
+# Binaries and the libraries they need beyond glibc, libstdc++ and CUDA's own.
+stage=$(mktemp -d)
+mkdir -p "$stage/bin" "$stage/lib"
+cp "$build/bin/strata" "$build/tests/cuda/cuda_tests" "$build/bench/models/make_shaped_model" \
+  "$stage/bin/"
+strip "$stage/bin/"*
+for l in $(ldd "$stage/bin/"* | awk '/=>/ {print $3}' | sort -u); do
+  case $(basename "$l") in
+    libc.so* | libm.so* | libstdc++* | libgcc_s* | librt* | libpthread* | libdl* | libcublas* | \
+      libcudart* | libcuda.so*) ;;
+    *) cp -L "$l" "$stage/lib/" ;;
+  esac
+done
+cp "$adapters" "$stage/model.adapters"
+tar -C "$stage" -cJf .dev/b/strata.tar.xz bin lib model.adapters
+rm -rf "$stage"
+strip -o .dev/c/llama-bench "$peer"
+xz -T0 -6 -f .dev/c/llama-bench
 cat >.dev/unpack.sh <<UNPACK
 #!/usr/bin/env bash
-# Runs on the device machine: gathers the carried parts in /root/dev.
+# Runs on the device machine: gathers carried part \$1 in /root/dev.
 set -euo pipefail
 d=/root/dev
-mkdir -p \$d/lib
-for part in .dev/a .dev/b .dev/c; do
-  [ -d \$part ] || continue
-  cp -r \$part/. \$d/
-done
-mv -f \$d/lib*.so.* \$d/lib/ 2>/dev/null || true
-if [ -f \$d/model.0 ] && [ -f \$d/model.1 ] && [ -f \$d/model.2 ]; then
-  cat \$d/model.0 \$d/model.1 \$d/model.2 >\$d/model.gguf
-  [ \$(stat -c %s \$d/model.gguf) = $size ] || { echo "model incomplete" >&2; exit 1; }
+mkdir -p \$d
+part=.dev/\$1
+cp -r \$part/. \$d/
+cd \$d
+if [ -f strata.tar.xz ]; then tar -xJf strata.tar.xz && rm strata.tar.xz; fi
+if [ -f llama-bench.xz ]; then xz -d -f llama-bench.xz && chmod +x llama-bench; fi
+if [ -f model.0 ] && [ -f model.1 ]; then
+  cat model.0 model.1 >model.gguf && rm model.0 model.1
+  [ \$(stat -c %s model.gguf) = $size ] || { echo "model incomplete" >&2; exit 1; }
 fi
 ls -la \$d
 UNPACK
-for p in a b c; do cp .dev/unpack.sh .dev/$p/unpack.sh; done
 du -sh .dev/a .dev/b .dev/c
