@@ -109,48 +109,61 @@ __device__ void QuantizeLane(float v, int lane, int8_t* q, q::ActScale* s) {
   if (lane == 0) *s = {d, d * float(sum)};
 }
 
-// One block per row: strided squares, warp sums, then warp 0 sums the warps in order. With
-// kAdd, the row first takes d's row (x += d) and is normed as Add then RmsNormRows would
-// norm it: the same values, summed in the same order. With act.q, each warp's 32 outputs
-// (a whole block: the block size is a multiple of 32, and so is n) are quantized too.
-template <bool kAdd>
+// One block per row, the row held in registers (kPer values a thread: element j * blockDim
+// + thread), so it is read once: squares summed per thread, per warp, then warp 0 sums the
+// warps in order. With kAdd, the row first takes d's row (x += d) and is normed as Add then
+// RmsNormRows would norm it: the same values, summed in the same order. With act.q, each
+// warp's 32 outputs of a pass (a whole block: blockDim and n are multiples of 32) are
+// quantized too.
+template <bool kAdd, int kPer>
 __global__ void RmsNormKernel(float* x, const float* d, const float* weight, float* y, int64_t n,
                               float eps, ActOut act) {
   __shared__ float part[32];
   float* xr = x + int64_t(blockIdx.x) * n;
   float* yr = y + int64_t(blockIdx.x) * n;
+  const int64_t stride = blockDim.x;
+  float v[kPer];
   float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    float v = xr[i];
-    if (kAdd) {
-      v += d[int64_t(blockIdx.x) * n + i];
-      xr[i] = v;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t i = j * stride + threadIdx.x;
+    v[j] = 0.f;
+    if (i < n) {
+      v[j] = xr[i];
+      if (kAdd) {
+        v[j] += d[int64_t(blockIdx.x) * n + i];
+        xr[i] = v[j];
+      }
     }
-    ss = fmaf(v, v, ss);
   }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) ss = fmaf(v[j], v[j], ss);
   ss = WarpSum(ss);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (lane == 0) part[warp] = ss;
   __syncthreads();
   if (warp == 0) {
     const int nw = int(blockDim.x + 31) >> 5;
-    float v = lane < nw ? part[lane] : 0.f;
-    v = WarpSum(v);
-    if (lane == 0) part[0] = v;
+    float t = lane < nw ? part[lane] : 0.f;
+    t = WarpSum(t);
+    if (lane == 0) part[0] = t;
   }
   __syncthreads();
   const float scale = float(1.0 / sqrt(double(part[0]) / double(n) + double(eps)));
-  if (!act.q) {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-      yr[i] = xr[i] * scale * (weight ? weight[i] : 1.f);
-    return;
-  }
-  for (int64_t base = int64_t(warp) * 32; base < n; base += blockDim.x) {
-    const int64_t i = base + lane;
-    const float v = xr[i] * scale * (weight ? weight[i] : 1.f);
-    yr[i] = v;
-    QuantizeLane(v, lane, act.q + int64_t(blockIdx.x) * n + base,
-                 act.s + (int64_t(blockIdx.x) * n + base) / 32);
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t i = j * stride + threadIdx.x;
+    // The pass's first element of this warp decides for the whole warp (n % 32 == 0 when
+    // quantizing), so the shuffles of QuantizeLane see all 32 lanes.
+    if (j * stride + warp * 32 >= n) break;
+    float o = 0.f;
+    if (i < n) {
+      o = v[j] * scale * (weight ? weight[i] : 1.f);
+      yr[i] = o;
+    }
+    if (act.q)
+      QuantizeLane(o, lane, act.q + int64_t(blockIdx.x) * n + (i - lane),
+                   act.s + (int64_t(blockIdx.x) * n + i - lane) / 32);
   }
 }
 
@@ -268,7 +281,7 @@ template <int kDpl>
 __global__ void __launch_bounds__(32 * kAttentionMaxWarps)
     AttentionKernel(AttentionBatch a, int splits) {
   extern __shared__ float smem[];
-  const int t = blockIdx.x, h = blockIdx.y;
+  const int t = blockIdx.x, h = blockIdx.y, chunk = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r = warp % a.n_rep, split = warp / a.n_rep;
   const int hd = a.head_dim;
@@ -286,14 +299,20 @@ __global__ void __launch_bounds__(32 * kAttentionMaxWarps)
   float m = -INFINITY, l = 0.f, acc[kDpl];
 #pragma unroll
   for (int i = 0; i < kDpl; ++i) acc[i] = 0.f;
-  // The cursor (span si, offset off) is the first key of this warp's next tile.
-  int si = sb, off = 32 * split;
+  // Keys [k_end - chunk_keys, k_end) of the flattened span list (all of them unchunked). The
+  // cursor (span si, offset off) is the first key of this warp's next tile, kidx its index.
+  const int64_t k0 = int64_t(chunk) * a.chunk_keys;
+  const int64_t k_end = a.chunk_keys > 0 ? k0 + a.chunk_keys : INT64_MAX;
+  int64_t kidx = k0 + 32 * split;
+  int si = sb;
+  int64_t off = kidx;
   while (si < se && off >= a.spans[si].n_tokens) {
     off -= a.spans[si].n_tokens;
     ++si;
   }
-  while (si < se) {
-    int s = si, o = off + lane;
+  while (si < se && kidx < k_end) {
+    int s = si;
+    int64_t o = off + lane;
     while (s < se && o >= a.spans[s].n_tokens) {
       o -= a.spans[s].n_tokens;
       ++s;
@@ -343,7 +362,8 @@ __global__ void __launch_bounds__(32 * kAttentionMaxWarps)
       m = m_new;
     }
     // Advance to this warp's next tile: 32 * splits keys on.
-    int o2 = off + 32 * splits;
+    kidx += 32 * splits;
+    int64_t o2 = off + 32 * splits;
     while (si < se && o2 >= a.spans[si].n_tokens) {
       o2 -= a.spans[si].n_tokens;
       ++si;
@@ -376,11 +396,50 @@ __global__ void __launch_bounds__(32 * kAttentionMaxWarps)
         if (lane + 32 * i < hd) out_acc[i] = fmaf(pj[2 + lane + 32 * i], w, out_acc[i]);
     }
   }
+  if (gridDim.z > 1) {
+    // One chunk of several: its maximum, denominator and unnormalized sum, for the merge.
+    float* pp = a.partial + ((int64_t(t) * a.n_head_kv * a.n_rep + qh) * gridDim.z + chunk) *
+                                (hd + 2);
+    if (lane == 0) {
+      pp[0] = big;
+      pp[1] = lsum;
+    }
+#pragma unroll
+    for (int i = 0; i < kDpl; ++i)
+      if (lane + 32 * i < hd) pp[2 + lane + 32 * i] = out_acc[i];
+    return;
+  }
   float* out = a.out + int64_t(t) * q_stride + qh * hd;
   const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
 #pragma unroll
   for (int i = 0; i < kDpl; ++i)
     if (lane + 32 * i < hd) out[lane + 32 * i] = out_acc[i] * inv;
+}
+
+// Joins the chunks of one (token, query head) in chunk order, with the formulas of the
+// kernel's own merge of its splits: a row with one non-empty chunk gets the bits it would
+// have got unchunked.
+__global__ void AttentionMergeKernel(AttentionBatch a, int n_chunks) {
+  const int t = blockIdx.x, qh = blockIdx.y;
+  const int hd = a.head_dim;
+  const int n_head = a.n_head_kv * a.n_rep;
+  const float* base = a.partial + (int64_t(t) * n_head + qh) * n_chunks * (hd + 2);
+  float big = -INFINITY;
+  for (int c = 0; c < n_chunks; ++c) big = fmaxf(big, base[c * (hd + 2)]);
+  for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+    float lsum = 0.f, acc = 0.f;
+    if (big > -INFINITY) {
+      for (int c = 0; c < n_chunks; ++c) {
+        const float* pc = base + c * (hd + 2);
+        if (pc[0] == -INFINITY) continue;
+        const float w = expf(pc[0] - big);
+        lsum = fmaf(pc[1], w, lsum);
+        acc = fmaf(pc[2 + i], w, acc);
+      }
+    }
+    const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
+    a.out[int64_t(t) * n_head * hd + qh * hd + i] = acc * inv;
+  }
 }
 
 unsigned Blocks(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
@@ -409,20 +468,44 @@ void MatmulF16Parts(const MatmulPart* parts, int n_parts, int64_t k, const float
     MatmulF16PartsKernel<<<blocks, 32 * kRowsPerBlock, 0, S(stream)>>>(a, k, x, n_tok);
 }
 
+// Threads and values a thread for a row of n: the fewest values (1, 2, 4, 8, 16) that fit
+// 1024 threads, then whole warps enough for the row. Rows longer than kMaxNormRow are refused
+// by the forward pass.
+template <bool kAdd>
+void LaunchRmsNorm(float* x, const float* d, const float* weight, float* y, int64_t n_rows,
+                   int64_t n, float eps, cudaStream_t s, ActOut act) {
+  if (n_rows <= 0 || n <= 0) return;
+  const int per = n <= 1024 ? 1 : n <= 2048 ? 2 : n <= 4096 ? 4 : n <= 8192 ? 8 : 16;
+  const int threads = int(std::min<int64_t>(1024, ((n + per - 1) / per + 31) / 32 * 32));
+  const unsigned blocks = unsigned(n_rows);
+  switch (per) {
+    case 1:
+      RmsNormKernel<kAdd, 1><<<blocks, threads, 0, s>>>(x, d, weight, y, n, eps, act);
+      break;
+    case 2:
+      RmsNormKernel<kAdd, 2><<<blocks, threads, 0, s>>>(x, d, weight, y, n, eps, act);
+      break;
+    case 4:
+      RmsNormKernel<kAdd, 4><<<blocks, threads, 0, s>>>(x, d, weight, y, n, eps, act);
+      break;
+    case 8:
+      RmsNormKernel<kAdd, 8><<<blocks, threads, 0, s>>>(x, d, weight, y, n, eps, act);
+      break;
+    default:
+      RmsNormKernel<kAdd, 16><<<blocks, threads, 0, s>>>(x, d, weight, y, n, eps, act);
+      break;
+  }
+}
+
 void RmsNormRows(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n,
                  float eps, void* stream, ActOut act) {
-  if (n_rows <= 0) return;
-  const int threads = n >= 1024 ? 512 : n >= 256 ? 256 : 64;
   // x is only read (y may be x).
-  RmsNormKernel<false><<<unsigned(n_rows), threads, 0, S(stream)>>>(const_cast<float*>(x), nullptr,
-                                                                    weight, y, n, eps, act);
+  LaunchRmsNorm<false>(const_cast<float*>(x), nullptr, weight, y, n_rows, n, eps, S(stream), act);
 }
 
 void AddRmsNormRows(float* x, const float* d, const float* weight, float* y, int64_t n_rows,
                     int64_t n, float eps, void* stream, ActOut act) {
-  if (n_rows <= 0) return;
-  const int threads = n >= 1024 ? 512 : n >= 256 ? 256 : 64;
-  RmsNormKernel<true><<<unsigned(n_rows), threads, 0, S(stream)>>>(x, d, weight, y, n, eps, act);
+  LaunchRmsNorm<true>(x, d, weight, y, n_rows, n, eps, S(stream), act);
 }
 
 void QuantizeActivations(const float* x, int64_t n_rows, int64_t k, ActOut out, void* stream) {
@@ -494,7 +577,8 @@ size_t AttentionSharedBytes(int n_rep, int head_dim) {
 void Attention(const AttentionBatch& a, void* stream) {
   if (a.n_tok <= 0) return;
   const int splits = AttentionSplits(a.n_rep);
-  const dim3 grid(unsigned(a.n_tok), unsigned(a.n_head_kv));
+  const int chunks = a.chunk_keys > 0 ? std::max(1, a.n_chunks) : 1;
+  const dim3 grid(unsigned(a.n_tok), unsigned(a.n_head_kv), unsigned(chunks));
   const int warps = a.n_rep * splits;
   const size_t shared = AttentionSharedBytes(a.n_rep, a.head_dim);
   switch (a.head_dim / 32) {
@@ -512,6 +596,9 @@ void Attention(const AttentionBatch& a, void* stream) {
       AttentionKernel<8><<<grid, 32 * warps, shared, S(stream)>>>(a, splits);
       break;
   }
+  if (chunks > 1)
+    AttentionMergeKernel<<<dim3(unsigned(a.n_tok), unsigned(a.n_head_kv * a.n_rep)),
+                           std::min(128, (a.head_dim + 31) / 32 * 32), 0, S(stream)>>>(a, chunks);
 }
 
 }  // namespace strata::kernels::cuda

@@ -44,8 +44,9 @@ constexpr int kMaxMatmulParts = 3;
 void MatmulF16Parts(const MatmulPart* parts, int n_parts, int64_t k, const float* x, int64_t n_tok,
                     void* stream);
 
-// y = x / sqrt(mean(x^2) + eps) * weight per row of n values (weight may be null).
-// y may equal x. With `act` (n % 32 == 0), y is also written quantized.
+// y = x / sqrt(mean(x^2) + eps) * weight per row of n <= kMaxNormRow values (weight may be
+// null). y may equal x. With `act` (n % 32 == 0), y is also written quantized.
+constexpr int64_t kMaxNormRow = 16384;
 void RmsNormRows(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n,
                  float eps, void* stream, ActOut act = {});
 
@@ -110,7 +111,18 @@ struct AttentionBatch {
   const int32_t* tok_pos;
   const int32_t* span_begin;
   const KvSpan* spans;
+  // Chunked (decode-sized batches): each sequence's flattened keys go in chunks of
+  // chunk_keys (a multiple of 32), n_chunks blocks per (token, KV head) whatever the
+  // sequence's length (chunks past its keys are empty), merged in chunk order by a second
+  // launch through `partial` ([n_tok][n_head][n_chunks][head_dim + 2] floats). A row's
+  // result depends on its own keys only: with one non-empty chunk it is the unchunked bits.
+  // chunk_keys 0: one block walks all keys.
+  int32_t chunk_keys = 0;
+  int32_t n_chunks = 1;
+  float* partial = nullptr;
 };
+// Keys a chunk of a chunked attention takes.
+constexpr int32_t kAttentionChunkKeys = 256;
 void Attention(const AttentionBatch& a, void* stream);
 // Shared memory one attention block takes (must stay within 48 KiB).
 size_t AttentionSharedBytes(int n_rep, int head_dim);

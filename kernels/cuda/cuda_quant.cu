@@ -24,7 +24,8 @@ __device__ float WarpSum(float v) {
 // the row (whole GGUF blocks, or fixed parts of a super-block), for up to NT tokens at once
 // so each weight is read once per NT tokens; then the warp reduces. A token's sum runs over
 // the same units on the same lanes in the same order whatever NT and n_tok are, so its
-// result is independent of the batch.
+// result is independent of the batch. (Splitting a long row over 2-4 warps of a block, with
+// a shared-memory reduction, measured slower on an H200: see docs/experiments/gpu.md.)
 constexpr int kRowsPerBlock = 4;
 struct QPartsArg {
   QMatmulPart part[3];
@@ -64,8 +65,15 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
 }
 
 template <class B>
-void LaunchQMatmul(const QPartsArg& a, unsigned blocks, int64_t k, const int8_t* xq,
-                   const q::ActScale* xs, int64_t n_tok, cudaStream_t s) {
+void LaunchQMatmul(QPartsArg a, int n_parts, int64_t k, const int8_t* xq, const q::ActScale* xs,
+                   int64_t n_tok, cudaStream_t s) {
+  unsigned blocks = 0;
+  for (int i = 0; i < n_parts; ++i) {
+    a.first_block[i] = blocks;
+    blocks += unsigned((std::max<int64_t>(a.part[i].rows, 0) + kRowsPerBlock - 1) / kRowsPerBlock);
+  }
+  a.first_block[n_parts] = blocks;
+  if (blocks == 0) return;
   const dim3 grid(blocks), block(32 * kRowsPerBlock);
   if (n_tok == 1)
     QMatmulKernel<B, 1><<<grid, block, 0, s>>>(a, k, xq, xs, n_tok);
@@ -166,25 +174,18 @@ void QMatmulParts(DType type, const QMatmulPart* parts, int n_parts, int64_t k, 
   if (n_parts <= 0 || n_parts > 3 || n_tok <= 0) return;
   QPartsArg a{};
   a.n = n_parts;
-  unsigned blocks = 0;
-  for (int i = 0; i < n_parts; ++i) {
-    a.part[i] = parts[i];
-    a.first_block[i] = blocks;
-    blocks += unsigned((std::max<int64_t>(parts[i].rows, 0) + kRowsPerBlock - 1) / kRowsPerBlock);
-  }
-  a.first_block[n_parts] = blocks;
-  if (blocks == 0) return;
+  for (int i = 0; i < n_parts; ++i) a.part[i] = parts[i];
   switch (type) {
     case DType::kQ4_0:
-      return LaunchQMatmul<q::Q4_0>(a, blocks, k, xq, xs, n_tok, S(stream));
+      return LaunchQMatmul<q::Q4_0>(a, n_parts, k, xq, xs, n_tok, S(stream));
     case DType::kQ4_1:
-      return LaunchQMatmul<q::Q4_1>(a, blocks, k, xq, xs, n_tok, S(stream));
+      return LaunchQMatmul<q::Q4_1>(a, n_parts, k, xq, xs, n_tok, S(stream));
     case DType::kQ8_0:
-      return LaunchQMatmul<q::Q8_0>(a, blocks, k, xq, xs, n_tok, S(stream));
+      return LaunchQMatmul<q::Q8_0>(a, n_parts, k, xq, xs, n_tok, S(stream));
     case DType::kQ4_K:
-      return LaunchQMatmul<q::Q4_K>(a, blocks, k, xq, xs, n_tok, S(stream));
+      return LaunchQMatmul<q::Q4_K>(a, n_parts, k, xq, xs, n_tok, S(stream));
     case DType::kQ6_K:
-      return LaunchQMatmul<q::Q6_K>(a, blocks, k, xq, xs, n_tok, S(stream));
+      return LaunchQMatmul<q::Q6_K>(a, n_parts, k, xq, xs, n_tok, S(stream));
     default:
       return;
   }

@@ -53,7 +53,7 @@ STRATA_HD float Half(uint16_t h) {
 // Load32.
 STRATA_HD uint16_t Load16(const uint8_t* p) {
 #ifdef __CUDA_ARCH__
-  return *reinterpret_cast<const uint16_t*>(p);
+  return __ldg(reinterpret_cast<const unsigned short*>(p));
 #else
   uint16_t v;
   std::memcpy(&v, p, 2);
@@ -65,7 +65,7 @@ STRATA_HD uint32_t Load16x2(const uint8_t* p) {
 }
 STRATA_HD uint32_t Load32(const uint8_t* p) {
 #ifdef __CUDA_ARCH__
-  return *reinterpret_cast<const uint32_t*>(p);
+  return __ldg(reinterpret_cast<const unsigned int*>(p));
 #else
   uint32_t v;
   std::memcpy(&v, p, 4);
@@ -75,8 +75,8 @@ STRATA_HD uint32_t Load32(const uint8_t* p) {
 // Eight int8 activations' words (32 bytes, 16-byte aligned).
 STRATA_HD void LoadAct8(const int8_t* p, int* w) {
 #ifdef __CUDA_ARCH__
-  const int4 a = reinterpret_cast<const int4*>(p)[0];
-  const int4 b = reinterpret_cast<const int4*>(p)[1];
+  const int4 a = __ldg(reinterpret_cast<const int4*>(p));
+  const int4 b = __ldg(reinterpret_cast<const int4*>(p) + 1);
   w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
   w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
 #else

@@ -54,8 +54,10 @@ class ForwardPass {
   // n_outputs() rows of n_vocab floats. On error the policy's batch is aborted.
   virtual Status Run(const ForwardBatch& batch, std::vector<float>* logits) = 0;
   virtual const ForwardTimes& times() const = 0;
-  // Bytes of accelerator memory the pass holds (weights, scratch); 0 on the CPU.
+  // Bytes of accelerator memory the pass holds (weights and scratch), and of that the
+  // weights' share; 0 on the CPU.
   virtual uint64_t device_bytes() const { return 0; }
+  virtual uint64_t device_weight_bytes() const { return 0; }
   // How the pass runs, for --stats and benchmarks ("cpu", "cuda: graphs, weights device").
   virtual std::string description() const { return "cpu"; }
 };

@@ -64,6 +64,7 @@ class CudaForward final : public ForwardPass {
   Status Run(const ForwardBatch& batch, std::vector<float>* logits) override;
   const ForwardTimes& times() const override { return times_; }
   uint64_t device_bytes() const override { return device_bytes_; }
+  uint64_t device_weight_bytes() const override { return weight_bytes_; }
   std::string description() const override {
     return std::string("cuda (") + d_->name() + "): weights " +
            (mapped_base_ ? "mapped from host memory" : "in device memory") +
@@ -91,12 +92,14 @@ class CudaForward final : public ForwardPass {
       const float* mean_v;
     };
     std::vector<Tail> tails;
+    // Chunked attention (decode-sized batches): chunks per (token, KV head); 0 = unchunked.
+    int32_t n_chunks = 0;
   };
   // A captured decode step and the shape it was captured for.
   struct Graph {
     int64_t n_tok = 0, n_out = 0;
     size_t n_seq = 0;
-    int32_t span_cap = 0, op_cap = 0;
+    int32_t span_cap = 0, op_cap = 0, chunk_cap = 0;
     int64_t op_max_n = 0;
     std::unique_ptr<CudaDevice::Graph> exec;
   };
@@ -125,6 +128,13 @@ class CudaForward final : public ForwardPass {
     return Status::OK();
   }
   Status UploadMat(const TensorRef& t, const char* what, Mat* out);
+  // Room for the chunked attention's partial results of n_tok tokens in n_chunks chunks;
+  // *moved is set when the buffer had to be reallocated (a captured graph must then be
+  // captured again).
+  Status EnsurePartial(int64_t n_tok, int32_t n_chunks, bool* moved);
+  // Chunks of kAttentionChunkKeys the longest of these views needs.
+  static int32_t ChunksFor(const std::vector<kernels::KvSpan>& spans,
+                           const std::vector<int32_t>& begin);
   Status UploadF32(const TensorRef& t, const float** out);
   bool Gemv(int64_t n_tok) const { return opt_.batch_invariant || n_tok <= kGemvMaxTokens; }
   // The quantized-activation output for a kernel producing a matmul input of n values per
@@ -157,6 +167,9 @@ class CudaForward final : public ForwardPass {
   const void* mapped_base_ = nullptr;   // the model file, when weights are read in place
   const uint8_t* mapped_dev_ = nullptr;  // its device address
   uint64_t device_bytes_ = 0;
+  uint64_t weight_bytes_ = 0;  // of device_bytes_, the weights (norms, biases included)
+  float* partial_ = nullptr;  // chunked attention's partial results
+  size_t partial_floats_ = 0;
 
   std::vector<Layer> layers_;
   const float* output_norm_ = nullptr;
@@ -209,6 +222,7 @@ Status CudaForward::UploadMat(const TensorRef& t, const char* what, Mat* out) {
     const size_t bytes = size_t(t.rows) * t.row_bytes;
     STRATA_RETURN_IF_ERROR(Alloc(bytes, &dev));
     STRATA_RETURN_IF_ERROR(d_->CopyToDevice(dev, t.data, bytes));
+    weight_bytes_ += bytes;
     out->q = dev;
     return Status::OK();
   }
@@ -227,8 +241,42 @@ Status CudaForward::UploadMat(const TensorRef& t, const char* what, Mat* out) {
   uint16_t* dev = nullptr;
   STRATA_RETURN_IF_ERROR(Alloc(h.size(), &dev));
   STRATA_RETURN_IF_ERROR(d_->CopyToDevice(dev, h.data(), h.size() * sizeof(uint16_t)));
+  weight_bytes_ += h.size() * sizeof(uint16_t);
   out->h = dev;
   return Status::OK();
+}
+
+Status CudaForward::EnsurePartial(int64_t n_tok, int32_t n_chunks, bool* moved) {
+  const size_t need = size_t(n_tok) * size_t(hp_.n_head) * size_t(n_chunks) *
+                      size_t(hp_.head_dim + 2);
+  if (moved) *moved = false;
+  if (need <= partial_floats_) return Status::OK();
+  STRATA_RETURN_IF_ERROR(d_->Synchronize(Stream::kCompute));
+  if (partial_) {
+    d_->Free(partial_);
+    device_bytes_ -= partial_floats_ * sizeof(float);
+  }
+  partial_ = nullptr;
+  partial_floats_ = 0;
+  const size_t grow = std::max(need, need / 2 * 3);
+  void* p = nullptr;
+  STRATA_RETURN_IF_ERROR(d_->Malloc(grow * sizeof(float), &p));
+  partial_ = static_cast<float*>(p);
+  partial_floats_ = grow;
+  device_bytes_ += grow * sizeof(float);
+  if (moved) *moved = true;
+  return Status::OK();
+}
+
+int32_t CudaForward::ChunksFor(const std::vector<kernels::KvSpan>& spans,
+                               const std::vector<int32_t>& begin) {
+  int64_t most = 0;
+  for (size_t s = 0; s + 1 < begin.size(); ++s) {
+    int64_t keys = 0;
+    for (int32_t i = begin[s]; i < begin[s + 1]; ++i) keys += spans[size_t(i)].n_tokens;
+    most = std::max(most, keys);
+  }
+  return int32_t(std::max<int64_t>(1, (most + kc::kAttentionChunkKeys - 1) / kc::kAttentionChunkKeys));
 }
 
 Status CudaForward::UploadF32(const TensorRef& t, const float** out) {
@@ -240,6 +288,7 @@ Status CudaForward::UploadF32(const TensorRef& t, const float** out) {
   float* dev = nullptr;
   STRATA_RETURN_IF_ERROR(Alloc(n, &dev));
   STRATA_RETURN_IF_ERROR(d_->CopyToDevice(dev, h.data(), n * sizeof(float)));
+  weight_bytes_ += n * sizeof(float);
   *out = dev;
   return Status::OK();
 }
@@ -250,6 +299,10 @@ Status CudaForward::Init() {
   if (hd % 32 != 0 || hd > 256)
     return Status::InvalidArgument("cuda: head dimension " + std::to_string(hd) +
                                    " is not a multiple of 32 up to 256");
+  if (hp_.n_embd > kc::kMaxNormRow)
+    return Status::InvalidArgument("cuda: embedding width " + std::to_string(hp_.n_embd) +
+                                   " is above the norm kernel's " +
+                                   std::to_string(kc::kMaxNormRow));
   if (hp_.n_rep() > 16)
     return Status::InvalidArgument("cuda: " + std::to_string(hp_.n_rep()) +
                                    " query heads per KV head; the attention kernel takes 16");
@@ -428,6 +481,11 @@ Status CudaForward::PostAttention(int32_t l, int64_t n_tok, const LayerIo& io) {
   ab.tok_pos = d_pos_;
   ab.span_begin = io.span_begin;
   ab.spans = io.spans;
+  if (io.n_chunks > 0) {
+    ab.chunk_keys = kc::kAttentionChunkKeys;
+    ab.n_chunks = io.n_chunks;
+    ab.partial = partial_;
+  }
   kc::Attention(ab, stream_);
   for (const LayerIo::Tail& t : io.tails)
     kc::AttendTail(attn_ + t.token * q_dim, t.ratio, t.mean_v, hp_.n_head, hp_.n_rep(), int(hd),
@@ -544,6 +602,12 @@ Status CudaForward::RunLayers(const ForwardBatch& batch, int64_t n_tok) {
     STRATA_RETURN_IF_ERROR(d_->Upload(upload_.data(), upload_.size(), Stream::kCompute, &d_list));
     io.spans = static_cast<const kernels::KvSpan*>(d_list);
     io.span_begin = reinterpret_cast<const int32_t*>(static_cast<char*>(d_list) + span_bytes);
+    // Decode-sized batches have few (token, KV head) pairs: their keys go in chunks, so a
+    // long context spreads over the GPU (prefill has rows enough).
+    if (Gemv(n_tok)) {
+      io.n_chunks = ChunksFor(spans_, span_begin_);
+      STRATA_RETURN_IF_ERROR(EnsurePartial(n_tok, io.n_chunks, nullptr));
+    }
     STRATA_RETURN_IF_ERROR(PostAttention(l, n_tok, io));
     STRATA_RETURN_IF_ERROR(d_->CheckLaunch("the layer's kernels"));
   }
@@ -605,6 +669,7 @@ Status CudaForward::Capture(const GraphLayout& lay) {
     io.span_begin = reinterpret_cast<const int32_t*>(dev + lay.begin[size_t(l)]);
     io.ops = reinterpret_cast<const kc::StoreF16Op*>(dev + lay.ops[size_t(l)]);
     io.n_ops = reinterpret_cast<const int32_t*>(dev + lay.n_ops[size_t(l)]);
+    io.n_chunks = graph_.chunk_cap;
     st = PostAttention(l, n_tok, io);
   }
   if (st.ok() && graph_.n_out > 0)
@@ -630,7 +695,7 @@ Status CudaForward::RunCaptured(const ForwardBatch& batch, int64_t n_tok,
   layer_ops_.resize(size_t(hp_.n_layer));
   std::span<const kernels::KvSpan> view;
   STRATA_RETURN_IF_ERROR(kv_->Prepare(0, x_, n_embd));
-  int32_t span_cap = 0, op_cap = 0;
+  int32_t span_cap = 0, op_cap = 0, chunks = 1;
   int64_t op_max_n = 0;
   for (int32_t l = 0; l < hp_.n_layer; ++l) {
     if (l + 1 < hp_.n_layer) STRATA_RETURN_IF_ERROR(kv_->Prepare(l + 1, x_, n_embd));
@@ -655,15 +720,16 @@ Status CudaForward::RunCaptured(const ForwardBatch& batch, int64_t n_tok,
     }
     STRATA_RETURN_IF_ERROR(d_->TakeStores(&layer_ops_[size_t(l)]));
     span_cap = std::max(span_cap, int32_t(spans.size()));
+    chunks = std::max(chunks, ChunksFor(spans, begin));
     op_cap = std::max(op_cap, int32_t(layer_ops_[size_t(l)].size()));
     for (const kc::StoreF16Op& op : layer_ops_[size_t(l)]) op_max_n = std::max(op_max_n, op.n);
   }
   times_.kv += Seconds(tk, Clock::now());
 
   // Capture again when the step's shape outgrew the captured one.
-  const bool fits = graph_.exec && graph_.n_tok == n_tok && graph_.n_seq == n_seq &&
-                    graph_.n_out == n_out && span_cap <= graph_.span_cap &&
-                    op_cap <= graph_.op_cap && op_max_n <= graph_.op_max_n;
+  bool fits = graph_.exec && graph_.n_tok == n_tok && graph_.n_seq == n_seq &&
+              graph_.n_out == n_out && span_cap <= graph_.span_cap && op_cap <= graph_.op_cap &&
+              op_max_n <= graph_.op_max_n && chunks <= graph_.chunk_cap;
   GraphLayout lay;
   if (!fits) {
     graph_.n_tok = n_tok;
@@ -672,7 +738,13 @@ Status CudaForward::RunCaptured(const ForwardBatch& batch, int64_t n_tok,
     graph_.span_cap = std::max(span_cap, graph_.span_cap);
     graph_.op_cap = std::max(op_cap, graph_.op_cap);
     graph_.op_max_n = std::max(op_max_n, graph_.op_max_n);
+    // Room for 2048 more keys before the context outgrows the captured chunk count (each
+    // chunk past a sequence's keys costs an idle block).
+    if (chunks > graph_.chunk_cap) graph_.chunk_cap = chunks == 1 ? 1 : chunks + 8;
   }
+  bool moved = false;
+  STRATA_RETURN_IF_ERROR(EnsurePartial(n_tok, graph_.chunk_cap, &moved));
+  if (moved) fits = false;
   Plan(n_tok, n_seq, n_out, graph_.span_cap, graph_.op_cap, &lay);
   if (lay.bytes > graph_bytes_) {
     graph_.exec.reset();

@@ -10,6 +10,10 @@
 #                          in the background for `bench`
 #   gpu_checks.sh bench    strata bench against llama-bench on the same files, interleaved,
 #                          GPU memory of each by nvidia-smi; the disk policy on the 1B shape
+#   gpu_checks.sh quick    one call without the default model (binaries and llama-bench
+#                          only): the tests that need no real model, the speed comparison on
+#                          shaped models (SmolLM2's shape included), full KV and the disk
+#                          policy at depth on the 1B shape
 set -uo pipefail
 mode=${1:?probe, tests or bench}
 d=/root/dev
@@ -137,6 +141,34 @@ bench)
     disk_runs l1b $l1b 8192 8
     disk_runs l1b $l1b 32768 1
   fi
+  python3 "$src/scripts/device/summarize.py" "$jl" | tee "$out/summary.md"
+  ;;
+quick)
+  for spec in smollm2-135m:q4_1 llama-3.2-1b:q4_0 llama-3.1-8b:q4_0; do
+    ./bin/make_shaped_model --shape ${spec%%:*} --type ${spec##*:} \
+      -o models/${spec%%:*}.${spec##*:}.gguf >/dev/null &
+  done
+  {
+    timeout 200 ./bin/cuda_tests --gtest_filter=-CudaRealModelTest.* 2>&1 | tail -80
+    echo "cuda_tests exit ${PIPESTATUS[0]}"
+  } 2>&1 | tee "$out/cuda_tests.log"
+  wait
+  for m in smollm2-135m.q4_1 llama-3.2-1b.q4_0 llama-3.1-8b.q4_0; do
+    run "llama.$m" 120 ./llama-bench -m "models/$m.gguf" -p 512 -n 128 -r 3 -ngl 99 -o jsonl
+    run "strata.$m" 120 ./bin/strata bench -m "models/$m.gguf" --device cuda --pp 512 --tg 128 \
+      --reps 3 --json
+  done
+  l1b=models/llama-3.2-1b.q4_0.gguf
+  run "gpu-memory.smollm2.d8192.b1" 60 ./bin/strata bench -m models/smollm2-135m.q4_1.gguf \
+    --device cuda -d 8192 --pp 0 --tg 64 --reps 1 --json
+  run "calibrate.llama-3.2-1b" 60 ./bin/strata calibrate -m $l1b \
+    --text "$src/tuner/data/calibration.txt" --tokens 1024 --window 1024 --ratios 4,8,16,32 \
+    -t "$(nproc)"
+  disk_runs l1b $l1b 8192 1
+  run "gpu-memory.l1b.d8192.b8" 60 ./bin/strata bench -m $l1b --device cuda -d 8192 \
+    --pp 0 --tg 64 --reps 1 --seqs 8 --json
+  run "gpu-memory.l1b.d32768.b1" 100 ./bin/strata bench -m $l1b --device cuda -d 32768 \
+    --pp 0 --tg 64 --reps 1 --json
   python3 "$src/scripts/device/summarize.py" "$jl" | tee "$out/summary.md"
   ;;
 esac

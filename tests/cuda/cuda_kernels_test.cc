@@ -318,6 +318,25 @@ void CudaKernelsTest::CheckAttention(int32_t n_kv, int32_t n_rep, int32_t hd) {
   kc::Attention(one, stream_);
   const auto out1 = Down(dout1, size_t(q_dim));
   EXPECT_EQ(0, std::memcmp(out1.data(), out.data() + 3 * q_dim, size_t(q_dim) * sizeof(float)));
+
+  // Chunked, as decode-sized batches run: sequence 0's 427 keys in two chunks of 256 agree
+  // with the CPU; sequence 1's 40 keys fit one chunk and give the unchunked bits; the empty
+  // chunks of the longest chunk count change nothing.
+  for (int32_t n_chunks : {2, 5}) {
+    SCOPED_TRACE("chunked in " + std::to_string(n_chunks));
+    kc::AttentionBatch ch = ab;
+    float* dout2 = Up(std::vector<float>(q.size(), 777.f));
+    ch.out = dout2;
+    ch.chunk_keys = kc::kAttentionChunkKeys;
+    ch.n_chunks = n_chunks;
+    ch.partial = Up(std::vector<float>(size_t(4 * n_kv * n_rep * n_chunks * (hd + 2))));
+    kc::Attention(ch, stream_);
+    ASSERT_TRUE(d_->CheckLaunch("chunked attention").ok());
+    const auto out2 = Down(dout2, q.size());
+    for (size_t i = 0; i < out2.size(); ++i) ASSERT_NEAR(out2[i], ref[i], 2e-4) << i;
+    EXPECT_EQ(0, std::memcmp(out2.data() + 3 * q_dim, out.data() + 3 * q_dim,
+                             size_t(q_dim) * sizeof(float)));
+  }
 }
 
 TEST_F(CudaKernelsTest, AttentionOverSpansMatchesTheCpuKernel) {
@@ -458,12 +477,12 @@ TEST_F(CudaKernelsTest, QuantizedMatmulsFollowTheBlockMathAndIgnoreTheBatch) {
     return p;
   };
   using namespace kernels;
-  for (int64_t k : {int64_t(576), int64_t(2048)}) {
+  for (int64_t k : {int64_t(576), int64_t(4096), int64_t(14336)}) {
     CheckQuantMatmul<kc::q::Q4_0>(this, DType::kQ4_0, k, &rng_, d_, stream_, alloc);
     CheckQuantMatmul<kc::q::Q4_1>(this, DType::kQ4_1, k, &rng_, d_, stream_, alloc);
     CheckQuantMatmul<kc::q::Q8_0>(this, DType::kQ8_0, k, &rng_, d_, stream_, alloc);
   }
-  for (int64_t k : {int64_t(256), int64_t(2048)}) {
+  for (int64_t k : {int64_t(256), int64_t(14336)}) {
     CheckQuantMatmul<kc::q::Q4_K>(this, DType::kQ4_K, k, &rng_, d_, stream_, alloc);
     CheckQuantMatmul<kc::q::Q6_K>(this, DType::kQ6_K, k, &rng_, d_, stream_, alloc);
   }
@@ -573,6 +592,20 @@ TEST_F(CudaKernelsTest, Q8RowExpansionAndTheTailEstimateMatchTheHost) {
                                            (1.0f / (1.0f + r));
       ASSERT_EQ(got[size_t(h2 * hd + i)], want_v) << h2 << " " << i;
     }
+}
+
+TEST_F(CudaKernelsTest, DeviceMemoryHonoursAlignmentsAboveCudaMallocs) {
+  // Odd-sized allocations first, so cudaMalloc's next addresses are only 256-aligned.
+  for (size_t n : {size_t(4000), size_t(1000), size_t(300)}) {
+    void* p = nullptr;
+    ASSERT_TRUE(d_->Malloc(n, &p).ok());
+    allocs_.push_back(p);
+  }
+  for (int i = 0; i < 8; ++i) {
+    TierArena a;
+    ASSERT_TRUE(d_->memory()->Allocate(size_t(1000 + 700 * i), 4096, &a).ok());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a.get()) % 4096, 0u) << i;
+  }
 }
 
 }  // namespace
