@@ -374,7 +374,8 @@ Status DeviceTierMemory::Allocate(size_t bytes, size_t alignment, TierArena* out
     cudaFree(base);
     return CudaError(e, "clearing device memory");
   }
-  const uintptr_t at = (reinterpret_cast<uintptr_t>(base) + alignment - 1) & ~uintptr_t(alignment - 1);
+  const uintptr_t at =
+      (reinterpret_cast<uintptr_t>(base) + alignment - 1) & ~uintptr_t(alignment - 1);
   std::shared_ptr<std::atomic<uint64_t>> counter = bytes_;
   *counter += total;
   *out = TierArena(reinterpret_cast<std::byte*>(at), [counter, total, base](std::byte*) {

@@ -62,15 +62,23 @@ int Main(int argc, char** argv) {
     return 2;
   }
   kernels::DType t;
-  if (type == "q4_0") t = kernels::DType::kQ4_0;
-  else if (type == "q4_1") t = kernels::DType::kQ4_1;
-  else if (type == "q8_0") t = kernels::DType::kQ8_0;
-  else if (type == "q4_k") t = kernels::DType::kQ4_K;
-  else if (type == "q6_k") t = kernels::DType::kQ6_K;
-  else if (type == "f16") t = kernels::DType::kF16;
+  if (type == "q4_0")
+    t = kernels::DType::kQ4_0;
+  else if (type == "q4_1")
+    t = kernels::DType::kQ4_1;
+  else if (type == "q8_0")
+    t = kernels::DType::kQ8_0;
+  else if (type == "q4_k")
+    t = kernels::DType::kQ4_K;
+  else if (type == "q6_k")
+    t = kernels::DType::kQ6_K;
+  else if (type == "f16")
+    t = kernels::DType::kF16;
   else {
-    std::fprintf(stderr, "make_shaped_model: --type %s is not one of q4_0, q4_1, q8_0, q4_k, "
-                         "q6_k, f16\n", type.c_str());
+    std::fprintf(stderr,
+                 "make_shaped_model: --type %s is not one of q4_0, q4_1, q8_0, q4_k, "
+                 "q6_k, f16\n",
+                 type.c_str());
     return 2;
   }
   SyntheticModelSpec spec;

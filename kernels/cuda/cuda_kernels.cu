@@ -398,8 +398,8 @@ __global__ void __launch_bounds__(32 * kAttentionMaxWarps)
   }
   if (gridDim.z > 1) {
     // One chunk of several: its maximum, denominator and unnormalized sum, for the merge.
-    float* pp = a.partial + ((int64_t(t) * a.n_head_kv * a.n_rep + qh) * gridDim.z + chunk) *
-                                (hd + 2);
+    float* pp =
+        a.partial + ((int64_t(t) * a.n_head_kv * a.n_rep + qh) * gridDim.z + chunk) * (hd + 2);
     if (lane == 0) {
       pp[0] = big;
       pp[1] = lsum;

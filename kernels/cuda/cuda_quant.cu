@@ -98,7 +98,8 @@ __global__ void DequantizeF16Kernel(const uint8_t* w, int64_t r0, int64_t n_unit
   B::Dequant(w + (r0 + r) * row_bytes, u, v);
   __half* o = out + r * k + u * B::kUnit;
 #pragma unroll
-  for (int j = 0; j < B::kUnit; j += 2) reinterpret_cast<__half2*>(o)[j / 2] = __floats2half2_rn(v[j], v[j + 1]);
+  for (int j = 0; j < B::kUnit; j += 2)
+    reinterpret_cast<__half2*>(o)[j / 2] = __floats2half2_rn(v[j], v[j + 1]);
 }
 
 template <class B>
@@ -221,10 +222,10 @@ bool GemmF16(void* blas, const uint16_t* w, int64_t rows, int64_t k, const uint1
   const float one = 1.0f, zero = 0.0f;
   // Column-major view: W^T (rows x k, W stored k-major) times X (k x n_tok) into Y (rows x
   // n_tok, leading dimension ldy).
-  const cublasStatus_t st = cublasGemmEx(
-      static_cast<cublasHandle_t>(blas), CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(n_tok), int(k),
-      &one, w, CUDA_R_16F, int(k), x, CUDA_R_16F, int(k), &zero, y, CUDA_R_32F, int(ldy),
-      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  const cublasStatus_t st =
+      cublasGemmEx(static_cast<cublasHandle_t>(blas), CUBLAS_OP_T, CUBLAS_OP_N, int(rows),
+                   int(n_tok), int(k), &one, w, CUDA_R_16F, int(k), x, CUDA_R_16F, int(k), &zero, y,
+                   CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   return st == CUBLAS_STATUS_SUCCESS;
 }
 

@@ -157,7 +157,7 @@ struct Q4_0 {
       lo[i] = int(w & 0x0F0F0F0Fu);
       hi[i] = int((w >> 4) & 0x0F0F0F0Fu);
     }
-STRATA_UNROLL
+    STRATA_UNROLL
     for (int t = 0; t < NT; ++t) {
       if (t >= nt) break;
       int x[8];
@@ -193,7 +193,7 @@ struct Q4_1 {
       lo[i] = int(w & 0x0F0F0F0Fu);
       hi[i] = int((w >> 4) & 0x0F0F0F0Fu);
     }
-STRATA_UNROLL
+    STRATA_UNROLL
     for (int t = 0; t < NT; ++t) {
       if (t >= nt) break;
       int x[8];
@@ -225,7 +225,7 @@ struct Q8_0 {
     const float d = Half(Load16(b));
     int w[8];
     for (int i = 0; i < 8; ++i) w[i] = int(Load16x2(b + 2 + 4 * i));
-STRATA_UNROLL
+    STRATA_UNROLL
     for (int t = 0; t < NT; ++t) {
       if (t >= nt) break;
       int x[8];
@@ -264,7 +264,7 @@ struct Q4_K {
       hi[i] = int((w >> 4) & 0x0F0F0F0Fu);
     }
     const int64_t xb = (u / 4) * 8 + 2 * c;  // the activation block of sub-block 2c
-STRATA_UNROLL
+    STRATA_UNROLL
     for (int t = 0; t < NT; ++t) {
       if (t >= nt) break;
       int x0[8], x1[8];
@@ -318,7 +318,7 @@ struct Q6_K {
     float scale[8];
     for (int i = 0; i < 8; ++i) scale[i] = float(sc[i]);
     const int64_t xb = (u / 2) * 8 + 4 * n;
-STRATA_UNROLL
+    STRATA_UNROLL
     for (int t = 0; t < NT; ++t) {
       if (t >= nt) break;
       float dot = 0.0f;

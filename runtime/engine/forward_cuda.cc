@@ -48,7 +48,11 @@ class CudaForward final : public ForwardPass {
  public:
   CudaForward(const Model& model, KvPolicy* kv, std::shared_ptr<CudaDevice> d, int32_t max_tokens,
               const CudaForwardOptions& o)
-      : model_(model), hp_(model.hparams()), kv_(kv), d_(std::move(d)), max_tokens_(max_tokens),
+      : model_(model),
+        hp_(model.hparams()),
+        kv_(kv),
+        d_(std::move(d)),
+        max_tokens_(max_tokens),
         opt_(o) {}
 
   ~CudaForward() override {
@@ -164,11 +168,11 @@ class CudaForward final : public ForwardPass {
   void* stream_ = nullptr;
   void* blas_ = nullptr;
   std::vector<void*> device_allocs_, host_allocs_;
-  const void* mapped_base_ = nullptr;   // the model file, when weights are read in place
+  const void* mapped_base_ = nullptr;    // the model file, when weights are read in place
   const uint8_t* mapped_dev_ = nullptr;  // its device address
   uint64_t device_bytes_ = 0;
   uint64_t weight_bytes_ = 0;  // of device_bytes_, the weights (norms, biases included)
-  float* partial_ = nullptr;  // chunked attention's partial results
+  float* partial_ = nullptr;   // chunked attention's partial results
   size_t partial_floats_ = 0;
 
   std::vector<Layer> layers_;
@@ -178,10 +182,10 @@ class CudaForward final : public ForwardPass {
   // GPU scratch, [max_tokens][...].
   float *x_ = nullptr, *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr;
   float *attn_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *logits_ = nullptr;
-  int8_t* xq_ = nullptr;          // quantized activations, [max_tokens][max k]
+  int8_t* xq_ = nullptr;           // quantized activations, [max_tokens][max k]
   kc::q::ActScale* xs_ = nullptr;  // their scales
-  uint16_t* xh_ = nullptr;        // F16 activations for cuBLAS, [max_tokens][max k]
-  uint16_t* wh_ = nullptr;        // F16 rows of a quantized matrix for cuBLAS
+  uint16_t* xh_ = nullptr;         // F16 activations for cuBLAS, [max_tokens][max k]
+  uint16_t* wh_ = nullptr;         // F16 rows of a quantized matrix for cuBLAS
   size_t wh_elems_ = 0;
   // Pinned host staging for the embeddings and a chunk of logits; for a host-input policy,
   // a layer's hidden states and new K/V rows.
@@ -247,8 +251,8 @@ Status CudaForward::UploadMat(const TensorRef& t, const char* what, Mat* out) {
 }
 
 Status CudaForward::EnsurePartial(int64_t n_tok, int32_t n_chunks, bool* moved) {
-  const size_t need = size_t(n_tok) * size_t(hp_.n_head) * size_t(n_chunks) *
-                      size_t(hp_.head_dim + 2);
+  const size_t need =
+      size_t(n_tok) * size_t(hp_.n_head) * size_t(n_chunks) * size_t(hp_.head_dim + 2);
   if (moved) *moved = false;
   if (need <= partial_floats_) return Status::OK();
   STRATA_RETURN_IF_ERROR(d_->Synchronize(Stream::kCompute));
@@ -276,7 +280,8 @@ int32_t CudaForward::ChunksFor(const std::vector<kernels::KvSpan>& spans,
     for (int32_t i = begin[s]; i < begin[s + 1]; ++i) keys += spans[size_t(i)].n_tokens;
     most = std::max(most, keys);
   }
-  return int32_t(std::max<int64_t>(1, (most + kc::kAttentionChunkKeys - 1) / kc::kAttentionChunkKeys));
+  return int32_t(
+      std::max<int64_t>(1, (most + kc::kAttentionChunkKeys - 1) / kc::kAttentionChunkKeys));
 }
 
 Status CudaForward::UploadF32(const TensorRef& t, const float** out) {
@@ -541,8 +546,8 @@ Status CudaForward::RunLayers(const ForwardBatch& batch, int64_t n_tok) {
     if (host_in) {
       // x_ still holds layer l's input: PreAttention writes only xn_, q_, k_ and v_.
       if (l + 1 < hp_.n_layer)
-        STRATA_RETURN_IF_ERROR(d_->CopyToHostAsync(hx_, x_, size_t(n_tok * n_embd) * sizeof(float),
-                                                   Stream::kCompute));
+        STRATA_RETURN_IF_ERROR(
+            d_->CopyToHostAsync(hx_, x_, size_t(n_tok * n_embd) * sizeof(float), Stream::kCompute));
       const size_t kv_bytes = size_t(n_tok * kv_dim) * sizeof(float);
       STRATA_RETURN_IF_ERROR(d_->CopyToHostAsync(hk_, k_, kv_bytes, Stream::kCompute));
       STRATA_RETURN_IF_ERROR(d_->CopyToHostAsync(hv_, v_, kv_bytes, Stream::kCompute));
@@ -623,8 +628,8 @@ bool CudaForward::CanCapture(const ForwardBatch& batch) const {
   return batch.n_outputs() <= std::min<int64_t>(kLogitRows, max_tokens_);
 }
 
-void CudaForward::Plan(int64_t n_tok, size_t n_seq, int64_t n_out, int32_t span_cap,
-                       int32_t op_cap, GraphLayout* lay) const {
+void CudaForward::Plan(int64_t n_tok, size_t n_seq, int64_t n_out, int32_t span_cap, int32_t op_cap,
+                       GraphLayout* lay) const {
   size_t at = 0;
   auto take = [&](size_t bytes) {
     const size_t here = at;

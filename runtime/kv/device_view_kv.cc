@@ -13,8 +13,7 @@ size_t RowBytesOf(const kernels::KvSpan& sp, int32_t row) {
 }
 
 // Copies n rows of row_bytes that lie `stride_bytes` apart into dst, contiguous.
-void GatherRows(const std::byte* src, size_t stride_bytes, int32_t n, size_t row_bytes,
-                char* dst) {
+void GatherRows(const std::byte* src, size_t stride_bytes, int32_t n, size_t row_bytes, char* dst) {
   if (stride_bytes == row_bytes) {
     std::memcpy(dst, src, size_t(n) * row_bytes);
     return;

@@ -72,7 +72,7 @@ class DeviceViewKv final : public KvPolicy {
   std::unique_ptr<KvPolicy> host_;
   std::shared_ptr<CudaDevice> d_;
   Half halves_[2];
-  int32_t layer_ = -1;  // the layer whose views the current half holds
+  int32_t layer_ = -1;                               // the layer whose views the current half holds
   std::vector<std::vector<kernels::KvSpan>> views_;  // per sequence slot of the pass
   std::vector<SeqId> batch_seqs_;
   std::vector<std::pair<char*, char*>> retired_;  // outgrown (host, device) buffers

@@ -470,10 +470,11 @@ TEST(CudaDiskKvTest, TheDiskPolicyOnTheGpuFollowsTheCpuPolicy) {
     gc = e->kv().counters();
   }
   const double rel = testing::MaxRelativeDiff(gpu, cpu);
-  std::printf("disk policy GPU vs CPU: max relative logit difference %.4f; bytes read %llu vs "
-              "%llu, groups selected %llu vs %llu\n",
-              rel, (unsigned long long)gc.bytes_read, (unsigned long long)cc.bytes_read,
-              (unsigned long long)gc.groups_selected, (unsigned long long)cc.groups_selected);
+  std::printf(
+      "disk policy GPU vs CPU: max relative logit difference %.4f; bytes read %llu vs "
+      "%llu, groups selected %llu vs %llu\n",
+      rel, (unsigned long long)gc.bytes_read, (unsigned long long)cc.bytes_read,
+      (unsigned long long)gc.groups_selected, (unsigned long long)cc.groups_selected);
   EXPECT_LT(rel, 0.05);
   EXPECT_GT(cc.bytes_read, 0u);
   // The same policy selects from nearly the same hidden states: the same reads within a
@@ -562,8 +563,7 @@ TEST(CudaRealModelTest, DiskPolicyOnTheGpuFollowsTheCpusGreedyOutput) {
     o.cuda_device = gpu ? 0 : -1;
     return Engine::Create(*model, o, e);
   };
-  const char* prompts[] = {"The history of the printing press",
-                           "Write a short poem about the sea.",
+  const char* prompts[] = {"The history of the printing press", "Write a short poem about the sea.",
                            "List three uses of a paperclip:"};
   int64_t clear = 0, clear_same = 0, all = 0, same = 0;
   for (const char* text : prompts) {
@@ -612,9 +612,10 @@ TEST(CudaRealModelTest, DiskPolicyOnTheGpuFollowsTheCpusGreedyOutput) {
     }
     std::printf("CPU disk policy: %s\n", r.text.c_str());
   }
-  std::printf("GPU disk policy against the CPU's greedy path: %lld of %lld steps agree, %lld of "
-              "%lld clear ones\n",
-              (long long)same, (long long)all, (long long)clear_same, (long long)clear);
+  std::printf(
+      "GPU disk policy against the CPU's greedy path: %lld of %lld steps agree, %lld of "
+      "%lld clear ones\n",
+      (long long)same, (long long)all, (long long)clear_same, (long long)clear);
   EXPECT_EQ(clear_same, clear);
   EXPECT_GE(double(same), 0.9 * double(all));
 }

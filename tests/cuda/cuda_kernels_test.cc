@@ -347,7 +347,6 @@ TEST_F(CudaKernelsTest, AttentionOverSpansMatchesTheCpuKernel) {
   CheckAttention(1, 16, 64);  // the most query heads per KV head, one split
 }
 
-
 // ---- Quantized weights ------------------------------------------------------------------
 
 // Rows of type t with Gaussian values (kernels::QuantizeRow).
@@ -369,7 +368,8 @@ template <class B>
 float HostGemvOutput(const uint8_t* row, int64_t k, const int8_t* xq, const kc::q::ActScale* xs) {
   float lane[32] = {};
   for (int l = 0; l < 32; ++l)
-    for (int64_t u = l; u < k / B::kUnit; u += 32) B::template Dot<1>(row, u, xq, xs, k, 1, &lane[l]);
+    for (int64_t u = l; u < k / B::kUnit; u += 32)
+      B::template Dot<1>(row, u, xq, xs, k, 1, &lane[l]);
   for (int off = 16; off > 0; off >>= 1) {
     float next[32];
     for (int l = 0; l < 32; ++l) next[l] = lane[l] + lane[l ^ off];
@@ -402,7 +402,8 @@ void CheckQuantMatmul(CudaKernelsTest* self, kernels::DType t, int64_t k, std::m
   ASSERT_TRUE(d->Synchronize(CudaDevice::Stream::kCompute).ok());
   ASSERT_TRUE(d->CopyToHostAsync(xq.data(), dq, xq.size(), CudaDevice::Stream::kCompute).ok());
   ASSERT_TRUE(d->CopyToHostAsync(xs.data(), ds, xs.size() * sizeof(kc::q::ActScale),
-                                 CudaDevice::Stream::kCompute).ok());
+                                 CudaDevice::Stream::kCompute)
+                  .ok());
   ASSERT_TRUE(d->Synchronize(CudaDevice::Stream::kCompute).ok());
   for (int64_t b = 0; b < n_max * k / 32; ++b)
     kc::q::QuantizeActBlock(x.data() + b * 32, hq.data() + b * 32, &hs[size_t(b)]);
@@ -419,8 +420,7 @@ void CheckQuantMatmul(CudaKernelsTest* self, kernels::DType t, int64_t k, std::m
     kc::QMatmulParts(t, &part, 1, k, dq, ds, n, stream);
     std::vector<float> y(size_t(n * rows));
     ASSERT_TRUE(d->Synchronize(CudaDevice::Stream::kCompute).ok());
-    ASSERT_TRUE(
-        d->CopyToHostAsync(y.data(), dy, y.size() * 4, CudaDevice::Stream::kCompute).ok());
+    ASSERT_TRUE(d->CopyToHostAsync(y.data(), dy, y.size() * 4, CudaDevice::Stream::kCompute).ok());
     ASSERT_TRUE(d->Synchronize(CudaDevice::Stream::kCompute).ok());
     for (int64_t tok = 0; tok < n; ++tok)
       for (int64_t r = 0; r < rows; ++r) {
@@ -587,9 +587,10 @@ TEST_F(CudaKernelsTest, Q8RowExpansionAndTheTailEstimateMatchTheHost) {
   for (int h2 = 0; h2 < n_head; ++h2)
     for (int i = 0; i < hd; ++i) {
       const float r = ratio[size_t(h2)];
-      const float want_v = r == 0.0f ? o[size_t(h2 * hd + i)]
-                                     : (o[size_t(h2 * hd + i)] + r * mean[size_t(h2 / n_rep * hd + i)]) *
-                                           (1.0f / (1.0f + r));
+      const float want_v = r == 0.0f
+                               ? o[size_t(h2 * hd + i)]
+                               : (o[size_t(h2 * hd + i)] + r * mean[size_t(h2 / n_rep * hd + i)]) *
+                                     (1.0f / (1.0f + r));
       ASSERT_EQ(got[size_t(h2 * hd + i)], want_v) << h2 << " " << i;
     }
 }

@@ -96,8 +96,7 @@ TEST_P(DeviceViewKvTest, ViewsOnTheDeviceHoldTheHostPolicysKeysAndValues) {
     const int32_t pos0 = kv->Length(seq);
     const BatchSeq b{seq, pos0, n_new};
     STRATA_ASSERT_OK(kv->BeginBatch(std::span<const BatchSeq>(&b, 1)));
-    std::vector<float> x(size_t(n_new) * hp.n_embd), k(size_t(n_new) * row),
-        v(size_t(n_new) * row);
+    std::vector<float> x(size_t(n_new) * hp.n_embd), k(size_t(n_new) * row), v(size_t(n_new) * row);
     for (float& f : x) f = nd(rng);
     STRATA_ASSERT_OK(kv->Prepare(0, x.data(), hp.n_embd));
     for (int32_t l = 0; l < hp.n_layer; ++l) {

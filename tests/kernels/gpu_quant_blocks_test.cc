@@ -101,7 +101,8 @@ void CheckDot(DType t, int64_t k) {
         ref += double(wf[size_t(i)]) * xv;
         mag += std::fabs(double(wf[size_t(i)]) * xv);
       }
-      EXPECT_NEAR(acc8[tok], ref, 1e-5 * mag + 1e-6) << TypeName(t) << " row " << r << " token " << tok;
+      EXPECT_NEAR(acc8[tok], ref, 1e-5 * mag + 1e-6)
+          << TypeName(t) << " row " << r << " token " << tok;
       // The same token alone (and as the last of a partial group) gives the same bits.
       float acc1[1] = {};
       float acc4[4] = {};

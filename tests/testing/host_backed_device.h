@@ -76,7 +76,8 @@ class HostBackedDevice final : public CudaDevice {
     std::vector<float> row(static_cast<size_t>(n));
     const auto* s = static_cast<const uint8_t*>(src);
     for (int64_t r = 0; r < n_rows; ++r) {
-      kernels::DequantizeRow(kernels::DType::kQ8_0, s + r * kernels::Q8_0RowBytes(n), row.data(), n);
+      kernels::DequantizeRow(kernels::DType::kQ8_0, s + r * kernels::Q8_0RowBytes(n), row.data(),
+                             n);
       kernels::F32ToF16Row(row.data(), dst + r * n, n);
     }
     return Status::OK();
