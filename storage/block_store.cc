@@ -33,9 +33,9 @@ const char* KindName(IoKind k) { return k == IoKind::kRead ? "read" : "write"; }
 Status BlockStore::Open(const StoreOptions& options, std::unique_ptr<BlockStore>* out) {
   STRATA_RETURN_IF_ERROR(options.Validate());
   const std::string forced = ForcedFallback();
-  if (!forced.empty() && forced != "io_uring" && forced != "direct") {
+  if (!forced.empty() && forced != "io_uring" && forced != "direct" && forced != "tmpfile") {
     return Status::InvalidArgument("STRATA_STORAGE_FORCE_FALLBACK='" + forced +
-                                   "': expected 'io_uring' or 'direct'");
+                                   "': expected 'io_uring', 'direct' or 'tmpfile'");
   }
   std::unique_ptr<BlockStore> store(new BlockStore());
   store->options_ = options;
@@ -43,6 +43,7 @@ Status BlockStore::Open(const StoreOptions& options, std::unique_ptr<BlockStore>
   const StoreFile& file = *store->file_;
   store->path_ = file.path();
   store->store_id_ = file.store_id();
+  store->unnamed_ = file.unnamed();
   store->capacity_ = file.capacity();
   store->data_origin_ = file.data_origin();
   store->block_size_ = file.block_size();

@@ -80,6 +80,8 @@ class BlockStore {
   uint64_t registered_bytes() const;
 
   const std::string& path() const { return path_; }
+  // A temporary store made without a name (OpenMode::kTemporary): path() only describes it.
+  bool unnamed() const { return unnamed_; }
   uint64_t capacity() const { return capacity_; }
   // Where data offset 0 lies in the file (after the store header), e.g. for running another
   // tool such as fio over exactly the store's data.
@@ -139,6 +141,7 @@ class BlockStore {
   StoreOptions options_;
   std::string path_;
   std::string store_id_;
+  bool unnamed_ = false;
   std::string backend_name_;
   std::string fallback_reason_;
   std::string emulation_;

@@ -1,5 +1,6 @@
 #include "storage/store_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <stdio.h>
@@ -13,7 +14,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <vector>
 
 #include "storage/aligned_buffer.h"
 
@@ -26,6 +30,10 @@ constexpr uint32_t kMinHeaderSize = 4096;
 constexpr uint32_t kMaxBlockSize = 65536;
 constexpr size_t kHeaderBytesUsed = 68;  // fields below, the CRC last
 constexpr uint32_t kFlagDevice = 1;
+constexpr uint32_t kFlagTemporary = 2;  // OpenMode::kTemporary: removable once abandoned
+// A .creating file older than this whose lock no process holds was left by a crash during
+// creation (a live creator takes the lock right after making it).
+constexpr int64_t kAbandonedCreatingSeconds = 60;
 
 // CRC-32C (Castagnoli polynomial, reflected), bit by bit: it runs once per Open over 64 bytes.
 uint32_t Crc32c(const uint8_t* data, size_t n) {
@@ -104,7 +112,7 @@ void StoreFile::Close() {
   if (fd_ < 0) return;
   // A file made by a failed Open goes; an opened store's file goes unless kept; a file that
   // was there before a failed Open stays.
-  const bool remove = !is_device_ && (opened_ ? !keep_ : created_);
+  const bool remove = !is_device_ && !unnamed_ && (opened_ ? !keep_ || temporary_ : created_);
   if (remove) {
     // Only unlink the path if it still names the file this store opened.
     struct stat st {};
@@ -135,6 +143,10 @@ Status StoreFile::OpenFd(int extra_flags, bool want_direct) {
     }
     return Status::FromErrno("open " + Quote(path_), err);
   }
+  return TakeFd(want_direct);
+}
+
+Status StoreFile::TakeFd(bool want_direct) {
   struct stat st {};
   if (fstat(fd_, &st) != 0) return Status::FromErrno("fstat " + Quote(path_), errno);
   if (!is_device_ && !S_ISREG(st.st_mode)) {
@@ -237,7 +249,7 @@ Status StoreFile::WriteHeader() {
   Put32(p + 20, static_cast<uint32_t>(header_size_));
   Put64(p + 24, capacity_);
   Put32(p + 32, block_size_);
-  Put32(p + 36, is_device_ ? kFlagDevice : 0);
+  Put32(p + 36, (is_device_ ? kFlagDevice : 0) | (temporary_ ? kFlagTemporary : 0));
   std::memcpy(p + 40, id_bytes_, 16);
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   Put64(p + 56,
@@ -315,6 +327,10 @@ Status StoreFile::OpenInDirectory(const StoreOptions& options) {
   }
   if (access(directory_.c_str(), W_OK | X_OK) != 0) {
     return Status::FromErrno("storage directory " + Quote(directory_) + " is not writable", errno);
+  }
+  if (options.mode == OpenMode::kTemporary) {
+    RemoveAbandoned(options);
+    return CreateTemporary(options);
   }
   path_ = directory_ + "/" + options.file_name;
   struct stat existing {};
@@ -396,53 +412,7 @@ Status StoreFile::CreateNew(const StoreOptions& options) {
     return st;
   };
   if (!s.ok()) return fail(s);
-  capacity_ = options.capacity;
-  // Size the header for the probe first: block size and header size are settled on the real file.
-  if (ftruncate(fd_, 2 * kMinHeaderSize) != 0) {
-    return fail(Status::FromErrno("ftruncate " + Quote(path_), errno));
-  }
-  s = SettleBlockSize(options.block_size, true);
-  if (!s.ok()) return fail(s);
-  const uint64_t total = header_size_ + capacity_;
-  // Checked before fallocate, which on ext4 first takes every free block it can and only then
-  // fails: other processes sharing the disk would see it full for that moment.
-  const uint64_t free_bytes = FreeBytes(directory_);
-  if (options.preallocate && total > free_bytes) {
-    return fail(Status::ResourceExhausted("not enough space in " + Quote(directory_) +
-                                          " for a store of " + std::to_string(total) + " bytes (" +
-                                          std::to_string(free_bytes) + " bytes free)"));
-  }
-  if (options.preallocate) {
-    int err = 0;
-    do {
-      err = fallocate(fd_, 0, 0, static_cast<off_t>(total)) == 0 ? 0 : errno;
-    } while (err == EINTR);
-    if (err == ENOSPC || err == EDQUOT || err == EFBIG) {
-      return fail(Status::ResourceExhausted(
-          "not enough space in " + Quote(directory_) + " for a store of " + std::to_string(total) +
-          " bytes (" + std::to_string(FreeBytes(directory_)) +
-          " bytes free): " + std::strerror(err) + " (errno " + std::to_string(err) + ")"));
-    }
-    if (err == EOPNOTSUPP) {
-      // No preallocation on this filesystem: a sparse file; a full disk then shows up as
-      // ENOSPC on the first write that needs space, reported like any other write error.
-      if (ftruncate(fd_, static_cast<off_t>(total)) != 0) {
-        return fail(Status::FromErrno("ftruncate " + Quote(path_), errno));
-      }
-    } else if (err != 0) {
-      return fail(Status::FromErrno(
-          "fallocate " + std::to_string(total) + " bytes for " + Quote(path_), err));
-    }
-  } else if (ftruncate(fd_, static_cast<off_t>(total)) != 0) {
-    const int err = errno;
-    if (err == EFBIG) {
-      return fail(Status::ResourceExhausted("a store of " + std::to_string(total) +
-                                            " bytes is larger than " + Quote(directory_) +
-                                            " allows"));
-    }
-    return fail(Status::FromErrno("ftruncate " + Quote(path_), err));
-  }
-  s = WriteHeader();
+  s = FillNew(options);
   if (!s.ok()) return fail(s);
   // No-replace rename: the final name appears complete or not at all, and never over a file
   // that showed up meanwhile.
@@ -467,6 +437,178 @@ Status StoreFile::CreateNew(const StoreOptions& options) {
     close(dfd);
   }
   return Status::OK();
+}
+
+Status StoreFile::FillNew(const StoreOptions& options) {
+  capacity_ = options.capacity;
+  // Size the header for the probe first: block size and header size are settled on the real file.
+  if (ftruncate(fd_, 2 * kMinHeaderSize) != 0) {
+    return Status::FromErrno("ftruncate " + Quote(path_), errno);
+  }
+  STRATA_RETURN_IF_ERROR(SettleBlockSize(options.block_size, true));
+  const uint64_t total = header_size_ + capacity_;
+  // Checked before fallocate, which on ext4 first takes every free block it can and only then
+  // fails: other processes sharing the disk would see it full for that moment.
+  const uint64_t free_bytes = FreeBytes(directory_);
+  if (options.preallocate && total > free_bytes) {
+    return Status::ResourceExhausted("not enough space in " + Quote(directory_) +
+                                     " for a store of " + std::to_string(total) + " bytes (" +
+                                     std::to_string(free_bytes) + " bytes free)");
+  }
+  if (options.preallocate) {
+    int err = 0;
+    do {
+      err = fallocate(fd_, 0, 0, static_cast<off_t>(total)) == 0 ? 0 : errno;
+    } while (err == EINTR);
+    if (err == ENOSPC || err == EDQUOT || err == EFBIG) {
+      return Status::ResourceExhausted("not enough space in " + Quote(directory_) +
+                                       " for a store of " + std::to_string(total) + " bytes (" +
+                                       std::to_string(FreeBytes(directory_)) +
+                                       " bytes free): " + std::strerror(err) + " (errno " +
+                                       std::to_string(err) + ")");
+    }
+    if (err == EOPNOTSUPP) {
+      // No preallocation on this filesystem: a sparse file; a full disk then shows up as
+      // ENOSPC on the first write that needs space, reported like any other write error.
+      if (ftruncate(fd_, static_cast<off_t>(total)) != 0) {
+        return Status::FromErrno("ftruncate " + Quote(path_), errno);
+      }
+    } else if (err != 0) {
+      return Status::FromErrno("fallocate " + std::to_string(total) + " bytes for " + Quote(path_),
+                               err);
+    }
+  } else if (ftruncate(fd_, static_cast<off_t>(total)) != 0) {
+    const int err = errno;
+    if (err == EFBIG) {
+      return Status::ResourceExhausted("a store of " + std::to_string(total) +
+                                       " bytes is larger than " + Quote(directory_) + " allows");
+    }
+    return Status::FromErrno("ftruncate " + Quote(path_), err);
+  }
+  return WriteHeader();
+}
+
+Status StoreFile::CreateTemporary(const StoreOptions& options) {
+  temporary_ = true;
+  if (ForcedFallback() != "tmpfile") {
+    fd_ = open(directory_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    const int err = fd_ < 0 ? errno : 0;
+    if (fd_ >= 0) {
+      if (getrandom(id_bytes_, sizeof(id_bytes_), 0) != static_cast<ssize_t>(sizeof(id_bytes_))) {
+        return Status::FromErrno("getrandom for a store id", errno);
+      }
+      store_id_ = Hex(id_bytes_, 16);
+      path_ = directory_ + "/(unnamed " + options.file_name + " store " +
+              store_id_.substr(0, 12) + ")";
+      unnamed_ = true;
+      created_ = true;
+      Status s = TakeFd(options.direct_io);
+      if (s.ok()) s = FillNew(options);
+      if (!s.ok()) Close();  // an unnamed file vanishes with its descriptor
+      return s;
+    }
+    // Filesystems without O_TMPFILE say EOPNOTSUPP (EISDIR or EINVAL on old kernels): fall
+    // back to a name. Anything else (no permission, no space) is the answer.
+    if (err != EOPNOTSUPP && err != EISDIR && err != EINVAL) {
+      return Status::FromErrno("storage directory " + Quote(directory_) +
+                                   ": cannot make a temporary store file (O_TMPFILE)",
+                               err);
+    }
+  }
+  // A named file: prefix-<32 hex>.strata, the id random (no PID: namespaces reuse them).
+  uint8_t name_id[16];
+  if (getrandom(name_id, sizeof(name_id), 0) != static_cast<ssize_t>(sizeof(name_id))) {
+    return Status::FromErrno("getrandom for a store name", errno);
+  }
+  StoreOptions named = options;
+  named.file_name = options.file_name + "-" + Hex(name_id, 16) + ".strata";
+  path_ = directory_ + "/" + named.file_name;
+  return CreateNew(named);
+}
+
+namespace {
+
+// What a file name says of its maker: a temporary store of `prefix` (prefix-<32 hex>.strata),
+// a KV file of an earlier version (prefix-<pid>-<n>[-probe].strata or .kv, never kept), or
+// neither.
+enum class NameKind { kOther, kTemporary, kEarlier };
+NameKind KindOfName(const std::string& name, const std::string& prefix) {
+  if (name.size() <= prefix.size() + 1 || name.compare(0, prefix.size(), prefix) != 0 ||
+      name[prefix.size()] != '-')
+    return NameKind::kOther;
+  std::string rest = name.substr(prefix.size() + 1);
+  for (const std::string ext : {".strata", ".kv"}) {
+    if (rest.size() <= ext.size() || rest.compare(rest.size() - ext.size(), ext.size(), ext) != 0)
+      continue;
+    rest.resize(rest.size() - ext.size());
+    if (ext == ".strata" && rest.size() == 32 &&
+        rest.find_first_not_of("0123456789abcdef") == std::string::npos)
+      return NameKind::kTemporary;
+    if (rest.size() > 6 && rest.compare(rest.size() - 6, 6, "-probe") == 0)
+      rest.resize(rest.size() - 6);
+    const size_t dash = rest.find('-');
+    const bool pid_n = dash != std::string::npos && dash > 0 && dash + 1 < rest.size() &&
+                       rest.find_first_not_of("0123456789-") == std::string::npos &&
+                       rest.find('-', dash + 1) == std::string::npos;
+    return pid_n ? NameKind::kEarlier : NameKind::kOther;
+  }
+  return NameKind::kOther;
+}
+
+}  // namespace
+
+void StoreFile::RemoveAbandoned(const StoreOptions& options) {
+  DIR* dir = opendir(directory_.c_str());
+  if (dir == nullptr) return;
+  struct Candidate {
+    std::string name;
+    NameKind kind;
+    bool creating;  // .<name>.<12 hex>.creating: a creation that a crash interrupted
+  };
+  std::vector<Candidate> found;
+  while (const dirent* e = readdir(dir)) {
+    const std::string name = e->d_name;
+    std::string base = name;
+    bool creating = false;
+    if (name.size() > 23 && name[0] == '.' && name.compare(name.size() - 9, 9, ".creating") == 0) {
+      base = name.substr(1, name.size() - 1 - 9 - 13);
+      creating = true;
+    }
+    const NameKind kind = KindOfName(base, options.file_name);
+    if (kind != NameKind::kOther) found.push_back({name, kind, creating});
+  }
+  closedir(dir);
+  for (const Candidate& c : found) {
+    const std::string path = directory_ + "/" + c.name;
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;
+    // A live store holds the lock: only files nobody holds are candidates.
+    struct stat st {};
+    bool remove = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0;
+    if (remove && c.creating) {
+      remove = time(nullptr) - st.st_mtime > kAbandonedCreatingSeconds;
+    } else if (remove) {
+      // A sound store header, marked temporary (or under an earlier version's KV name).
+      uint8_t h[kHeaderBytesUsed];
+      remove = pread(fd, h, sizeof(h), 0) == static_cast<ssize_t>(sizeof(h)) &&
+               std::memcmp(h, kMagic, sizeof(kMagic)) == 0 && Get32(h + 64) == Crc32c(h, 64) &&
+               ((Get32(h + 36) & kFlagTemporary) != 0 || c.kind == NameKind::kEarlier);
+    }
+    struct stat now {};
+    if (remove && lstat(path.c_str(), &now) == 0 && now.st_dev == st.st_dev &&
+        now.st_ino == st.st_ino && unlink(path.c_str()) == 0) {
+      const std::string msg = "removed " + Quote(path) + " (" + std::to_string(st.st_size) +
+                              " bytes): a store file a run left behind when it ended without "
+                              "removing it";
+      if (options.report) {
+        options.report(msg);
+      } else {
+        std::fprintf(stderr, "strata: %s\n", msg.c_str());
+      }
+    }
+    flock(fd, LOCK_UN);
+    close(fd);
+  }
 }
 
 Status StoreFile::OpenDevice(const StoreOptions& options) {

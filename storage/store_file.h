@@ -39,6 +39,8 @@ class StoreFile {
   // Why O_DIRECT is off, when it was asked for and refused; empty otherwise.
   const std::string& direct_io_refusal() const { return direct_refusal_; }
   bool created() const { return created_; }
+  // A temporary store made without a name (path() then describes it, names nothing).
+  bool unnamed() const { return unnamed_; }
   bool is_device() const { return is_device_; }
   const std::string& store_id() const { return store_id_; }
   // Called once the whole store has opened: from then on Close deletes the file (new or
@@ -52,9 +54,18 @@ class StoreFile {
   Status OpenInDirectory(const StoreOptions& options);
   Status OpenDevice(const StoreOptions& options);
   Status CreateNew(const StoreOptions& options);
+  // OpenMode::kTemporary: unnamed where the filesystem allows, else named by CreateNew.
+  Status CreateTemporary(const StoreOptions& options);
+  // Sizes, preallocates and writes the header of the new file open on fd_.
+  Status FillNew(const StoreOptions& options);
+  // Removes the temporary stores of `options.file_name` in the directory that no process
+  // holds any more (see OpenMode::kTemporary).
+  void RemoveAbandoned(const StoreOptions& options);
   Status OpenExisting(const StoreOptions& options, bool allow_claim);
   // Opens path_ (O_DIRECT when wanted and accepted) and takes the flock.
   Status OpenFd(int extra_flags, bool want_direct);
+  // The rest of OpenFd for a descriptor already in fd_.
+  Status TakeFd(bool want_direct);
   // Settles block_size_ (and direct_io_) for fd_ by asking the kernel or, where it cannot
   // say and may_probe allows, by probing writes at the start of a new file.
   Status SettleBlockSize(uint32_t requested, bool may_probe);
@@ -75,6 +86,8 @@ class StoreFile {
   bool opened_ = false;
   bool keep_ = false;
   bool is_device_ = false;
+  bool temporary_ = false;
+  bool unnamed_ = false;
   std::string store_id_;
   uint8_t id_bytes_[16] = {};
 };

@@ -4,6 +4,8 @@
 // Environment seam, read by Open (for CI and tests of the fallback path):
 //   STRATA_STORAGE_FORCE_FALLBACK=io_uring  treat io_uring as refused (EPERM), as under seccomp
 //   STRATA_STORAGE_FORCE_FALLBACK=direct    treat O_DIRECT as refused (EINVAL), as on old tmpfs
+//   STRATA_STORAGE_FORCE_FALLBACK=tmpfile   treat O_TMPFILE as refused, as on filesystems
+//                                           without it (temporary stores then get a name)
 // Either way the store falls back to the pread pool and reports the reason once.
 //
 // Threads: a plain value; fill it on one thread before Open.
@@ -27,6 +29,14 @@ enum class OpenMode : uint8_t {
   kCreate,        // make a new store file; fail if the path exists
   kOpenExisting,  // reopen a kept store file; fail if missing or not ours
   kOpenOrCreate,  // reopen it if it is ours, create it if missing, never touch anything else
+  // A store for this process alone (a KV cache): a new file that cannot outlive the process.
+  // It is made without a name (O_TMPFILE) where the filesystem allows, so nothing remains
+  // whatever ends the process, SIGKILL included. Elsewhere it is named `file_name`-<random
+  // id>.strata, holds an exclusive lock while open and is removed at Close; a later
+  // temporary store in the same directory removes such a file when no process holds its
+  // lock any more (a crash left it) and says so through `report`. Names carry no PID, so
+  // runs in different PID namespaces never collide. keep_files does not apply.
+  kTemporary,
 };
 
 enum class BackendKind : uint8_t {
@@ -38,7 +48,7 @@ enum class BackendKind : uint8_t {
 struct StoreOptions {
   // Where the store lives: a file in `directory` (which must exist and be writable) ...
   std::string directory;
-  std::string file_name = "blocks.strata";
+  std::string file_name = "blocks.strata";  // kTemporary: the prefix of a fallback name
   // ... or a whole block device. The device must already carry a store header, unless
   // claim_device allows the store to write one (destroying what the device held).
   std::string device;

@@ -27,7 +27,6 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-std::atomic<uint32_t> g_store_counter{0};
 
 storage::BackendKind BackendOf(const std::string& name) {
   if (name == "io_uring") return storage::BackendKind::kUring;
@@ -87,19 +86,18 @@ Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t 
 
   storage::StoreOptions so;
   so.directory = options.dir;
-  so.mode = storage::OpenMode::kCreate;
+  // A KV file must not outlive the process (a crash would leave gigabytes behind).
+  so.mode = storage::OpenMode::kTemporary;
   so.backend = BackendOf(options.backend);
   so.queue_depth = uint32_t(options.queue_depth);
   if (options.emulate_emmc) so.slow_disk = storage::SlowDiskOptions::Emmc();
   so.faults = options.faults;
-  const std::string stem =
-      "kv-" + std::to_string(getpid()) + "-" + std::to_string(g_store_counter.fetch_add(1));
+  so.file_name = "kv";
   // Records are padded to the device block, so the plan needs the block size first: a
   // tiny probe store tells it (and fails early, with the store's message, on a bad dir).
   uint32_t block = 0;
   {
     storage::StoreOptions probe = so;
-    probe.file_name = stem + "-probe.strata";
     probe.capacity = 1 << 20;
     probe.faults = nullptr;
     probe.slow_disk = {};
@@ -115,7 +113,6 @@ Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t 
                               " has rank " + std::to_string(set->rank) + ", expected " +
                               std::to_string(kv->plan_.rank));
   kv->layout_ = kv->plan_.layout;
-  so.file_name = stem + ".strata";
   so.capacity = uint64_t(max_sequences) * kv->layout_.sequence_bytes();
   so.block_size = block;
   Status st = storage::BlockStore::Open(so, &kv->store_);
@@ -123,11 +120,13 @@ Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t 
     return st.WithContext("disk KV store of " + std::to_string(so.capacity) + " bytes (" +
                           std::to_string(max_sequences) + " sequences x " + std::to_string(n_ctx) +
                           " tokens) in " + options.dir);
-  struct stat sb {};
-  if (stat(kv->store_->path().c_str(), &sb) != 0)
-    return Status::FromErrno("disk KV: stat " + kv->store_->path(), errno);
-  kv->store_dev_ = sb.st_dev;
-  kv->store_ino_ = sb.st_ino;
+  if (!kv->store_->unnamed()) {
+    struct stat sb {};
+    if (stat(kv->store_->path().c_str(), &sb) != 0)
+      return Status::FromErrno("disk KV: stat " + kv->store_->path(), errno);
+    kv->store_dev_ = sb.st_dev;
+    kv->store_ino_ = sb.st_ino;
+  }
 
   STRATA_RETURN_IF_ERROR(GroupPredictor::Create(model, *set, options.scoring,
                                                 kv->plan_.summary_score_type(), n_ctx,
@@ -245,6 +244,9 @@ int32_t DiskKv::Length(SeqId seq) const {
 }
 
 Status DiskKv::CheckStoreFile() const {
+  // An unnamed store file lives as long as the process holds it, whatever happens to the
+  // directory.
+  if (store_->unnamed()) return Status::OK();
   struct stat sb {};
   if (stat(store_->path().c_str(), &sb) != 0 || sb.st_dev != store_dev_ || sb.st_ino != store_ino_)
     return Status::IOError("disk KV: the store file " + store_->path() +

@@ -183,12 +183,12 @@ Status Search::Setup(int32_t prompt_tokens) {
 }
 
 Status Search::OpenDiskTier(uint64_t slow_bytes, std::unique_ptr<SlowTier>* out) const {
-  static std::atomic<uint64_t> counter{0};
   storage::StoreOptions so;
   const char* tmp = std::getenv("TMPDIR");
   so.directory = !p_.slow_dir.empty() ? p_.slow_dir : (tmp && *tmp ? tmp : "/tmp");
-  so.file_name = "strata-beams-" + std::to_string(getpid()) + "-" +
-                 std::to_string(counter.fetch_add(1)) + ".kv";
+  // The slow tier is this process's alone: a temporary store (no file outlives it).
+  so.mode = storage::OpenMode::kTemporary;
+  so.file_name = "strata-beams";
   so.capacity = slow_bytes;
   so.block_size = kSlowAlignment;
   // The baseline reads one layer of every block it streams per request (thousands per

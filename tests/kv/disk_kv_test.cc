@@ -661,26 +661,38 @@ TEST_F(DiskKvTest, ArenasAreRegisteredForFixedBufferReads) {
   EXPECT_EQ(kv.store().registered_bytes(), one);
 }
 
-TEST_F(DiskKvTest, RemovingTheKvDirectoryMidRunIsAnError) {
-  auto gone = std::make_unique<KvTempDir>();
-  EngineOptions o = DiskEngineOptions(gone->path(), adapters_, kCtx);
-  std::unique_ptr<Engine> e;
-  STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
-  SeqId seq;
-  STRATA_ASSERT_OK(e->NewSequence(&seq));
-  std::vector<float> logits;
-  STRATA_ASSERT_OK(e->Prefill(seq, prompt_, &logits));
-  const std::string dir = gone->path();
-  gone.reset();
-  ASSERT_FALSE(std::filesystem::exists(dir));
-  ForwardBatch b;
-  b.Add(seq, e->kv().Length(seq), std::span<const int32_t>(&decode_[0], 1));
-  Status st = e->Evaluate(b, &logits);
-  EXPECT_EQ(st.code(), Status::Code::kIOError) << st.ToString();
-  EXPECT_NE(st.message().find(dir), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("removed"), std::string::npos) << st.message();
-  // It stays an error rather than attending to a cache that no longer exists.
-  EXPECT_FALSE(e->Evaluate(b, &logits).ok());
+// The KV store is an unnamed file where the filesystem allows (it cannot outlive the
+// process): removing its directory mid-run changes nothing, the run goes on. Where the store
+// has a name (filesystems without O_TMPFILE), losing it is an error naming the directory.
+TEST_F(DiskKvTest, RemovingTheKvDirectoryMidRunKeepsAnUnnamedStoreOrIsAnError) {
+  for (const bool named : {false, true}) {
+    SCOPED_TRACE(named ? "named store" : "unnamed store");
+    if (named) setenv("STRATA_STORAGE_FORCE_FALLBACK", "tmpfile", 1);
+    auto gone = std::make_unique<KvTempDir>();
+    EngineOptions o = DiskEngineOptions(gone->path(), adapters_, kCtx);
+    std::unique_ptr<Engine> e;
+    STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
+    unsetenv("STRATA_STORAGE_FORCE_FALLBACK");
+    SeqId seq;
+    STRATA_ASSERT_OK(e->NewSequence(&seq));
+    std::vector<float> logits;
+    STRATA_ASSERT_OK(e->Prefill(seq, prompt_, &logits));
+    const std::string dir = gone->path();
+    gone.reset();
+    ASSERT_FALSE(std::filesystem::exists(dir));
+    ForwardBatch b;
+    b.Add(seq, e->kv().Length(seq), std::span<const int32_t>(&decode_[0], 1));
+    Status st = e->Evaluate(b, &logits);
+    if (!named) {
+      STRATA_ASSERT_OK(st);
+      continue;
+    }
+    EXPECT_EQ(st.code(), Status::Code::kIOError) << st.ToString();
+    EXPECT_NE(st.message().find(dir), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("removed"), std::string::npos) << st.message();
+    // It stays an error rather than attending to a cache that no longer exists.
+    EXPECT_FALSE(e->Evaluate(b, &logits).ok());
+  }
 }
 
 TEST_F(DiskKvTest, FullDiskIsAnErrorAndTheSequenceKeepsItsState) {

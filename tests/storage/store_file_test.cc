@@ -4,9 +4,16 @@
 #include "storage/store_file.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <vector>
 
 #include <cstdlib>
 #include <cstring>
@@ -322,6 +329,133 @@ TEST(StoreFileTest, LargerBlockSizeIsHonouredAndEnforced) {
   ASSERT_TRUE(AlignedBuffer::Allocate(16384, 8192, &buf).ok());
   EXPECT_EQ(store->Read(4096, buf.data(), 8192).code(), Status::Code::kInvalidArgument);
   EXPECT_TRUE(store->Read(8192, buf.data(), 8192).ok());
+}
+
+// ---- Temporary stores (KV caches): nothing may outlive the process -----------------------
+
+// Sets STRATA_STORAGE_FORCE_FALLBACK for the scope (the named fallback of kTemporary).
+class ScopedForce {
+ public:
+  explicit ScopedForce(const char* what) { setenv("STRATA_STORAGE_FORCE_FALLBACK", what, 1); }
+  ~ScopedForce() { unsetenv("STRATA_STORAGE_FORCE_FALLBACK"); }
+};
+
+StoreOptions TemporaryOptions(const std::string& dir, std::vector<std::string>* reports) {
+  StoreOptions o = Options(dir);
+  o.mode = OpenMode::kTemporary;
+  o.file_name = "kv";
+  o.report = [reports](std::string_view m) { reports->push_back(std::string(m)); };
+  return o;
+}
+
+TEST(StoreFileTest, ATemporaryStoreHasNoNameAndWorks) {
+  TempDir dir;
+  std::vector<std::string> reports;
+  std::unique_ptr<BlockStore> store;
+  ASSERT_TRUE(OpenWith(TemporaryOptions(dir.path(), &reports), &store).ok());
+  EXPECT_TRUE(store->unnamed());
+  EXPECT_EQ(dir.Listing(), "");  // no name in the directory while it is open
+  EXPECT_NE(store->path().find("unnamed"), std::string::npos) << store->path();
+  AlignedBuffer b;
+  ASSERT_TRUE(AlignedBuffer::Allocate(4096, 4096, &b).ok());
+  FillPattern(b.data(), 4096, 3, 1);
+  IoBatch w;
+  w.AddWrite(0, b.data(), 4096, 0);
+  ASSERT_TRUE(store->Submit(w).ok());
+  ASSERT_TRUE(store->Wait(w).ok());
+  std::memset(b.data(), 0, 4096);
+  IoBatch r;
+  r.AddRead(0, b.data(), 4096, 0);
+  ASSERT_TRUE(store->Submit(r).ok());
+  ASSERT_TRUE(store->Wait(r).ok());
+  EXPECT_TRUE(MatchesPattern(b.data(), 4096, 3, 1));
+  store.reset();
+  EXPECT_EQ(dir.Listing(), "");
+}
+
+TEST(StoreFileTest, WithoutOTmpfileATemporaryStoreIsNamedRandomlyAndRemovedAtClose) {
+  TempDir dir;
+  ScopedForce force("tmpfile");
+  std::vector<std::string> reports;
+  std::unique_ptr<BlockStore> a, b;
+  ASSERT_TRUE(OpenWith(TemporaryOptions(dir.path(), &reports), &a).ok());
+  ASSERT_TRUE(OpenWith(TemporaryOptions(dir.path(), &reports), &b).ok());
+  EXPECT_FALSE(a->unnamed());
+  // Two live stores: two names, neither removed by the other (each holds its lock).
+  const std::string listing = dir.Listing();  // names, each followed by a space
+  EXPECT_EQ(std::count(listing.begin(), listing.end(), ' '), 2) << listing;
+  EXPECT_NE(a->path(), b->path());
+  EXPECT_EQ(a->path().find(std::to_string(getpid())), std::string::npos) << a->path();
+  EXPECT_TRUE(reports.empty());
+  a.reset();
+  b.reset();
+  EXPECT_EQ(dir.Listing(), "");
+}
+
+// A child opens a temporary store and dies by SIGKILL, the way a crash ends a run.
+void OpenAndDie(const std::string& dir) {
+  std::vector<std::string> reports;
+  std::unique_ptr<BlockStore> store;
+  if (!OpenWith(TemporaryOptions(dir, &reports), &store).ok()) std::_Exit(3);
+  raise(SIGKILL);
+}
+
+TEST(StoreFileTest, AKilledRunLeavesNothingOrItsFileIsRemovedByTheNextRun) {
+  for (const char* force : {"", "tmpfile"}) {
+    SCOPED_TRACE(std::string("forced fallback: '") + force + "'");
+    TempDir dir;
+    ScopedForce f(force);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) OpenAndDie(dir.path());
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+    // Unnamed: nothing at all. Named: the dead run's file, until the next store comes.
+    std::string left = dir.Listing();
+    EXPECT_EQ(left.empty(), *force == '\0') << left;
+    if (!left.empty()) {
+      left.pop_back();  // the listing's trailing space
+      // The dead process's io_uring may hold the file (and its lock) a moment longer: its
+      // teardown is asynchronous. A later run finds it free.
+      const int fd = open((dir.path() + "/" + left).c_str(), O_RDONLY);
+      ASSERT_GE(fd, 0);
+      for (int i = 0; i < 500 && flock(fd, LOCK_EX | LOCK_NB) != 0; ++i) usleep(10000);
+      flock(fd, LOCK_UN);
+      close(fd);
+    }
+    // A file of someone else's with a name like ours but no store header stays.
+    WriteWholeFile(dir.path() + "/kv-0123456789abcdef0123456789abcdef.strata", "not a store");
+    std::vector<std::string> reports;
+    std::unique_ptr<BlockStore> next;
+    ASSERT_TRUE(OpenWith(TemporaryOptions(dir.path(), &reports), &next).ok());
+    if (*force != '\0') {
+      ASSERT_EQ(reports.size(), 1u);
+      EXPECT_NE(reports[0].find(left), std::string::npos) << reports[0];
+      EXPECT_NE(reports[0].find("left behind"), std::string::npos) << reports[0];
+    } else {
+      EXPECT_TRUE(reports.empty());
+    }
+    next.reset();
+    EXPECT_EQ(dir.Listing(), "kv-0123456789abcdef0123456789abcdef.strata ");
+  }
+}
+
+TEST(StoreFileTest, AKeptStoreWithATemporaryLookingNameIsNotRemoved) {
+  TempDir dir;
+  StoreOptions keep = Options(dir.path());
+  keep.file_name = "kv-123-4.strata";  // an earlier version's KV name, but kept on purpose
+  keep.keep_files = true;
+  {
+    std::unique_ptr<BlockStore> s;
+    ASSERT_TRUE(OpenWith(keep, &s).ok());
+    // Held open: a temporary store beside it must not touch it.
+    std::vector<std::string> reports;
+    std::unique_ptr<BlockStore> t;
+    ASSERT_TRUE(OpenWith(TemporaryOptions(dir.path(), &reports), &t).ok());
+    EXPECT_TRUE(reports.empty());
+  }
+  EXPECT_EQ(dir.Listing(), "kv-123-4.strata ");
 }
 
 }  // namespace
