@@ -3,11 +3,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <fstream>
 #include <functional>
 #include <sstream>
 
+#include "common/file.h"
 #include "platforms/cuda_device.h"
 
 namespace strata {
@@ -385,12 +387,55 @@ bool IsSection(const std::string& prefix) {
   return false;
 }
 
+// Counts the nodes a walk of n visits, an alias as often as it is referenced (its expansion),
+// stopping at `budget`: false when the document expands beyond it.
+bool WithinExpansion(const YAML::Node& n, int64_t* budget) {
+  if (--*budget < 0) return false;
+  if (n.IsMap()) {
+    for (auto it = n.begin(); it != n.end(); ++it)
+      if (!WithinExpansion(it->first, budget) || !WithinExpansion(it->second, budget)) return false;
+  } else if (n.IsSequence()) {
+    for (const YAML::Node& e : n)
+      if (!WithinExpansion(e, budget)) return false;
+  }
+  return true;
+}
+
+// The deepest nesting of flow collections ([...] and {...}) outside quoted scalars: the YAML
+// parser recurses on each level.
+int FlowDepth(std::string_view text) {
+  int depth = 0, most = 0;
+  char quote = 0;
+  bool comment = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (comment) {
+      comment = c != '\n';
+      continue;
+    }
+    if (quote) {
+      if (c == quote && (quote == '\'' || i == 0 || text[i - 1] != '\\')) quote = 0;
+      continue;
+    }
+    if (c == '#') comment = true;
+    else if (c == '"' || c == '\'') quote = c;
+    else if (c == '[' || c == '{') most = std::max(most, ++depth);
+    else if ((c == ']' || c == '}') && depth > 0) --depth;
+  }
+  return most;
+}
+
 Status Walk(const YAML::Node& map, const std::string& prefix, const std::string& source,
             Config* cfg) {
+  std::map<std::string, int> seen;  // key -> line, to refuse a key given twice
   for (auto it = map.begin(); it != map.end(); ++it) {
     const std::string name = it->first.Scalar();
     const std::string key = prefix.empty() ? name : prefix + "." + name;
     const Where w{source, it->first.Mark().line + 1, key};
+    const auto [first, fresh] = seen.emplace(name, w.line);
+    if (!fresh)
+      return Status::InvalidArgument(w.str() + ": given twice (first on line " +
+                                     std::to_string(first->second) + ")");
     const YAML::Node value = it->second;  // a copy: the iterator yields temporaries
     if (IsSection(key)) {
       if (value.IsNull()) continue;  // an empty section keeps the defaults
@@ -411,6 +456,13 @@ Status Walk(const YAML::Node& map, const std::string& prefix, const std::string&
 }  // namespace
 
 Status ParseConfig(std::string_view yaml_text, const std::string& source, Config* cfg) {
+  if (yaml_text.size() > kMaxConfigBytes)
+    return Status::ResourceExhausted(source + ": " + std::to_string(yaml_text.size()) +
+                                     " bytes; a config is at most " +
+                                     std::to_string(kMaxConfigBytes));
+  if (const int depth = FlowDepth(yaml_text); depth > kMaxConfigDepth)
+    return Status::InvalidArgument(source + ": collections nested " + std::to_string(depth) +
+                                   " deep; the limit is " + std::to_string(kMaxConfigDepth));
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml_text));
@@ -418,10 +470,19 @@ Status ParseConfig(std::string_view yaml_text, const std::string& source, Config
     return Status::InvalidArgument(source + ":" + std::to_string(e.mark.line + 1) + ":" +
                                    std::to_string(e.mark.column + 1) +
                                    ": YAML syntax error: " + e.msg);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(source + ": cannot be read as YAML (" + e.what() + ")");
   }
   if (root.IsNull()) return Status::OK();
   if (!root.IsMap())
     return Status::InvalidArgument(source + ": the top level must be a map of settings");
+  // Aliases share nodes while parsed but expand when read: a small file can stand for
+  // billions of values. The walk below reads every node, so the expansion is bounded first.
+  int64_t budget = kMaxConfigNodes;
+  if (!WithinExpansion(root, &budget))
+    return Status::ResourceExhausted(source + ": expands to more than " +
+                                     std::to_string(kMaxConfigNodes) +
+                                     " values (YAML aliases repeating a large node?)");
   Config c = *cfg;  // all or nothing: *cfg changes only if every setting is valid
   try {
     STRATA_RETURN_IF_ERROR(Walk(root, "", source, &c));
@@ -433,11 +494,9 @@ Status ParseConfig(std::string_view yaml_text, const std::string& source, Config
 }
 
 Status LoadConfigFile(const std::string& path, Config* cfg) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::FromErrno("config file " + path, errno);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ParseConfig(ss.str(), path, cfg);
+  std::string text;
+  STRATA_RETURN_IF_ERROR(ReadRegularFile(path, "config file", kMaxConfigBytes, &text));
+  return ParseConfig(text, path, cfg);
 }
 
 std::string ConfigToYaml(const Config& cfg) {

@@ -24,6 +24,11 @@ struct Config {
 
 // Applies the settings in `yaml_text` on top of *cfg (which holds defaults or earlier
 // settings). `source` names the text in errors (usually its file path).
+// Limits on what a config may be: its size, the nesting of its flow collections, and the
+// values it expands to with its aliases (each checked before the values are read).
+constexpr size_t kMaxConfigBytes = size_t(1) << 20;
+constexpr int kMaxConfigDepth = 64;
+constexpr int64_t kMaxConfigNodes = 100000;
 Status ParseConfig(std::string_view yaml_text, const std::string& source, Config* cfg);
 // Reads and parses a file.
 Status LoadConfigFile(const std::string& path, Config* cfg);

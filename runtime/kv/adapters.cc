@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/file.h"
 #include "runtime/model/model.h"
 
 namespace strata {
@@ -223,19 +224,14 @@ Status Adapters::Write(const std::string& path) const {
 }
 
 Status Adapters::Read(const std::string& path, Adapters* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    if (err == ENOENT)
-      return Status::NotFound("adapters file " + path +
-                              " does not exist; make it with `strata calibrate -m MODEL --text "
-                              "FILE --ratios 4,8,16,32 -o " +
-                              path + "`");
-    return Status::FromErrno("adapters file " + path, err);
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::string s = ss.str();
+  std::string s;
+  const Status rs = ReadRegularFile(path, "adapters file", kMaxFileBytes, &s);
+  if (rs.code() == Status::Code::kNotFound)
+    return Status::NotFound("adapters file " + path +
+                            " does not exist; make it with `strata calibrate -m MODEL --text "
+                            "FILE --ratios 4,8,16,32 -o " +
+                            path + "`");
+  STRATA_RETURN_IF_ERROR(rs);
   const std::vector<uint8_t> b(s.begin(), s.end());
   if (b.size() < sizeof kMagic + sizeof(uint64_t))
     return Status::Corruption("adapters " + path + ": " + std::to_string(b.size()) +

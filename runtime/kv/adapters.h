@@ -72,6 +72,8 @@ struct AttentionProfile {
 };
 
 struct Adapters {
+  // The largest adapters file read (a 70B model's four ratio sets take about 350 MB).
+  static constexpr uint64_t kMaxFileBytes = uint64_t(4) << 30;
   uint64_t model_identity = 0;
   int32_t n_layer = 0;
   int32_t n_head_kv = 0;

@@ -14,6 +14,8 @@
 #include <string>
 #include <unordered_set>
 
+#include "common/file.h"
+
 namespace strata {
 
 namespace {
@@ -196,22 +198,16 @@ GgufFile::~GgufFile() {
 }
 
 Status GgufFile::Open(const std::string& path, std::unique_ptr<GgufFile>* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("open " + path, errno);
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    Status s = Status::FromErrno("fstat " + path, errno);
-    ::close(fd);
-    return s;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status::InvalidArgument(path + ": not a regular file");
-  }
-  if (st.st_size == 0) {
+  // A FIFO or a device named as the model is refused at once, never waited on.
+  int fd = -1;
+  uint64_t size = 0;
+  STRATA_RETURN_IF_ERROR(OpenRegularFile(path, "model", &fd, &size));
+  if (size == 0) {
     ::close(fd);
     return Status::Corruption(path + ": empty file (a GGUF file starts with a 24-byte header)");
   }
+  struct stat st {};
+  st.st_size = static_cast<off_t>(size);
   void* p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
   int err = errno;
   ::close(fd);  // the mapping keeps the file referenced

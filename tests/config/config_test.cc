@@ -1,6 +1,8 @@
 #include "runtime/config/config.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace strata {
 namespace {
@@ -179,6 +181,66 @@ TEST(ConfigTest, MissingFileIsAnErrorNamingIt) {
   Status s = LoadConfigFile("/nonexistent/strata.yaml", &c);
   EXPECT_EQ(s.code(), Status::Code::kNotFound);
   EXPECT_NE(s.message().find("/nonexistent/strata.yaml"), std::string::npos);
+}
+
+// ---- Bounded input ---------------------------------------------------------------------
+
+TEST(ConfigTest, AliasesThatExpandBeyondTheLimitAreRefusedBeforeTheyAreRead) {
+  // Ten levels of ten-fold aliases: 2 * 10^10 strings if expanded.
+  std::string z = "x0: &x0 [\"xxxxxxxxxxxxxxxx\", \"xxxxxxxxxxxxxxxx\"]\n";
+  for (int i = 1; i <= 10; ++i) {
+    const std::string me = std::to_string(i), prev = std::to_string(i - 1);
+    z.append("x").append(me).append(": &x").append(me).append(" [");
+    for (int j = 0; j < 10; ++j) z.append(j ? ", *x" : "*x").append(prev);
+    z.append("]\n");
+  }
+  Config c;
+  const Status s = Parse(z + "generate:\n  stop: *x10\n", &c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("aliases"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(c.generate.stop.empty());
+}
+
+TEST(ConfigTest, OversizedAndDeeplyNestedTextIsRefused) {
+  Config c;
+  std::string big(kMaxConfigBytes + 1, 'x');
+  big[0] = '#';
+  Status s = Parse(big, &c);
+  EXPECT_EQ(s.code(), Status::Code::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find(std::to_string(kMaxConfigBytes)), std::string::npos);
+  s = Parse("threads: " + std::string(100000, '[') + std::string(100000, ']') + "\n", &c);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("nested"), std::string::npos) << s.ToString();
+  // Brackets inside quotes and comments are text.
+  EXPECT_TRUE(Parse("generate:\n  stop: [\"[[[[\", '{{{{']  # ]]]] [[[\n", &c).ok());
+}
+
+TEST(ConfigTest, AKeyGivenTwiceIsAnErrorNamingBothLines) {
+  Config c;
+  const Status s = Parse("threads: 2\nbatch: 64\nthreads: 4\n", &c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("strata.yaml:3"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("threads"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("first on line 1"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(Parse("kv:\n  policy: disk\nkv:\n  policy: memory\n", &c).ok());
+  EXPECT_FALSE(Parse("kv:\n  dir: /a\n  dir: /b\n", &c).ok());
+}
+
+TEST(ConfigTest, OnlyARegularFileIsAConfig) {
+  Config c;
+  for (const char* path : {"/dev/zero", "/tmp", "/dev/null"}) {
+    const Status s = LoadConfigFile(path, &c);
+    ASSERT_FALSE(s.ok()) << path;
+    EXPECT_NE(s.message().find(path), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("not a regular file"), std::string::npos) << s.ToString();
+  }
+  // A FIFO is refused at once, not waited on.
+  const std::string fifo = ::testing::TempDir() + "strata_config_fifo_" + std::to_string(getpid());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const Status s = LoadConfigFile(fifo, &c);
+  unlink(fifo.c_str());
+  EXPECT_NE(s.message().find("a FIFO"), std::string::npos) << s.ToString();
 }
 
 }  // namespace

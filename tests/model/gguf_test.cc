@@ -5,6 +5,8 @@
 #include <random>
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "runtime/model/gguf_writer.h"
 #include "tests/testing/test_model.h"
@@ -402,6 +404,22 @@ TEST(GgufTest, RandomCorruptionsFailCleanly) {
       EXPECT_FALSE(s.message().empty());
     }
   }
+}
+
+TEST(GgufFileTest, OnlyARegularFileIsAModelAndAFifoIsNotWaitedOn) {
+  const std::string fifo = ::testing::TempDir() + "strata_model_fifo_" + std::to_string(getpid());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::unique_ptr<GgufFile> f;
+  Status s = GgufFile::Open(fifo, &f);
+  unlink(fifo.c_str());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("a FIFO, not a regular file"), std::string::npos) << s.ToString();
+  s = GgufFile::Open("/dev/zero", &f);
+  EXPECT_NE(s.message().find("character device"), std::string::npos) << s.ToString();
+  s = GgufFile::Open(::testing::TempDir(), &f);
+  EXPECT_NE(s.message().find("a directory"), std::string::npos) << s.ToString();
+  s = GgufFile::Open("", &f);
+  EXPECT_NE(s.message().find("empty"), std::string::npos) << s.ToString();
 }
 
 }  // namespace
