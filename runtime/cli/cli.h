@@ -27,6 +27,7 @@ struct CommonFlags {
   std::string gpu_weights;
   std::string kv_dir;
   int64_t kv_budget = 0;
+  CLI::Option* model_opt = nullptr;  // -m given (perhaps as ""): not the default model
   CLI::Option* threads_opt = nullptr;
   CLI::Option* ctx_opt = nullptr;
   CLI::Option* batch_opt = nullptr;
@@ -37,8 +38,11 @@ struct CommonFlags {
   CLI::Option* kv_budget_opt = nullptr;
 };
 void AddCommonFlags(CLI::App* app, CommonFlags* f);
-// Loads the config file (if any) and applies the flags given on the command line.
+// Loads the config file (if any) and applies the flags given on the command line. Flags that
+// do not apply to the configured KV policy are errors.
 Status ResolveConfig(const CommonFlags& f, Config* cfg);
+// A warning on stderr when the context asked for is beyond what the model was trained on.
+void WarnAboutContext(const Config& cfg, const Model& model);
 // The model path: -m, else the config's `model`, else the default model in $STRATA_HOME.
 Status ResolveModelPath(const CommonFlags& f, const Config& cfg, std::string* path);
 Status LoadModel(const std::string& path, std::unique_ptr<Model>* model);

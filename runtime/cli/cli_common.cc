@@ -14,7 +14,7 @@ int& ExitCode() {
 }
 
 void AddCommonFlags(CLI::App* app, CommonFlags* f) {
-  app->add_option("-m,--model", f->model,
+  f->model_opt = app->add_option("-m,--model", f->model,
                   "GGUF model file (default: the config's, else "
                   "$STRATA_HOME/SmolLM2-135M-Instruct.Q4_1.gguf)");
   app->add_option("--config", f->config, "strata.yaml with settings; flags override it");
@@ -47,6 +47,15 @@ Status ResolveConfig(const CommonFlags& f, Config* cfg) {
   if (f.gpu_weights_opt->count())
     STRATA_RETURN_IF_ERROR(
         ParseGpuWeights(f.gpu_weights, &cfg->engine.gpu.weights).WithContext("--gpu-weights"));
+  // Disk-only flags under another policy would be silently ignored.
+  if (cfg->engine.kv.policy != KvPolicyKind::kDisk) {
+    for (const CLI::Option* o : {f.kv_dir_opt, f.kv_budget_opt})
+      if (o->count())
+        return Status::InvalidArgument(o->get_name() + " applies to the disk KV policy only; the "
+                                       "policy is " +
+                                       KvPolicyKindName(cfg->engine.kv.policy) +
+                                       " (add --kv disk)");
+  }
   if (f.kv_budget_opt->count()) {
     if (f.kv_budget < 0)
       return Status::InvalidArgument("--kv-budget: " + std::to_string(f.kv_budget) +
@@ -57,6 +66,8 @@ Status ResolveConfig(const CommonFlags& f, Config* cfg) {
 }
 
 Status ResolveModelPath(const CommonFlags& f, const Config& cfg, std::string* path) {
+  if (f.model_opt && f.model_opt->count() && f.model.empty())
+    return Status::InvalidArgument("-m: the model path is empty");
   if (!f.model.empty()) {
     *path = f.model;
     return Status::OK();
@@ -75,6 +86,15 @@ Status ResolveModelPath(const CommonFlags& f, const Config& cfg, std::string* pa
                             " is not there; run scripts/fetch_model.sh to fetch it");
   *path = def;
   return Status::OK();
+}
+
+void WarnAboutContext(const Config& cfg, const Model& model) {
+  const int32_t train = model.hparams().n_ctx_train;
+  if (train > 0 && cfg.engine.n_ctx > train)
+    std::fprintf(stderr,
+                 "strata: warning: a context of %d tokens is beyond the %d this model was "
+                 "trained on; its output past %d tokens is unreliable\n",
+                 cfg.engine.n_ctx, train, train);
 }
 
 Status LoadModel(const std::string& path, std::unique_ptr<Model>* model) {

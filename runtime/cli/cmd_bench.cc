@@ -35,6 +35,7 @@ Status Bench(const BenchFlags& f) {
   STRATA_RETURN_IF_ERROR(ResolveModelPath(f.common, cfg, &path));
   std::unique_ptr<Model> model;
   STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
+  WarnAboutContext(cfg, *model);
   if (!f.common.ctx_opt->count()) cfg.engine.n_ctx = f.depth + std::max(f.pp, 1) + f.tg;
   // The context before the runs is prefilled in passes of 512, like llama-bench's batch.
   if (!f.common.batch_opt->count())

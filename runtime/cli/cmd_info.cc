@@ -11,6 +11,7 @@ namespace {
 
 struct InfoFlags {
   std::string model;
+  CLI::Option* model_opt = nullptr;
   bool json = false;
 };
 
@@ -26,6 +27,7 @@ std::string Bytes(double b) {
 Status Info(const InfoFlags& f) {
   CommonFlags common;
   common.model = f.model;
+  common.model_opt = f.model_opt;
   std::string path;
   STRATA_RETURN_IF_ERROR(ResolveModelPath(common, Config{}, &path));
   std::unique_ptr<Model> model;
@@ -103,7 +105,8 @@ Status Info(const InfoFlags& f) {
 void AddInfoCommand(CLI::App* app) {
   auto f = std::make_shared<InfoFlags>();
   CLI::App* cmd = app->add_subcommand("info", "describe a model and this platform");
-  cmd->add_option("-m,--model", f->model, "GGUF model file (default: the default model)");
+  f->model_opt =
+      cmd->add_option("-m,--model", f->model, "GGUF model file (default: the default model)");
   cmd->add_flag("--json", f->json, "print JSON");
   cmd->callback([f] {
     Status s = Info(*f);

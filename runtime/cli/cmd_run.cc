@@ -86,8 +86,15 @@ Status Run(RunFlags& f) {
   STRATA_RETURN_IF_ERROR(ResolveModelPath(f.common, cfg, &path));
   std::unique_ptr<Model> model;
   STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
-  if (BeamSearchRequested(f.beams))
+  WarnAboutContext(cfg, *model);
+  if (BeamSearchRequested(f.beams)) {
+    // Beam search keeps its KV in its own prefix tree (with --beam-slow-dir for a disk tier).
+    if (cfg.engine.kv.policy == KvPolicyKind::kDisk)
+      return Status::InvalidArgument(
+          "--beams keeps KV in its own prefix tree; kv.policy disk does not apply to it (use "
+          "--beam-slow-dir for a slow tier on disk)");
     return RunBeamSearchCommand(f.beams, cfg, *model, prompt, f.chat, f.stats);
+  }
   std::unique_ptr<Engine> engine;
   STRATA_RETURN_IF_ERROR(Engine::Create(*model, cfg.engine, &engine));
 
@@ -140,7 +147,14 @@ Status Run(RunFlags& f) {
   for (;;) {
     std::fprintf(stderr, "> ");
     if (!std::getline(std::cin, line) || line.empty()) break;
-    STRATA_RETURN_IF_ERROR(session->Chat(line, cfg.generate, PrintPiece, nullptr, &st));
+    // A line the model cannot take (invalid UTF-8, too long for the context) is reported
+    // and the conversation goes on; only a failure of the run itself ends it.
+    const Status s = session->Chat(line, cfg.generate, PrintPiece, nullptr, &st);
+    if (s.code() == Status::Code::kInvalidArgument || s.code() == Status::Code::kOutOfRange) {
+      std::fprintf(stderr, "strata run: %s\n", s.message().c_str());
+      continue;
+    }
+    STRATA_RETURN_IF_ERROR(s);
     std::printf("\n");
     PrintStats(f, st, *engine);
   }

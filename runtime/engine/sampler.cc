@@ -1,5 +1,7 @@
 #include "runtime/engine/sampler.h"
 
+#include <cstdint>
+
 #include <algorithm>
 #include <cmath>
 #include <unordered_set>
@@ -19,6 +21,9 @@ Status ValidateSamplingParams(const SamplingParams& p) {
   if (!(p.repeat_penalty > 0.f && p.repeat_penalty <= 10.f))
     return bad("repeat_penalty", p.repeat_penalty, "(0, 10]");
   if (p.repeat_last_n < 0) return bad("repeat_last_n", p.repeat_last_n, "[0, context]");
+  if (p.seed > uint64_t(INT64_MAX))
+    return Status::InvalidArgument("sampling.seed: " + std::to_string(p.seed) +
+                                   " is out of range [0, " + std::to_string(INT64_MAX) + "]");
   return Status::OK();
 }
 

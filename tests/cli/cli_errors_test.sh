@@ -47,5 +47,27 @@ expect long-prompt "context" -- "$strata" run -m "$model" --ctx 256 -f "$tmp/lon
 expect bad-kv "unknown KV policy 'ssd'" -- "$strata" run -m "$model" --kv ssd -p hi
 expect bad-temp "sampling.temperature" -- "$strata" run -m "$model" --temp -1 -p hi
 
+mkfifo "$tmp/fifo"
+mkdir "$tmp/dir.yaml"
+printf 'threads: 2\nthreads: 3\n' >"$tmp/dup.yaml"
+expect empty-model "-m: the model path is empty" -- "$strata" info -m ''
+expect fifo-model "is a FIFO, not a regular file" -- "$strata" info -m "$tmp/fifo"
+expect dir-model "is a directory, not a regular file" -- "$strata" run -m "$tmp" -p hi
+expect dir-config "is a directory, not a regular file" -- "$strata" run -m "$model" --config "$tmp/dir.yaml" -p hi
+expect dev-config "/dev/zero' is a character device" -- "$strata" run -m "$model" --config /dev/zero -p hi
+expect dup-config "given twice (first on line 1)" -- "$strata" run -m "$model" --config "$tmp/dup.yaml" -p hi
+expect disk-flag-memory "--kv-dir applies to the disk KV policy only" -- "$strata" run -m "$model" --kv-dir "$tmp" -p hi
+expect budget-flag-memory "--kv-budget applies to the disk KV policy only" -- "$strata" run -m "$model" --kv memory --kv-budget 1000000 -p hi
+expect beams-disk "kv.policy disk does not apply" -- "$strata" run -m "$model" --kv disk --beams 4 -p hi
+expect seed-range "sampling.seed: 9223372036854775808 is out of range" -- "$strata" run -m "$model" --seed 9223372036854775808 -p hi -n 2
+
+# A context beyond the training context runs, with a warning.
+out=$(timeout 120 "$strata" run -m "$model" --ctx 9000 -p hi -n 2 2>&1 >/dev/null)
+if grep -q "beyond the 8192 this model was trained on" <<<"$out"; then
+  echo "ok   ctx-warning: $(grep -o 'warning.*' <<<"$out" | cut -c1-120)"
+else
+  echo "FAIL ctx-warning: no warning for --ctx 9000: $out"; fails=$((fails + 1))
+fi
+
 [ $fails -eq 0 ] && echo "all CLI error checks passed"
 exit $fails

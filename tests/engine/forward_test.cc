@@ -347,6 +347,28 @@ TEST_P(EngineErrorsTest, ChatReusesTheConversationPrefix) {
   EXPECT_EQ(int32_t(session->tokens().size()), engine->kv().Length(session->seq()));
 }
 
+TEST_P(EngineErrorsTest, AChatMessageThatIsNotUtf8IsRefusedAndTheConversationGoesOn) {
+  auto engine = MakeEngine(2, 64);
+  std::unique_ptr<Session> session;
+  ASSERT_TRUE(Session::Create(engine.get(), &session).ok());
+  GenerateParams p;
+  p.max_tokens = 4;
+  p.sampling.temperature = 0;
+  std::string answer;
+  ASSERT_TRUE(session->Chat("hello there", p, nullptr, &answer, nullptr).ok());
+  const std::vector<int32_t> before = session->tokens();
+  // The offset is the byte in the message itself, not in the rendered template.
+  Status s = session->Chat("ok \xff then", p, nullptr, &answer, nullptr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("at byte 3 (of 9)"), std::string::npos) << s.ToString();
+  EXPECT_EQ(session->tokens(), before);
+  EXPECT_EQ(int32_t(before.size()), engine->kv().Length(session->seq()));
+  // The next message continues the same conversation (its prefix is reused).
+  ASSERT_TRUE(session->Chat("and again", p, nullptr, &answer, nullptr).ok());
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), session->tokens().begin()));
+}
+
 INSTANTIATE_TEST_SUITE_P(Llama, EngineErrorsTest, ::testing::Values(Cases()[0]),
                          [](const auto& p) { return std::string(p.param.name); });
 
