@@ -66,6 +66,7 @@ class Reader {
     return Status::OK();
   }
   size_t pos() const { return pos_; }
+  size_t left() const { return end_ - pos_; }
 
  private:
   const std::vector<uint8_t>& b_;
@@ -97,6 +98,11 @@ Status ReadProfile(Reader& r, const std::string& path, uint32_t n_layer, Attenti
                                 " at point " + std::to_string(i) + " is not ascending from 0");
     p->tokens[i] = int32_t(t);
   }
+  // Allocations follow the file's own counts only when the file holds what they promise.
+  if (uint64_t(n_layer) * points * sizeof(float) > r.left())
+    return Status::Corruption("adapters " + path + ": the attention profile promises " +
+                              std::to_string(uint64_t(n_layer) * points) +
+                              " values; the file ends before that");
   p->error.assign(n_layer, std::vector<float>(points));
   for (uint32_t l = 0; l < n_layer; ++l) {
     std::vector<float>& m = p->error[l];
@@ -232,7 +238,11 @@ Status Adapters::Read(const std::string& path, Adapters* out) {
                             "FILE --ratios 4,8,16,32 -o " +
                             path + "`");
   STRATA_RETURN_IF_ERROR(rs);
-  const std::vector<uint8_t> b(s.begin(), s.end());
+  return Parse(std::vector<uint8_t>(s.begin(), s.end()), path, out);
+}
+
+Status Adapters::Parse(const std::vector<uint8_t>& b, const std::string& path, Adapters* out,
+                       bool verify_checksum) {
   if (b.size() < sizeof kMagic + sizeof(uint64_t))
     return Status::Corruption("adapters " + path + ": " + std::to_string(b.size()) +
                               " bytes is too short to be an adapters file");
@@ -243,7 +253,7 @@ Status Adapters::Read(const std::string& path, Adapters* out) {
   uint64_t stored = 0;
   std::memcpy(&stored, b.data() + body, sizeof stored);
   const uint64_t actual = Fnv64(b.data(), body);
-  if (stored != actual) {
+  if (verify_checksum && stored != actual) {
     char msg[160];
     std::snprintf(msg, sizeof msg, ": checksum mismatch (stored %016llx, computed %016llx)",
                   (unsigned long long)stored, (unsigned long long)actual);
@@ -300,6 +310,16 @@ Status Adapters::Read(const std::string& path, Adapters* out) {
     set.ratio = int32_t(ratio);
     set.rank = int32_t(rank);
   }
+  // The matrices the header promises must fit in what is left of the file before any of
+  // them is allocated.
+  uint64_t promised = 0;
+  for (uint32_t si = 0; si < n_sets; ++si)
+    promised += (1 + has_queries[si]) * uint64_t(n_layer) * row * uint64_t(a.sets[si].rank) *
+                sizeof(float);
+  if (promised > r.left())
+    return Status::Corruption("adapters " + path + ": the header promises " +
+                              std::to_string(promised) + " bytes of matrices; the file has " +
+                              std::to_string(r.left()) + " left (truncated or damaged)");
   for (uint32_t si = 0; si < n_sets; ++si) {
     AdapterSet& set = a.sets[si];
     set.layers.resize(n_layer);

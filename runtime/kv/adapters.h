@@ -91,6 +91,10 @@ struct Adapters {
   // Errors: missing file (NotFound), damage (Corruption: bad magic, version, sizes,
   // checksum), each naming the file and the field.
   static Status Read(const std::string& path, Adapters* out);
+  // The same from the file's bytes (`path` names them in messages). verify_checksum false
+  // skips the checksum, so a fuzzer reaches the fields behind it.
+  static Status Parse(const std::vector<uint8_t>& bytes, const std::string& path, Adapters* out,
+                      bool verify_checksum = true);
   // Writes to path + ".tmp" and renames, so a reader never sees half a file.
   Status Write(const std::string& path) const;
   // Refuses adapters made for another model: identity and shape must match.

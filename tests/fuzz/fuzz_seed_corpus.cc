@@ -1,6 +1,8 @@
 // Writes the fuzzers' seed corpus: small valid GGUF files (synthetic Llama/Qwen models with
 // byte-level BPE and SentencePiece vocabularies, a metadata-only file, a v2 file) into
-// <dir>/gguf, and a few texts (prose, Unicode, special tokens, whitespace) into <dir>/text.
+// <dir>/gguf, a few texts (prose, Unicode, special tokens, whitespace) into <dir>/text, an
+// adapters file into <dir>/adapters, a store file into <dir>/store, configs into
+// <dir>/config and conversations into <dir>/chat.
 // Usage: fuzz_seed_corpus <dir>
 #include <sys/stat.h>
 
@@ -8,8 +10,11 @@
 #include <cstring>
 #include <string>
 
+#include "runtime/config/config.h"
+#include "runtime/kv/adapters.h"
 #include "runtime/model/gguf_writer.h"
 #include "runtime/model/synthetic_model.h"
+#include "storage/block_store.h"
 
 namespace {
 
@@ -89,5 +94,67 @@ int main(int argc, char** argv) {
     const std::string s(t, t[0] == 0 ? 1 + std::strlen(t + 1) : std::strlen(t));
     if (!WriteBytes(dir + "/text/seed" + std::to_string(i++), s)) return 1;
   }
+
+  // An adapters file (two layers, ratios 4 and 8), prefixed with the fuzzer's flag byte.
+  for (const char* d : {"/adapters", "/store", "/config", "/chat"}) ::mkdir((dir + d).c_str(), 0755);
+  strata::Adapters a;
+  a.model_identity = 42;
+  a.n_layer = 2;
+  a.n_head_kv = 1;
+  a.head_dim = 32;
+  a.note = "seed";
+  for (int32_t ratio : {4, 8}) {
+    strata::AdapterSet set;
+    set.ratio = ratio;
+    set.rank = 32 / ratio;
+    for (int32_t l = 0; l < a.n_layer; ++l)
+      set.layers.push_back(std::vector<float>(size_t(32 * set.rank), 0.25f * float(l + 1)));
+    a.sets.push_back(std::move(set));
+  }
+  const std::string ad = dir + "/adapters/tmp.adapters";
+  if (!a.Write(ad).ok()) return 1;
+  {
+    FILE* f = std::fopen(ad.c_str(), "rb");
+    if (!f) return 1;
+    std::string body(1, '\x01');
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) body.append(buf, n);
+    std::fclose(f);
+    std::remove(ad.c_str());
+    if (!WriteBytes(dir + "/adapters/seed.adapters", body)) return 1;
+  }
+
+  // A store file (a kept store of 64 KiB), its header and a little data.
+  {
+    strata::storage::StoreOptions o;
+    o.directory = dir + "/store";
+    o.file_name = "seed.strata";
+    o.capacity = 65536;
+    o.keep_files = true;
+    o.direct_io = false;
+    o.report = [](std::string_view) {};
+    std::unique_ptr<strata::storage::BlockStore> store;
+    if (!strata::storage::BlockStore::Open(o, &store).ok()) return 1;
+  }
+
+  // Configs: the writer's full output and a few hand-written ones (an alias, flow style).
+  strata::Config c;
+  if (!WriteBytes(dir + "/config/full.yaml", strata::ConfigToYaml(c))) return 1;
+  if (!WriteBytes(dir + "/config/small.yaml",
+                  "threads: 2\nkv:\n  policy: disk\n  group_size: 5\ngenerate:\n  stop: &s "
+                  "[\"a\", \"b\"]\nsampling: {temperature: 0.5, top_k: 4}\n"))
+    return 1;
+
+  // Conversations: role NUL content NUL ..., the last part a default system prompt.
+  const std::string chats[] = {
+      std::string("system\0You are terse.\0user\0Hi there\0assistant\0 Hello! \0user\0"
+                  "Two\nlines\0sys",
+                  73),
+      std::string("user\0<|im_end|>[INST]\0\0", 23),
+  };
+  i = 0;
+  for (const std::string& t : chats)
+    if (!WriteBytes(dir + "/chat/seed" + std::to_string(i++), t)) return 1;
   return 0;
 }

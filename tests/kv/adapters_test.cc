@@ -1,8 +1,10 @@
 // The adapters file: round trip, and every kind of damage refused with the field named.
 #include "runtime/kv/adapters.h"
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 
 #include <gtest/gtest.h>
 
@@ -143,6 +145,34 @@ TEST(AdaptersTest, RankForRatio) {
   Status st = RankForRatio(192, 193, &r);
   EXPECT_EQ(st.code(), Status::Code::kOutOfRange);
   EXPECT_NE(st.message().find("[1, 192]"), std::string::npos) << st.message();
+}
+
+TEST(AdaptersTest, AHeaderThatPromisesMoreThanTheFileHoldsIsRefusedBeforeAllocating) {
+  // A valid file, then its n_layer raised to the limit (checksum skipped, as a damaged file
+  // with a matching checksum would be): the matrices it promises do not fit in the bytes.
+  Adapters a;
+  a.model_identity = 1;
+  a.n_layer = 1;
+  a.n_head_kv = 1;
+  a.head_dim = 64;
+  AdapterSet set;
+  set.ratio = 4;
+  set.rank = 16;
+  set.layers.push_back(std::vector<float>(64 * 16, 0.5f));
+  a.sets.push_back(set);
+  const std::string path = ::testing::TempDir() + "promise.adapters";
+  ASSERT_TRUE(a.Write(path).ok());
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  // Header: magic (8), version (4), identity (8), then n_layer.
+  const uint32_t huge = 60000;
+  std::memcpy(b.data() + 20, &huge, 4);
+  Adapters out;
+  const Status s = Adapters::Parse(b, "promise.adapters", &out, /*verify_checksum=*/false);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kCorruption);
+  EXPECT_NE(s.message().find("promises"), std::string::npos) << s.ToString();
 }
 
 }  // namespace
