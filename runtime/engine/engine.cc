@@ -118,6 +118,9 @@ Status Engine::Create(const Model& model, const EngineOptions& options,
     STRATA_RETURN_IF_ERROR(
         CreateKvPolicy(model, o.kv, o.n_ctx, o.max_sequences, e->pool_.get(), &e->kv_));
   }
+  // A policy may take fewer new tokens a pass than the batch (the disk policy's staging must
+  // fit its budget): prefill is chunked by the smaller.
+  o.n_batch = std::max(1, std::min(o.n_batch, e->kv_->max_pass_tokens()));
   // A pass never needs more rows than the batch limit or the context.
   const int64_t most_rows = std::min<int64_t>(o.n_batch, int64_t(o.n_ctx) * o.max_sequences);
   if (o.cuda) {

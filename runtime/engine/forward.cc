@@ -301,6 +301,66 @@ void Forward::Attention(const ForwardBatch& batch, int32_t layer,
   times_.attention += Seconds(t0, Clock::now());
 }
 
+Status Forward::AttendWindows(const ForwardBatch& batch, int32_t layer, size_t s, int64_t t0,
+                              std::span<const kernels::KvSpan> first, int32_t more,
+                              KvWindowedView* windows) {
+  const BatchSeq& bs = batch.seqs[s];
+  const int32_t hd = hp_.head_dim, n_rep = hp_.n_rep(), n_kv = hp_.n_head_kv;
+  const int32_t q_dim = hp_.n_head * hd, n_q = bs.n_new;
+  const size_t rows = size_t(n_q) * hp_.n_head;
+  win_out_.resize(rows * hd);
+  acc_out_.resize(rows * hd);
+  win_lse_.resize(rows);
+  acc_lse_.assign(rows, -std::numeric_limits<float>::infinity());
+  std::fill(acc_out_.begin(), acc_out_.end(), 0.0f);
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const int32_t chunks = (n_q + kAttentionQueryChunk - 1) / kAttentionQueryChunk;
+  std::span<const kernels::KvSpan> spans = first;
+  for (int32_t w = 0; w <= more; ++w) {
+    if (w > 0) {
+      const auto tk = Clock::now();
+      STRATA_RETURN_IF_ERROR(windows->NextWindow(layer, bs.seq, &spans));
+      times_.kv += Seconds(tk, Clock::now());
+    }
+    const auto ta = Clock::now();
+    pool_->Run(int64_t(chunks) * n_kv, [&](int64_t i, int worker) {
+      const int32_t h = int32_t(i % n_kv), c = int32_t(i / n_kv) * kAttentionQueryChunk;
+      kernels::AttentionArgs a;
+      a.q = q_.data() + size_t(t0 + c) * q_dim + size_t(h) * n_rep * hd;
+      a.n_q = std::min(kAttentionQueryChunk, n_q - c);
+      a.q_stride = q_dim;
+      a.q_pos0 = bs.pos0 + c;
+      a.n_rep = n_rep;
+      a.head_dim = hd;
+      a.kv_head = h;
+      a.spans = spans.data();
+      a.n_spans = int32_t(spans.size());
+      a.scale = scale;
+      a.out = win_out_.data() + size_t(c) * q_dim + size_t(h) * n_rep * hd;
+      a.out_stride = q_dim;
+      a.lse = win_lse_.data() + (size_t(h) * n_q + c) * n_rep;  // [kv head][token][rep]
+      a.scratch = attn_scratch_[worker].data();
+      kernels::AttentionOverSpans(a);
+    });
+    // Join: each window's rows are normalized by its own denominator exp(lse).
+    for (int32_t t = 0; t < n_q; ++t)
+      for (int32_t qh = 0; qh < hp_.n_head; ++qh) {
+        const float b = win_lse_[(size_t(qh / n_rep) * n_q + t) * n_rep + qh % n_rep];
+        float& a = acc_lse_[size_t(t) * hp_.n_head + qh];
+        const float m = std::max(a, b);
+        if (m == -std::numeric_limits<float>::infinity()) continue;
+        const float wa = std::exp(a - m), wb = std::exp(b - m), inv = 1.0f / (wa + wb);
+        float* acc = acc_out_.data() + size_t(t) * q_dim + size_t(qh) * hd;
+        const float* o = win_out_.data() + size_t(t) * q_dim + size_t(qh) * hd;
+        for (int32_t d = 0; d < hd; ++d) acc[d] = (acc[d] * wa + o[d] * wb) * inv;
+        a = m + std::log(wa + wb);
+      }
+    times_.attention += Seconds(ta, Clock::now());
+  }
+  std::copy(acc_out_.begin(), acc_out_.end(), attn_.begin() + t0 * q_dim);
+  return Status::OK();
+}
+
 void Forward::AttendTail(const ForwardBatch& batch, int32_t layer) {
   const int32_t hd = hp_.head_dim, n_rep = hp_.n_rep();
   const int64_t q_dim = int64_t(hp_.n_head) * hd;
@@ -385,8 +445,21 @@ Status Forward::RunLayers(const ForwardBatch& batch, int64_t n_tok) {
     }
     for (size_t s = 0; s < batch.seqs.size(); ++s)
       STRATA_RETURN_IF_ERROR(kv_->View(l, batch.seqs[s].seq, &views[s]));
+    // Views that come in windows are attended apart (their first window is set aside).
+    KvWindowedView* windowed = kv_->windowed_view();
+    std::vector<int32_t> more(batch.seqs.size(), 0);
+    std::vector<std::span<const kernels::KvSpan>> first(batch.seqs.size());
+    if (windowed)
+      for (size_t s = 0; s < batch.seqs.size(); ++s) {
+        more[s] = windowed->MoreWindows(l, batch.seqs[s].seq);
+        if (more[s] > 0) std::swap(first[s], views[s]);
+      }
     times_.kv += Seconds(tk, Clock::now());
     Attention(batch, l, views);
+    for (size_t s = 0, row = 0; s < batch.seqs.size(); row += size_t(batch.seqs[s++].n_new))
+      if (more[s] > 0)
+        STRATA_RETURN_IF_ERROR(
+            AttendWindows(batch, l, s, int64_t(row), first[s], more[s], windowed));
     AttendTail(batch, l);
 
     const MatmulJob wo[] = {{&L.wo, xn_.data()}};

@@ -92,6 +92,12 @@ class Forward final : public ForwardPass {
   // Adds what the policy's views left out, by its estimate (KvPolicy::Tail), to the
   // decoding sequences' attention outputs.
   void AttendTail(const ForwardBatch& batch, int32_t layer);
+  // Attention of batch sequence s (its tokens from row t0) over a view that comes in
+  // windows (KvWindowedView): `first` and `more` further windows, joined by their softmax
+  // denominators.
+  Status AttendWindows(const ForwardBatch& batch, int32_t layer, size_t s, int64_t t0,
+                       std::span<const kernels::KvSpan> first, int32_t more,
+                       KvWindowedView* windows);
   // y_j = W_j x for all jobs, sharing one conversion of x (all W_j must have the same
   // activation type). x: [n_tok][k].
   void Matmul(std::span<const MatmulJob> jobs, const float* x, int64_t n_tok);
@@ -114,6 +120,8 @@ class Forward final : public ForwardPass {
   std::vector<std::vector<kernels::KvSpan>> split_spans_;
   std::vector<std::vector<int32_t>> split_cuts_;
   std::vector<float> part_out_, part_lse_;
+  // Windowed views: a window's outputs and denominators, and the running join.
+  std::vector<float> win_out_, win_lse_, acc_out_, acc_lse_;
   std::vector<MatmulPiece> pieces_;
   ForwardTimes times_;
 };

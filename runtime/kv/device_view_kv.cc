@@ -94,6 +94,10 @@ Status DeviceViewKv::View(int32_t layer, SeqId seq, std::span<const kernels::KvS
                                    " is not in the pass");
   std::span<const kernels::KvSpan> hv;
   STRATA_RETURN_IF_ERROR(host_->View(layer, seq, &hv));
+  // A view the host hands out in windows (its staging bounded by its budget) is gathered
+  // whole here: each window's bytes are copied before the next one is asked for.
+  KvWindowedView* windows = host_->windowed_view();
+  const int32_t more = windows ? windows->MoreWindows(layer, seq) : 0;
   Half& h = halves_[layer % 2];
   if (layer != layer_) {
     // This half last served layer - 2: wait until its upload left the host buffer.
@@ -102,6 +106,18 @@ Status DeviceViewKv::View(int32_t layer, SeqId seq, std::span<const kernels::KvS
     h.used = 0;
     layer_ = layer;
   }
+  std::vector<kernels::KvSpan>& dv = views_[slot];
+  dv.clear();
+  for (int32_t w = 0; w <= more; ++w) {
+    if (w > 0) STRATA_RETURN_IF_ERROR(windows->NextWindow(layer, seq, &hv));
+    STRATA_RETURN_IF_ERROR(Gather(h, hv, &dv));
+  }
+  *out = dv;
+  return Status::OK();
+}
+
+Status DeviceViewKv::Gather(Half& h, std::span<const kernels::KvSpan> hv,
+                            std::vector<kernels::KvSpan>* dv) {
   const int32_t row = host_->shape().row();
   const size_t f16_row = size_t(row) * sizeof(uint16_t);
   // Raw bytes (as the host holds them) and the F16 expansions of the Q8_0 ones.
@@ -114,8 +130,6 @@ Status DeviceViewKv::View(int32_t layer, SeqId seq, std::span<const kernels::KvS
   const size_t base = h.used;
   const size_t exp_base = base + Align256(raw);
   size_t at = base, exp_at = exp_base;
-  std::vector<kernels::KvSpan>& dv = views_[slot];
-  dv.clear();
   // Q8_0 spans are expanded in runs of adjacent ones (one launch per run).
   size_t run_raw = 0, run_rows = 0;
   std::vector<std::pair<size_t, size_t>> runs;  // (raw offset, rows) of each Q8_0 run
@@ -148,7 +162,7 @@ Status DeviceViewKv::View(int32_t layer, SeqId seq, std::span<const kernels::KvS
       d.v = reinterpret_cast<const uint16_t*>(h.dev + at + n * rb);
     }
     at += 2 * n * rb;
-    dv.push_back(d);
+    dv->push_back(d);
   }
   if (run_rows > 0) runs.push_back({run_raw, run_rows});
   if (raw > 0) {
@@ -165,7 +179,6 @@ Status DeviceViewKv::View(int32_t layer, SeqId seq, std::span<const kernels::KvS
   }
   h.used = exp_base + expanded;
   view_bytes_ += raw;
-  *out = dv;
   return Status::OK();
 }
 

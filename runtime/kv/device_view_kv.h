@@ -52,6 +52,7 @@ class DeviceViewKv final : public KvPolicy {
   KvCounters counters() const override;
   bool device_memory() const override { return true; }
   bool host_inputs() const override { return true; }
+  int32_t max_pass_tokens() const override { return host_->max_pass_tokens(); }
 
   KvPolicy& host() { return *host_; }
   // Bytes uploaded for views so far.
@@ -68,6 +69,8 @@ class DeviceViewKv final : public KvPolicy {
   };
   DeviceViewKv(std::unique_ptr<KvPolicy> host, std::shared_ptr<CudaDevice> device);
   Status Reserve(Half& h, size_t bytes);
+  // Appends the device copies of host spans hv to *dv.
+  Status Gather(Half& h, std::span<const kernels::KvSpan> hv, std::vector<kernels::KvSpan>* dv);
 
   std::unique_ptr<KvPolicy> host_;
   std::shared_ptr<CudaDevice> d_;

@@ -54,8 +54,10 @@ DiskKv::~DiskKv() {
       if (b) (void)store_->Wait(*b);
     if (decode_writes_) (void)store_->Wait(*decode_writes_);
     for (auto& [id, s] : seqs_)
-      if (s->staging)
+      if (s->staging) {
         for (auto& w : s->staging->writes) (void)store_->Wait(w);
+        (void)store_->Wait(s->staging->window_read);
+      }
   }
 }
 
@@ -188,14 +190,21 @@ Status DiskKv::AddSequence(SeqId* out) {
         errno);
   s->klr_map = p;
   s->layers.resize(size_t(shape_.n_layer));
-  std::byte* base = s->arena.data();
+  // The slot pool first (every layer's slots, then the read-through buffers), then every
+  // layer's ring, sink and write records.
   const int32_t T = plan_.transient_groups;
+  size_t pool_records = size_t(plan_.transient_records());
+  for (int32_t l = 0; l < shape_.n_layer; ++l) pool_records += size_t(plan_.layer_slots[size_t(l)]);
+  s->pool_bytes = pool_records * rec;
+  std::byte* slots = s->arena.data();
+  std::byte* base = s->arena.data() + s->pool_bytes;
   for (int32_t l = 0; l < shape_.n_layer; ++l) {
     Layer& L = s->layers[size_t(l)];
-    const int32_t slots = plan_.layer_slots[size_t(l)], m = plan_.layer_groups[size_t(l)];
-    L.slots = base;
-    base += size_t(plan_.arena_records(l)) * rec;
-    L.ring = L.slots + size_t(slots) * rec;
+    const int32_t slots_l = plan_.layer_slots[size_t(l)], m = plan_.layer_groups[size_t(l)];
+    L.slots = slots;
+    slots += size_t(slots_l) * rec;
+    L.ring = base;
+    base += size_t(plan_.arena_records(l) - slots_l) * rec;
     L.sink = L.ring + size_t(plan_.ring_records()) * rec;
     L.write = L.sink + size_t(plan_.sink_groups) * rec;
     L.klr = static_cast<uint8_t*>(p) + size_t(l) * klr_layer_bytes;
@@ -203,10 +212,10 @@ Status DiskKv::AddSequence(SeqId* out) {
       L.spread = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(p) +
                                              size_t(shape_.n_layer) * klr_layer_bytes) +
                  size_t(l) * spread_layer_bytes / sizeof(uint16_t);
-    L.reuse = ReuseBuffer(slots, options_.reuse, T);
+    L.reuse = ReuseBuffer(slots_l, options_.reuse, T);
     L.selected.reserve(size_t(m));
     L.placed.reserve(size_t(m));
-    L.view.reserve(size_t(slots + T + plan_.sink_groups + plan_.recent_groups + 1));
+    L.view.reserve(size_t(slots_l + T + plan_.sink_groups + plan_.recent_groups + 1));
     if (plan_.tail) {
       L.v_sum.assign(size_t(shape_.row()), 0.0f);
       L.v_new.assign(size_t(shape_.row()), 0.0f);
@@ -214,7 +223,7 @@ Status DiskKv::AddSequence(SeqId* out) {
       L.tail_ratio.assign(size_t(predictor_->n_head()), 0.0f);
     }
   }
-  s->transient = T > 0 ? base : nullptr;
+  s->transient = T > 0 ? slots : nullptr;
   s->region = free_regions_.back();
   free_regions_.pop_back();
   const SeqId id = next_id_++;
@@ -300,8 +309,6 @@ Status DiskKv::BeginBatch(std::span<const BatchSeq> batch) {
   batch_.assign(batch.begin(), batch.end());
   batch_seqs_.clear();
   int32_t row = 0;
-  const uint64_t rec = layout_.record_bytes;
-  const size_t R = size_t(plan_.ring_records());
   for (const BatchSeq& b : batch_) {
     Sequence* s = Find(b.seq);
     s->pending = b.n_new;
@@ -310,29 +317,79 @@ Status DiskKv::BeginBatch(std::span<const BatchSeq> batch) {
     s->exact = b.n_new > 1 || options_.reload_all;
     batch_seqs_.push_back(s);
     if (!s->exact) continue;
-    auto st = std::make_unique<Staging>();
-    const int32_t G = layout_.group_size;
-    const uint64_t prior = uint64_t(s->length / G) * rec;
-    const uint64_t fresh = uint64_t(s->length % G + b.n_new);
-    const uint64_t full = uint64_t((s->length + b.n_new) / G - s->length / G) * rec;
-    const size_t align = store_->block_size();
-    for (int i = 0; i < 2; ++i) {
-      if (prior)
-        STRATA_RETURN_IF_ERROR(storage::AlignedBuffer::Allocate(prior, align, &st->readback[i]));
-      if (full)
-        STRATA_RETURN_IF_ERROR(storage::AlignedBuffer::Allocate(full, align, &st->records[i]));
-    }
-    STRATA_RETURN_IF_ERROR(
-        storage::AlignedBuffer::Allocate(size_t(shape_.n_layer) * R * rec, align, &st->ring));
-    st->fresh_k.resize(fresh * layout_.row);
-    st->fresh_v.resize(fresh * layout_.row);
-    st->view.reserve(size_t(s->length / G) + 1);
-    st->bytes = 2 * (prior + full) + st->ring.size() + 2 * fresh * layout_.row * 2 +
-                st->view.capacity() * sizeof(kernels::KvSpan);
-    s->staging = std::move(st);
+    STRATA_RETURN_IF_ERROR(PlanStaging(*s, b.n_new));
   }
   std::fill(reads_settled_.begin(), reads_settled_.end(), 1);
   NoteMemory();
+  return Status::OK();
+}
+
+// Bytes an exact pass of n_new tokens after `length` needs besides the earlier records: its
+// new full groups (two layers), the ring as it will stand, and its fresh tokens in F16.
+uint64_t DiskKv::PassBytes(int32_t length, int32_t n_new) const {
+  const int32_t G = layout_.group_size;
+  const uint64_t rec = layout_.record_bytes;
+  const uint64_t full = uint64_t((length + n_new) / G - length / G) * rec;
+  const uint64_t fresh = uint64_t(length % G + n_new) * uint64_t(layout_.row) * 2;
+  return 2 * full + uint64_t(shape_.n_layer) * uint64_t(plan_.ring_records()) * rec +
+         2 * ((fresh + 63) / 64 * 64);
+}
+
+int32_t DiskKv::max_pass_tokens() const {
+  // The pool is the same for every sequence; the worst start is one token short of a group.
+  const uint64_t pool = PoolBytes();
+  const uint64_t need_min = 3 * uint64_t(layout_.record_bytes);
+  int32_t lo = 0, hi = shape_.n_ctx;
+  while (lo < hi) {
+    const int32_t mid = lo + (hi - lo + 1) / 2;
+    if (PassBytes(layout_.group_size - 1, mid) + need_min <= pool)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+uint64_t DiskKv::PoolBytes() const {
+  uint64_t records = uint64_t(plan_.transient_records());
+  for (int32_t l = 0; l < shape_.n_layer; ++l) records += uint64_t(plan_.layer_slots[size_t(l)]);
+  return records * layout_.record_bytes;
+}
+
+Status DiskKv::PlanStaging(Sequence& s, int32_t n_new) {
+  const uint64_t rec = layout_.record_bytes;
+  const int32_t G = layout_.group_size;
+  const int32_t prior = s.length / G;
+  const uint64_t pass = PassBytes(s.length, n_new);
+  if (pass + 3 * rec > s.pool_bytes)
+    return Status::ResourceExhausted(
+        "disk KV: a pass of " + std::to_string(n_new) + " tokens needs " + std::to_string(pass) +
+        " bytes of staging inside the sequence's budget, whose slots hold " +
+        std::to_string(s.pool_bytes) + "; pass at most " + std::to_string(max_pass_tokens()) +
+        " tokens (--batch) or raise kv.budget_bytes");
+  auto st = std::make_unique<Staging>();
+  // The slots' contents go: forget them (the next decode step selects afresh).
+  for (Layer& L : s.layers) L.reuse.Clear();
+  const uint64_t room = (s.pool_bytes - pass) / rec;  // records left for the earlier ones
+  if (uint64_t(prior) * 2 <= room) {
+    st->window_records = prior;
+    st->windows = 1;
+  } else {
+    st->window_records = int32_t(std::min<uint64_t>(room / 3, uint64_t(prior)));
+    st->windows = (prior + st->window_records - 1) / st->window_records;
+  }
+  std::byte* at = s.arena.data();
+  const int n_buffers = st->windows > 1 ? 3 : 2;
+  for (int i = 0; i < n_buffers; ++i, at += size_t(st->window_records) * rec) st->readback[i] = at;
+  const uint64_t full = uint64_t((s.length + n_new) / G - prior) * rec;
+  for (int i = 0; i < 2; ++i, at += full) st->records[i] = at;
+  st->ring = at;
+  at += size_t(shape_.n_layer) * size_t(plan_.ring_records()) * rec;
+  const size_t fresh = size_t(s.length % G + n_new) * size_t(layout_.row) * 2;
+  st->fresh_k = reinterpret_cast<uint16_t*>(at);
+  st->fresh_v = reinterpret_cast<uint16_t*>(at + (fresh + 63) / 64 * 64);
+  st->view.reserve(size_t(std::min(prior, st->window_records)) + 1);
+  s.staging = std::move(st);
   return Status::OK();
 }
 
@@ -604,7 +661,7 @@ Status DiskKv::View(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* 
                                    " or layer " + std::to_string(layer) + " outside a pass");
   STRATA_RETURN_IF_ERROR(SettleReads(layer));
   if (s->exact) {
-    ViewExact(layer, *s);
+    STRATA_RETURN_IF_ERROR(ViewExact(layer, *s, 0));
     *out = s->staging->view;
   } else {
     ViewDecode(layer, *s);
@@ -637,6 +694,23 @@ void DiskKv::ViewDecode(int32_t layer, Sequence& s) {
     const float inv = 1.0f / float(p + s.pending);
     for (size_t i = 0; i < L.v_mean.size(); ++i) L.v_mean[i] = (L.v_sum[i] + L.v_new[i]) * inv;
   }
+}
+
+int32_t DiskKv::MoreWindows(int32_t layer, SeqId seq) {
+  const Sequence* s = Find(seq);
+  if (!s || !s->exact || !s->staging || s->staging->window_layer != layer) return 0;
+  return s->staging->windows - 1 - s->staging->window;
+}
+
+Status DiskKv::NextWindow(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) {
+  Sequence* s = Find(seq);
+  if (MoreWindows(layer, seq) <= 0)
+    return Status::InvalidArgument("disk KV: no further window of layer " +
+                                   std::to_string(layer) + " for sequence " +
+                                   std::to_string(seq));
+  STRATA_RETURN_IF_ERROR(ViewExact(layer, *s, s->staging->window + 1));
+  *out = s->staging->view;
+  return Status::OK();
 }
 
 bool DiskKv::Tail(int32_t layer, SeqId seq, KvTail* out) {
@@ -712,8 +786,10 @@ Status DiskKv::EndBatch() {
 void DiskKv::AbortBatch() {
   for (int32_t l = 0; l < shape_.n_layer; ++l) (void)SettleReads(l);
   for (Sequence* s : batch_seqs_) {
-    if (s->staging)
+    if (s->staging) {
       for (storage::IoBatch& wb : s->staging->writes) (void)store_->Wait(wb);
+      (void)store_->Wait(s->staging->window_read);
+    }
     s->staging.reset();
     s->pending = 0;
     s->exact = false;
@@ -753,12 +829,12 @@ uint64_t DiskKv::SequenceResident(const Sequence& s) const {
 }
 
 void DiskKv::NoteMemory() {
+  // An exact pass's staging lives in the slot pool, inside the arena counted here.
   uint64_t resident = 0, staging = 0;
   for (const auto& [id, s] : seqs_) {
     const uint64_t r = SequenceResident(*s);
     resident += r;
     c_.peak_sequence_resident_bytes = std::max(c_.peak_sequence_resident_bytes, r);
-    if (s->staging) staging += s->staging->bytes;
   }
   c_.resident_bytes = resident;
   c_.peak_resident_bytes = std::max(c_.peak_resident_bytes, resident);

@@ -21,9 +21,11 @@
 //
 // Prefill (a pass with more than one new token for a sequence) attends exactly: Prepare
 // reads each layer's earlier records back into staging (one or a few large requests, also
-// overlapped with the previous layer), new full groups are written as they arrive. This
-// staging is transient, outside the budget, and reported as staging bytes; it scales with
-// the sequence length (two layers of records) plus two layers of the pass's new records.
+// overlapped with the previous layer), new full groups are written as they arrive. The
+// staging lives in the sequence's slot pool, inside its budget: when two layers of earlier
+// records do not fit there, they come in windows (KvWindowedView) that the forward pass
+// attends one after another and joins by their softmax denominators. A pass too large for
+// the pool is refused with the most it can take (max_pass_tokens, which the engine uses).
 //
 // Append without Prepare/View is allowed (importing KV computed elsewhere, e.g. benchmarks
 // replaying a prefix). If the store file disappears (its directory removed) or a write
@@ -50,7 +52,7 @@
 
 namespace strata {
 
-class DiskKv final : public KvPolicy {
+class DiskKv final : public KvPolicy, public KvWindowedView {
  public:
   static Status Create(const Model& model, const DiskKvOptions& options, int32_t n_ctx,
                        int32_t max_sequences, ThreadPool* pool, std::unique_ptr<DiskKv>* out);
@@ -66,6 +68,10 @@ class DiskKv final : public KvPolicy {
   Status Append(int32_t layer, SeqId seq, const float* k, const float* v) override;
   Status View(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) override;
   bool Tail(int32_t layer, SeqId seq, KvTail* out) override;
+  KvWindowedView* windowed_view() override { return this; }
+  int32_t MoreWindows(int32_t layer, SeqId seq) override;
+  Status NextWindow(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) override;
+  int32_t max_pass_tokens() const override;
   Status EndBatch() override;
   void AbortBatch() override;
   KvCounters counters() const override;
@@ -136,7 +142,13 @@ class DiskKv final : public KvPolicy {
   void TailRatios(int32_t layer, Sequence& s, int32_t n_sink, int32_t g_hi, int worker);
   // Where slot `slot` of layer's reuse buffer (persistent or read-through) lives.
   std::byte* SlotRecord(Sequence& s, int32_t layer, int32_t slot);
-  void ViewExact(int32_t layer, Sequence& s);
+  // Window w of layer's exact view (the earlier records of the window, and after the last
+  // one the pass's fresh tokens) into s.staging->view; reads ahead the window after it.
+  Status ViewExact(int32_t layer, Sequence& s, int32_t w);
+  // Carves an exact pass's staging out of the sequence's slot pool.
+  Status PlanStaging(Sequence& s, int32_t n_new);
+  uint64_t PassBytes(int32_t length, int32_t n_new) const;
+  uint64_t PoolBytes() const;
   Status FinishExact(Sequence& s);
   uint64_t SequenceResident(const Sequence& s) const;
   // Registers the sequences' arenas with the store for fixed-buffer reads (no page pinning

@@ -51,15 +51,28 @@ struct DiskKv::Layer {
   std::vector<float> v_sum, v_new, v_mean, tail_ratio;
 };
 
-// Buffers of a pass that attends exactly (prefill, or the reload-everything baseline).
+// A pass that attends exactly (prefill, or the reload-everything baseline) keeps its buffers
+// inside the sequence's slot pool (its reuse slots are not used by such a pass, and are
+// forgotten when it begins), so memory stays within the budget whatever the prefix length.
+// The earlier records come back whole when two layers of them fit beside the pass's own
+// buffers (layer l reads into readback[l % 2] while l - 1 computes), else in windows of
+// window_records records: window 0 read ahead like the whole prefix, the later ones read one
+// ahead of the window being attended, alternating between readback[2] and the layer's own.
 struct DiskKv::Staging {
-  storage::AlignedBuffer readback[2];  // by layer parity: records [0, pos0/G)
-  storage::AlignedBuffer records[2];   // by layer parity: the pass's new full groups
+  std::byte* readback[3] = {};
+  int32_t window_records = 0;  // records a readback buffer holds (the whole prefix, or less)
+  int32_t windows = 1;         // windows a layer's earlier records come in
+  std::byte* records[2] = {};  // by layer parity: the pass's new full groups
   storage::IoBatch writes[2];
-  storage::AlignedBuffer ring;  // [layer][recent + 1] records as they stand after the pass
-  std::vector<uint16_t> fresh_k, fresh_v;  // [pos0 % G + n_new][row]: partial + new tokens
+  std::byte* ring = nullptr;  // [layer][recent + 1] records as they stand after the pass
+  uint16_t* fresh_k = nullptr;  // [pos0 % G + n_new][row]: partial + new tokens, F16
+  uint16_t* fresh_v = nullptr;
   std::vector<kernels::KvSpan> view;
-  uint64_t bytes = 0;
+  // The window being attended (of layer window_layer) and the read of the next one; whether
+  // a later window has been read over window 0 (a second View of the layer reads it again).
+  int32_t window_layer = -1, window = 0;
+  bool window0_reused = false;
+  storage::IoBatch window_read;
 };
 
 struct DiskKv::Sequence {
@@ -69,7 +82,10 @@ struct DiskKv::Sequence {
   int32_t row = 0;  // its first row in the pass's x
   bool exact = false;
   Status lost;  // set when records could not be written: the sequence is unusable
+  // Slots of every layer and the read-through buffers, one pool (an exact pass's staging),
+  // then every layer's ring, sink and write records.
   storage::AlignedBuffer arena;
+  size_t pool_bytes = 0;
   // The read-through buffers: 2 x T records after the layers' arenas; layer l uses the
   // half l % 2 (its reads land while layer l-1 runs, when layer l-2 is done with it).
   std::byte* transient = nullptr;

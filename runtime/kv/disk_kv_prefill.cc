@@ -1,8 +1,9 @@
 // The exact-attention half of DiskKv: passes with more than one new token per sequence
 // (prefill) and the reload-everything baseline read each layer's earlier records back into
-// staging, write the pass's new full groups as they arrive, and commit the rolling group
-// only at EndBatch.
+// staging (in the slot pool, whole or in windows), write the pass's new full groups as they
+// arrive, and commit the rolling group only at EndBatch.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "runtime/kv/disk_kv_internal.h"
@@ -12,17 +13,29 @@ namespace strata {
 using disk_kv_internal::kBulkRequestBytes;
 using disk_kv_internal::kReadbackTag;
 
+namespace {
+
+// Reads records [first, first + n) of `layer` of a sequence into dst, in pieces that run in
+// parallel on the device's queues.
+void AddRecordReads(const KvRecordLayout& layout, int32_t region, int32_t layer, int32_t first,
+                    int32_t n, std::byte* dst, storage::IoBatch* batch) {
+  const uint64_t rec = layout.record_bytes;
+  const uint64_t total = uint64_t(n) * rec;
+  const uint64_t piece = std::max<uint64_t>(rec, kBulkRequestBytes / rec * rec);
+  const uint64_t origin = layout.Offset(region, layer, first);
+  for (uint64_t off = 0; off < total; off += piece)
+    batch->AddRead(origin + off, dst + off, uint32_t(std::min(piece, total - off)), kReadbackTag);
+}
+
+}  // namespace
+
 void DiskKv::AddReadback(int32_t layer, Sequence& s) {
   const int32_t n_prior = s.length / layout_.group_size;
   if (n_prior == 0) return;
-  storage::IoBatch& rb = *reads_[GuessReads(layer)];
-  std::byte* dst = s.staging->readback[layer % 2].data();
-  const uint64_t total = uint64_t(n_prior) * layout_.record_bytes;
-  const uint64_t piece = std::max<uint64_t>(
-      layout_.record_bytes, kBulkRequestBytes / layout_.record_bytes * layout_.record_bytes);
-  const uint64_t origin = layout_.Offset(s.region, layer, 0);
-  for (uint64_t off = 0; off < total; off += piece)
-    rb.AddRead(origin + off, dst + off, uint32_t(std::min(piece, total - off)), kReadbackTag);
+  // Window 0 (the whole prefix when it fits), read while the previous layer computes.
+  const Staging& st = *s.staging;
+  AddRecordReads(layout_, s.region, layer, 0, std::min(n_prior, st.window_records),
+                 st.readback[layer % 2], reads_[GuessReads(layer)].get());
 }
 
 Status DiskKv::AppendExact(int32_t layer, Sequence& s, const float* k, const float* v) {
@@ -31,8 +44,8 @@ Status DiskKv::AppendExact(int32_t layer, Sequence& s, const float* k, const flo
   const int32_t G = layout_.group_size, row = layout_.row, R = plan_.ring_records();
   const uint32_t rec = layout_.record_bytes;
   const int32_t p0 = s.length, n = s.pending, gp0 = p0 / G, head = p0 - gp0 * G;
-  uint16_t* fk = st.fresh_k.data();
-  uint16_t* fv = st.fresh_v.data();
+  uint16_t* fk = st.fresh_k;
+  uint16_t* fv = st.fresh_v;
   // The pass attends over its fresh tokens in F16, whatever the record type.
   if (head > 0) layout_.GetF16(L.ring + size_t(gp0 % R) * rec, 0, head, fk, fv);
   kernels::F32ToF16Row(k, fk + size_t(head) * row, int64_t(n) * row);
@@ -51,7 +64,7 @@ Status DiskKv::AppendExact(int32_t layer, Sequence& s, const float* k, const flo
     storage::IoBatch& wb = st.writes[layer % 2];
     STRATA_RETURN_IF_ERROR(store_->Wait(wb).WithContext("disk KV: writing group records"));
     wb.Clear();
-    std::byte* recs = st.records[layer % 2].data();
+    std::byte* recs = st.records[layer % 2];
     for (int32_t i = 0; i < n_full; ++i) {
       std::byte* r = recs + size_t(i) * rec;
       fill(r, gp0 + i);
@@ -72,7 +85,7 @@ Status DiskKv::AppendExact(int32_t layer, Sequence& s, const float* k, const flo
   }
   // The ring as it must stand after the pass; it replaces the real one only at EndBatch,
   // so an aborted pass leaves the sequence as it was.
-  std::byte* ring = st.ring.data() + size_t(layer) * R * rec;
+  std::byte* ring = st.ring + size_t(layer) * R * rec;
   for (int32_t g = std::max(0, gp_end - plan_.recent_groups); g <= gp_end; ++g) {
     std::byte* dst = ring + size_t(g % R) * rec;
     if (g >= gp0) {
@@ -84,24 +97,67 @@ Status DiskKv::AppendExact(int32_t layer, Sequence& s, const float* k, const flo
   return Status::OK();
 }
 
-void DiskKv::ViewExact(int32_t layer, Sequence& s) {
+Status DiskKv::ViewExact(int32_t layer, Sequence& s, int32_t w) {
   Staging& st = *s.staging;
-  const int32_t G = layout_.group_size, gp0 = s.length / G;
+  const int32_t G = layout_.group_size, gp0 = s.length / G, W = st.window_records;
   const uint32_t rec = layout_.record_bytes;
+  // Window 0 lies in the layer's own buffer; window w >= 1 alternates with it in readback[2],
+  // each read while the window before it is attended.
+  auto buffer = [&](int32_t i) { return i % 2 == 1 ? st.readback[2] : st.readback[layer % 2]; };
+  auto wait_window = [&]() {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status rs = store_->Wait(st.window_read);
+    c_.io_wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return rs.WithContext("disk KV: reading group records back");
+  };
+  if (w > 0) STRATA_RETURN_IF_ERROR(wait_window());
+  if (w == 0 && st.window_layer == layer && st.window0_reused) {
+    // The layer is viewed again after its windows moved on: window 0 comes back first.
+    STRATA_RETURN_IF_ERROR(wait_window());
+    st.window_read.Clear();
+    AddRecordReads(layout_, s.region, layer, 0, std::min(W, gp0), buffer(0), &st.window_read);
+    STRATA_RETURN_IF_ERROR(
+        store_->Submit(st.window_read).WithContext("disk KV: reading group records back"));
+    STRATA_RETURN_IF_ERROR(wait_window());
+  }
+  if (st.window_layer != layer) st.window0_reused = false;
+  st.window_layer = layer;
+  st.window = w;
+  if (w + 1 < st.windows) {
+    // The next window goes where the one before this lay (it has been attended).
+    st.window_read.Clear();
+    const int32_t first = (w + 1) * W;
+    AddRecordReads(layout_, s.region, layer, first, std::min(W, gp0 - first), buffer(w + 1),
+                   &st.window_read);
+    if ((w + 1) % 2 == 0) st.window0_reused = true;
+    STRATA_RETURN_IF_ERROR(
+        store_->Submit(st.window_read).WithContext("disk KV: reading group records back"));
+    c_.reads_issued += st.window_read.size();
+    for (size_t i = 0; i < st.window_read.size(); ++i)
+      c_.bytes_read += st.window_read.request(i).length;
+  }
   st.view.clear();
-  const std::byte* prior = st.readback[layer % 2].data();
-  for (int32_t g = 0; g < gp0; ++g) st.view.push_back(layout_.Span(prior + size_t(g) * rec, g, G));
-  const int32_t n = s.length - gp0 * G + s.pending;
-  st.view.push_back(kernels::KvSpan{st.fresh_k.data(), st.fresh_v.data(), n, gp0 * G, layout_.row});
+  const std::byte* prior = buffer(w);
+  const int32_t g_end = std::min(gp0, (w + 1) * W);
+  for (int32_t g = w * W; g < g_end; ++g)
+    st.view.push_back(layout_.Span(prior + size_t(g - w * W) * rec, g, G));
+  if (w + 1 == st.windows) {
+    const int32_t n = s.length - gp0 * G + s.pending;
+    st.view.push_back(kernels::KvSpan{st.fresh_k, st.fresh_v, n, gp0 * G, layout_.row});
+  }
+  return Status::OK();
 }
 
 Status DiskKv::FinishExact(Sequence& s) {
   Staging& st = *s.staging;
   for (storage::IoBatch& wb : st.writes)
     STRATA_RETURN_IF_ERROR(store_->Wait(wb).WithContext("disk KV: writing group records"));
+  STRATA_RETURN_IF_ERROR(
+      store_->Wait(st.window_read).WithContext("disk KV: reading group records back"));
   const size_t ring_bytes = size_t(plan_.ring_records()) * layout_.record_bytes;
   for (int32_t l = 0; l < shape_.n_layer; ++l)
-    std::memcpy(s.layers[size_t(l)].ring, st.ring.data() + size_t(l) * ring_bytes, ring_bytes);
+    std::memcpy(s.layers[size_t(l)].ring, st.ring + size_t(l) * ring_bytes, ring_bytes);
   return Status::OK();
 }
 

@@ -19,6 +19,7 @@
 // groups + rolling buffer), prefix tree (a beam is the path of its blocks).
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -87,6 +88,19 @@ struct KvTail {
   const float* mean_v = nullptr;  // [n_head_kv * head_dim]
 };
 
+// An optional capability of a policy (KvPolicy::windowed_view): a view too large for the
+// memory the policy may use comes in windows. View returns the first; the keys of the whole
+// view are the concatenation of all windows, each valid until the next call for the same
+// (layer, sequence). A forward pass attends to each window and joins the results by their
+// softmax denominators (the same result as one view, up to rounding in the join).
+class KvWindowedView {
+ public:
+  virtual ~KvWindowedView() = default;
+  // Windows still to come for (layer, seq) after the one handed out last (0: none).
+  virtual int32_t MoreWindows(int32_t layer, SeqId seq) = 0;
+  virtual Status NextWindow(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) = 0;
+};
+
 class KvPolicy {
  public:
   virtual ~KvPolicy() = default;
@@ -132,6 +146,10 @@ class KvPolicy {
   // (a host policy seen from a GPU through DeviceViewKv): the GPU engine copies the hidden
   // states and the new K/V rows to the host before it calls them.
   virtual bool host_inputs() const { return false; }
+  // Views in windows, or null (every view whole).
+  virtual KvWindowedView* windowed_view() { return nullptr; }
+  // The most new tokens one pass may hand a sequence (the engine's batch is clamped to it).
+  virtual int32_t max_pass_tokens() const { return INT32_MAX; }
 };
 
 }  // namespace strata

@@ -24,8 +24,8 @@ fail() {
 }
 
 # Quick adapters (the file's quality does not matter here) and a config that names them.
-"$strata" calibrate -m "$model" --text "$src/tuner/data/calibration.txt" --tokens 512 \
-  --window 512 --ratios 4 -o "$tmp/kv.adapters" -t 2 >/dev/null 2>&1 ||
+"$strata" calibrate -m "$model" --text "$src/tuner/data/calibration.txt" --tokens 256 \
+  --window 256 --ratios 4 -o "$tmp/kv.adapters" -t 2 >/dev/null 2>&1 ||
   { echo "FAIL calibrate"; exit 1; }
 printf 'kv:\n  policy: disk\n  adapters: %s\n  dir: %s\n' "$tmp/kv.adapters" "$kv" >"$tmp/cfg.yaml"
 # A prompt long enough that prefill takes a good part of a second.
@@ -88,7 +88,7 @@ fi
 if unshare --pid --fork --map-root-user true 2>/dev/null; then
   for n in 1 2; do
     STRATA_STORAGE_FORCE_FALLBACK=tmpfile unshare --pid --fork --map-root-user \
-      "$strata" run -m "$model" --config "$tmp/cfg.yaml" -p "run $n" -n 16 >/dev/null \
+      "$strata" run -m "$model" --config "$tmp/cfg.yaml" -p "run $n" -n 4 >/dev/null \
       2>"$tmp/ns$n" &
   done
   wait

@@ -541,6 +541,59 @@ TEST_F(DiskKvTest, ResidentMemoryStaysWithinBudgetOverALongGeneration) {
   }
 }
 
+// A prefill whose earlier records do not fit beside its own buffers in the slot pool reads
+// them back in windows that attention joins: the same logits as the memory policy (exact
+// prefill), and no byte of staging outside the budget, whatever the prompt's length. A pass
+// larger than the pool can take is refused, and the engine chunks prefill to what it can.
+TEST_F(DiskKvTest, PrefillStagingStaysInsideTheBudgetInWindows) {
+  const HParams& hp = model_->hparams();
+  EngineOptions o = Options();
+  o.n_batch = 16;
+  o.kv.disk.group_size = 2;
+  o.kv.disk.recent_groups = 1;
+  o.kv.disk.groups_per_step = 12;
+  const int32_t rank = hp.n_head_kv * hp.head_dim / 4;
+  const int64_t rec = 512;
+  o.kv.disk.budget_bytes =
+      int64_t(hp.n_layer) * (int64_t(GroupPredictor::KlrBytes(kCtx, rank, ScoreTypeOf(
+                                                                  KeySummaryType::kQ4))) +
+                             24 * rec);
+  std::unique_ptr<Engine> e;
+  STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
+  auto& kv = static_cast<DiskKv&>(e->kv());
+  // 150 tokens = 75 records of earlier groups by the last chunk: two layers' worth do not fit
+  // the slots (about 2 x 24 records) beside the pass's buffers.
+  EXPECT_LT(uint64_t(kv.plan().reuse_slots) * hp.n_layer, 150u);
+  SeqId seq;
+  STRATA_ASSERT_OK(e->NewSequence(&seq));
+  std::vector<std::vector<float>> got;
+  STRATA_ASSERT_OK(RunTeacherForced(*e, seq, prompt_, {}, &got));
+  const KvCounters c = kv.counters();
+  EXPECT_EQ(c.peak_staging_bytes, 0u);
+  EXPECT_LE(c.peak_sequence_resident_bytes, c.budget_bytes);
+  // Against exact attention over all keys (the memory policy), prefill only.
+  EngineOptions m = Options();
+  m.n_batch = 16;
+  m.kv.policy = KvPolicyKind::kMemory;
+  std::unique_ptr<Engine> me;
+  STRATA_ASSERT_OK(Engine::Create(*model_, m, &me));
+  SeqId ms;
+  STRATA_ASSERT_OK(me->NewSequence(&ms));
+  std::vector<std::vector<float>> want;
+  STRATA_ASSERT_OK(RunTeacherForced(*me, ms, prompt_, {}, &want));
+  EXPECT_LT(MaxRelativeDiff(got, want), 1e-4);
+  // The engine's batch was clamped to what a pass can take; a larger pass is refused.
+  EXPECT_LE(e->options().n_batch, kv.max_pass_tokens());
+  ForwardBatch b;
+  const std::vector<int32_t> big = TestTokens(kv.max_pass_tokens() + 1, hp.n_vocab, 7);
+  b.Add(seq, kv.Length(seq), big);
+  if (int64_t(big.size()) <= e->forward().max_tokens()) {
+    std::vector<float> logits;
+    const Status st = e->Evaluate(b, &logits);
+    EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.ToString();
+  }
+}
+
 // kv.read_through_span: the same number of groups read through, in spans of adjacent groups
 // that travel in one request each, so the step issues fewer requests.
 TEST_F(DiskKvTest, ReadThroughSpansIssueFewerRequests) {
