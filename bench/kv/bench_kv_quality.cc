@@ -13,7 +13,7 @@
 // a JSON-lines file as each (window, configuration) finishes; a rerun skips what is there, so a
 // long run can be stopped and resumed, or split over machines.
 //
-//   bench_kv_quality --text ../shared/data/tinyshakespeare.txt --results quality.jsonl
+//   bench_kv_quality --text tinyshakespeare.txt --results quality.jsonl
 //   bench_kv_quality ... --configs "budget=1/13;G=1,budget=1/13;sigma=16,budget=1/34"
 #include <CLI/CLI.hpp>
 #include <algorithm>
