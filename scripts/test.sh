@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The test suite, as CI runs it: packages, model, Release build with tests, every test
-# (unit, real-model integration, the C program against the C API, the CLI's bad-input
-# cases), a short libFuzzer run of the GGUF reader and the tokenizer, and the kernels
-# built for aarch64 and run under qemu. Exits non-zero on the first failing stage.
+# The test suite, as CI runs it: packages, model, formatting of the tracked sources
+# (.clang-format), Release build with tests, every test (unit, real-model integration, the C
+# program against the C API, the CLI's bad-input cases), a short libFuzzer run of the GGUF
+# reader and the tokenizer, and the kernels built for aarch64 and run under qemu. Exits
+# non-zero on the first failing stage.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
@@ -11,6 +12,9 @@ stage() { printf '\n==== %s\n' "$*"; }
 stage "dependencies and model"
 "$root/scripts/install_deps.sh"
 "$root/scripts/fetch_model.sh"
+
+stage "formatting (clang-format --dry-run -Werror; fix with clang-format -i FILE)"
+(cd "$root" && git ls-files -z '*.cc' '*.h' '*.cu' '*.c' | xargs -0 clang-format --dry-run -Werror)
 
 stage "build (Release, warnings as errors)"
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

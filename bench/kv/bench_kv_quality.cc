@@ -13,7 +13,7 @@
 // a JSON-lines file as each (window, configuration) finishes; a rerun skips what is there, so a
 // long run can be stopped and resumed, or split over machines.
 //
-//   bench_kv_quality --text ../shared/data/tinyshakespeare.txt --results quality.jsonl
+//   bench_kv_quality --text tinyshakespeare.txt --results quality.jsonl
 //   bench_kv_quality ... --configs "budget=1/13;G=1,budget=1/13;sigma=16,budget=1/34"
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -34,17 +34,18 @@ namespace {
 
 struct Flags {
   std::string model, text = "../shared/data/tinyshakespeare.txt", cache = "/var/tmp/strata-kvcap";
-  std::string kv_dir = "/var/tmp", results = "bench_kv_quality.jsonl", configs = "issue";
+  std::string kv_dir = "/var/tmp", results = "bench_kv_quality.jsonl", configs = "grid";
   int32_t windows = 16, window = 8192, scored = 1024, threads = 2;
   double skip = 0.5;
   bool table_only = false;
 };
 
-// The issue's grid around the default plan (G = 5 and sigma = 4 by block fill and budget):
-// each row changes one setting, G = 1, 4, 8 or sigma = 8, 16, 32, at budgets of 1/13 and
-// 1/34 of the full cache, the plan choosing M, C and T for it; then what the sink, a recent
-// window and the scoring rule buy at 1/13. docs/DESIGN.md has the numbers.
-std::vector<std::pair<std::string, std::string>> IssueConfigs() {
+// The grid around the default plan (G = 5 and sigma = 4 by block fill and budget): each row
+// changes one setting, G = 1, 4, 8 or sigma = 8, 16, 32, at budgets of 1/13 and 1/34 of the
+// full cache, the plan choosing M, C and T for it; then what the sink, a recent window and
+// the scoring rule buy at 1/13. docs/experiments/group-size.md and disk-kv-quality.md have
+// the numbers.
+std::vector<std::pair<std::string, std::string>> GridConfigs() {
   std::vector<std::pair<std::string, std::string>> c;
   for (const char* b : {"1/13", "1/34"}) {
     const std::string budget = std::string("budget=") + b;
@@ -283,8 +284,8 @@ Status Main(Flags& f, const std::string& command) {
   std::unique_ptr<Model> model;
   STRATA_RETURN_IF_ERROR(Model::Load(f.model, &model));
   std::vector<std::pair<std::string, std::string>> configs;
-  if (f.configs == "issue") {
-    configs = IssueConfigs();
+  if (f.configs == "grid") {
+    configs = GridConfigs();
   } else {
     std::stringstream ss(f.configs);
     std::string spec;
@@ -387,7 +388,8 @@ int main(int argc, char** argv) {
   app.add_option("--cache", f.cache, "directory for cached prefix KV");
   app.add_option("--kv-dir", f.kv_dir, "directory for the disk KV store");
   app.add_option("--results", f.results, "JSON-lines results file (appended, resumable)");
-  app.add_option("--configs", f.configs, "'issue' or specs separated by ';'");
+  app.add_option("--configs", f.configs,
+                 "'grid' (G and sigma around the default) or specs separated by ';'");
   app.add_option("-t,--threads", f.threads, "worker threads");
   app.add_flag("--table-only", f.table_only, "print the table from the results file");
   CLI11_PARSE(app, argc, argv);

@@ -12,7 +12,7 @@
 // same block size and queue depth on the same file. --emmc repeats the disk modes with the
 // store's eMMC emulation (labelled in every row).
 //
-//   bench_kv_speed --text ../shared/data/tinyshakespeare.txt --batch 1,8 --fio
+//   bench_kv_speed --text tinyshakespeare.txt --batch 1,8 --fio
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -291,8 +291,9 @@ Status Main(Flags& f, const std::string& command) {
         100 * r.wait_ms / r.step_ms, r.predict_ms, r.attn_ms, r.read_kib, r.reads, r.req_kib,
         100 * r.reuse, Mib(r.resident).c_str());
   }
-  // The ratios, per batch and disk (real or emulated eMMC): the median over repeats
-  // of each repeat's own ratio, with the range.
+  // The disk policy's speed over each other mode's ((b) over (a), (c) and (d)), per batch and
+  // disk (real or emulated eMMC): the median over repeats of each repeat's own ratio, with the
+  // range.
   for (bool emmc : {false, true}) {
     if (emmc && !f.emmc) continue;
     for (int32_t batch : f.batches) {

@@ -203,7 +203,7 @@ int Run(Flags& f) {
     p.beam_width = f.width;
     p.step_tokens = step;
     p.max_tokens = f.gen;
-    p.ignore_eos = true;  // every path runs to its full length, as the issue measures
+    p.ignore_eos = true;  // every path runs to its full length, so schedules compare like for like
     p.sampling.temperature = 0.8f;
     p.sampling.seed = f.seed;
     p.n_threads = f.threads;

@@ -60,5 +60,6 @@ void AddInfoCommand(CLI::App* app);
 void AddPerplexityCommand(CLI::App* app);
 void AddBenchCommand(CLI::App* app);
 void AddCalibrateCommand(CLI::App* app);
+void AddConfigCommand(CLI::App* app);
 
 }  // namespace strata::cli

@@ -1,4 +1,4 @@
-// The `strata` command: run (generate or chat), info, perplexity, bench, calibrate.
+// The `strata` command: run (generate or chat), info, perplexity, bench, calibrate, config.
 #include <CLI/CLI.hpp>
 
 #include "runtime/cli/cli.h"
@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   strata::cli::AddPerplexityCommand(&app);
   strata::cli::AddBenchCommand(&app);
   strata::cli::AddCalibrateCommand(&app);
+  strata::cli::AddConfigCommand(&app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

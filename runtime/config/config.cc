@@ -28,7 +28,24 @@ struct Setting {
   std::string help;
   std::function<Status(const YAML::Node&, const Where&, Config*)> set;
   std::function<std::string(const Config&)> get;  // as YAML flow text
+  std::string accepted;             // what set accepts, for people: "[1, 8192]", "a path"
+  std::vector<std::string> values;  // the names a choice accepts (empty for other kinds)
 };
+
+// A range bound as people read it: 1 << 24 as 2^24, INT64_MAX as 2^63-1.
+std::string Bound(int64_t v) {
+  const uint64_t u = uint64_t(v);
+  if (v >= 65536 && (u & (u - 1)) == 0) return "2^" + std::to_string(__builtin_ctzll(u));
+  if (v >= (int64_t(1) << 31) && ((u + 1) & u) == 0)
+    return "2^" + std::to_string(__builtin_ctzll(u + 1)) + "-1";
+  return std::to_string(v);
+}
+
+std::string Join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
 
 template <class T>
 using Field = std::function<T&(Config&)>;
@@ -51,6 +68,7 @@ Status Expect(const YAML::Node& n, const Where& w, const char* what) {
 template <class T>
 Setting Int(std::string key, std::string help, Field<T> f, int64_t lo, int64_t hi) {
   Setting s{std::move(key), std::move(help), nullptr, nullptr};
+  s.accepted = "[" + Bound(lo) + ", " + Bound(hi) + "]";
   s.set = [f, lo, hi](const YAML::Node& n, const Where& w, Config* c) -> Status {
     STRATA_RETURN_IF_ERROR(Expect(n, w, "an integer"));
     int64_t v;
@@ -69,16 +87,17 @@ Setting Int(std::string key, std::string help, Field<T> f, int64_t lo, int64_t h
 Setting Float(std::string key, std::string help, Field<float> f, double lo, double hi,
               bool lo_open = false) {
   Setting s{std::move(key), std::move(help), nullptr, nullptr};
-  s.set = [f, lo, hi, lo_open](const YAML::Node& n, const Where& w, Config* c) -> Status {
+  std::ostringstream range;
+  range << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
+  s.accepted = range.str();
+  s.set = [f, lo, hi, lo_open, range = s.accepted](const YAML::Node& n, const Where& w,
+                                                   Config* c) -> Status {
     STRATA_RETURN_IF_ERROR(Expect(n, w, "a number"));
     double v;
     if (!YAML::convert<double>::decode(n, v) || !std::isfinite(v))
       return Status::InvalidArgument(w.str() + ": '" + n.Scalar() + "' is not a finite number");
-    if (v < lo || v > hi || (lo_open && v == lo)) {
-      std::ostringstream r;
-      r << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
-      return Status::OutOfRange(w.str() + ": " + n.Scalar() + " is out of range " + r.str());
-    }
+    if (v < lo || v > hi || (lo_open && v == lo))
+      return Status::OutOfRange(w.str() + ": " + n.Scalar() + " is out of range " + range);
     f(*c) = float(v);
     return Status::OK();
   };
@@ -92,6 +111,7 @@ Setting Float(std::string key, std::string help, Field<float> f, double lo, doub
 
 Setting Bool(std::string key, std::string help, Field<bool> f) {
   Setting s{std::move(key), std::move(help), nullptr, nullptr};
+  s.accepted = "true, false";
   s.set = [f](const YAML::Node& n, const Where& w, Config* c) -> Status {
     STRATA_RETURN_IF_ERROR(Expect(n, w, "true or false"));
     bool v;
@@ -108,6 +128,7 @@ Setting Bool(std::string key, std::string help, Field<bool> f) {
 
 Setting String(std::string key, std::string help, Field<std::string> f) {
   Setting s{std::move(key), std::move(help), nullptr, nullptr};
+  s.accepted = "a string";
   s.set = [f](const YAML::Node& n, const Where& w, Config* c) -> Status {
     STRATA_RETURN_IF_ERROR(Expect(n, w, "a string"));
     f(*c) = n.Scalar();
@@ -119,6 +140,7 @@ Setting String(std::string key, std::string help, Field<std::string> f) {
 
 Setting StringList(std::string key, std::string help, Field<std::vector<std::string>> f) {
   Setting s{std::move(key), std::move(help), nullptr, nullptr};
+  s.accepted = "a list of strings";
   s.set = [f](const YAML::Node& n, const Where& w, Config* c) -> Status {
     if (!n.IsSequence()) return Status::InvalidArgument(w.str() + ": expected a list of strings");
     std::vector<std::string> v;
@@ -168,27 +190,29 @@ const std::vector<Setting>& Schema() {
                      [](Config& c) -> bool& { return c.generate.ignore_eos; }));
     auto sp = [](Config& c) -> SamplingParams& { return c.generate.sampling; };
     v.push_back(Float(
-        "sampling.temperature", "0 = greedy",
+        "sampling.temperature", "softmax temperature, 0 = greedy (the most likely token)",
         [sp](Config& c) -> float& { return sp(c).temperature; }, 0, 100));
     v.push_back(Int<int32_t>(
-        "sampling.top_k", "0 = off", [sp](Config& c) -> int32_t& { return sp(c).top_k; }, 0,
-        1 << 24));
+        "sampling.top_k", "keep the k most likely tokens, 0 = off",
+        [sp](Config& c) -> int32_t& { return sp(c).top_k; }, 0, 1 << 24));
     v.push_back(Float(
-        "sampling.top_p", "1 = off", [sp](Config& c) -> float& { return sp(c).top_p; }, 0, 1,
-        true));
+        "sampling.top_p", "keep the most likely tokens that make up this probability, 1 = off",
+        [sp](Config& c) -> float& { return sp(c).top_p; }, 0, 1, true));
     v.push_back(Float(
-        "sampling.min_p", "0 = off", [sp](Config& c) -> float& { return sp(c).min_p; }, 0,
-        0.999999));
+        "sampling.min_p", "drop tokens less likely than min_p times the best one, 0 = off",
+        [sp](Config& c) -> float& { return sp(c).min_p; }, 0, 0.999999));
     v.push_back(Float(
-        "sampling.repeat_penalty", "1 = off",
+        "sampling.repeat_penalty",
+        "divides (scales down) the logits of recently seen tokens, 1 = off",
         [sp](Config& c) -> float& { return sp(c).repeat_penalty; }, 0, 10, true));
     v.push_back(Int<int32_t>(
         "sampling.repeat_last_n", "tokens the penalty looks back",
         [sp](Config& c) -> int32_t& { return sp(c).repeat_last_n; }, 0, 1 << 24));
     v.push_back(Int<uint64_t>(
-        "sampling.seed", "random seed", [sp](Config& c) -> uint64_t& { return sp(c).seed; }, 0,
-        INT64_MAX));
-    Setting device{"device", "where the forward pass runs: cpu, cuda or cuda:N", nullptr, nullptr};
+        "sampling.seed", "seed of the sampler's random generator",
+        [sp](Config& c) -> uint64_t& { return sp(c).seed; }, 0, INT64_MAX));
+    Setting device{"device", "where the forward pass runs (cuda = cuda:0)", nullptr, nullptr};
+    device.accepted = "cpu, cuda, cuda:N";
     device.set = [](const YAML::Node& n, const Where& w, Config* c) -> Status {
       STRATA_RETURN_IF_ERROR(Expect(n, w, "a device name"));
       Status s = ParseComputeDevice(n.Scalar(), &c->engine.cuda_device);
@@ -200,6 +224,8 @@ const std::vector<Setting>& Schema() {
                         "where a GPU reads the weights: auto (mapped on an integrated GPU), "
                         "device (a copy in GPU memory), mapped (in place, from the model file)",
                         nullptr, nullptr};
+    gpu_weights.values = {"auto", "device", "mapped"};
+    gpu_weights.accepted = Join(gpu_weights.values);
     gpu_weights.set = [](const YAML::Node& n, const Where& w, Config* c) -> Status {
       STRATA_RETURN_IF_ERROR(Expect(n, w, "a placement"));
       Status s = ParseGpuWeights(n.Scalar(), &c->engine.gpu.weights);
@@ -211,7 +237,12 @@ const std::vector<Setting>& Schema() {
     v.push_back(std::move(gpu_weights));
     v.push_back(Bool("gpu.graphs", "capture a GPU decode step once and replay it",
                      [](Config& c) -> bool& { return c.engine.gpu.graphs; }));
-    Setting kv_policy{"kv.policy", "where KV lives: memory, disk", nullptr, nullptr};
+    Setting kv_policy{"kv.policy",
+                      "where KV lives: memory (all of it in RAM), disk (on disk, a budget in "
+                      "memory)",
+                      nullptr, nullptr};
+    kv_policy.values = {"memory", "disk"};
+    kv_policy.accepted = Join(kv_policy.values);
     kv_policy.set = [](const YAML::Node& n, const Where& w, Config* c) -> Status {
       STRATA_RETURN_IF_ERROR(Expect(n, w, "a policy name"));
       Status s = ParseKvPolicyKind(n.Scalar(), &c->engine.kv.policy);
@@ -228,7 +259,8 @@ const std::vector<Setting>& Schema() {
     v.push_back(String("kv.adapters", "adapters file from strata calibrate, \"\" = MODEL.adapters",
                        [dk](Config& c) -> std::string& { return dk(c).adapters; }));
     v.push_back(Int<int32_t>(
-        "kv.group_size", "G: tokens per group record, 0 = what fills the blocks best",
+        "kv.group_size",
+        "G: tokens per group record, 0 = the G in 4..8 that fills the store's blocks best",
         [dk](Config& c) -> int32_t& { return dk(c).group_size; }, 0, 64));
     v.push_back(Int<int32_t>(
         "kv.ratio",
@@ -250,7 +282,7 @@ const std::vector<Setting>& Schema() {
         "groups of a read-through span, each span one request (1 = single groups)",
         [dk](Config& c) -> int32_t& { return dk(c).read_through_span; }, 1, 256));
     v.push_back(Int<int64_t>(
-        "kv.budget_bytes", "KV memory per sequence, 0 = 1/13 of the full cache",
+        "kv.budget_bytes", "KV memory per sequence, 0 = 1/13 of the full F16 cache at the context",
         [dk](Config& c) -> int64_t& { return dk(c).budget_bytes; }, 0, int64_t(1) << 50));
     v.push_back(Int<int32_t>(
         "kv.sink_groups", "leading groups always resident",
@@ -275,8 +307,11 @@ const std::vector<Setting>& Schema() {
         "kv.group_spread",
         "weight of a group's key spread in its score with a per-group summary (0: mean key)",
         [dk](Config& c) -> float& { return dk(c).group_spread; }, 0, 4));
-    auto choice = [](std::string key, std::string help, auto parse, auto name) {
+    auto choice = [](std::string key, std::string help, std::vector<std::string> values, auto parse,
+                     auto name) {
       Setting s{std::move(key), std::move(help), nullptr, nullptr};
+      s.values = std::move(values);
+      s.accepted = Join(s.values);
       s.set = [parse](const YAML::Node& n, const Where& w, Config* c) -> Status {
         STRATA_RETURN_IF_ERROR(Expect(n, w, "a name"));
         Status st = parse(n.Scalar(), c);
@@ -286,39 +321,42 @@ const std::vector<Setting>& Schema() {
       return s;
     };
     v.push_back(choice(
-        "kv.reuse", "reuse buffer replacement: fifo, lru, lfu",
+        "kv.reuse", "which loaded group a full reuse buffer gives up", {"fifo", "lru", "lfu"},
         [](const std::string& n, Config* c) {
           return ParseReusePolicy(n, &c->engine.kv.disk.reuse);
         },
         [](const Config& c) { return ReusePolicyName(c.engine.kv.disk.reuse); }));
     v.push_back(choice(
-        "kv.record_type", "how group records store K and V: f16, q8_0",
+        "kv.record_type", "how group records store K and V (auto: q8_0 where heads allow)",
+        {"auto", "f16", "q8_0"},
         [](const std::string& n, Config* c) {
           return ParseKvRecordType(n, &c->engine.kv.disk.record_type);
         },
         [](const Config& c) { return KvRecordTypeName(c.engine.kv.disk.record_type); }));
     v.push_back(choice(
-        "kv.summary_type", "how the low-rank key summary stores values: f16, q8, q4",
+        "kv.summary_type", "how the low-rank key summary stores values", {"f16", "q8", "q4"},
         [](const std::string& n, Config* c) {
           return ParseKeySummaryType(n, &c->engine.kv.disk.summary_type);
         },
         [](const Config& c) { return KeySummaryTypeName(c.engine.kv.disk.summary_type); }));
     v.push_back(choice(
         "kv.group_summary",
-        "one key-summary row per group (its mean key) instead of per token: auto (at tight "
-        "budgets), true, false",
+        "one key-summary row per group (its mean key) instead of per token (auto: at tight "
+        "budgets)",
+        {"auto", "true", "false"},
         [](const std::string& n, Config* c) {
           return ParseAutoSwitch(n, &c->engine.kv.disk.group_summary);
         },
         [](const Config& c) { return AutoSwitchName(c.engine.kv.disk.group_summary); }));
     v.push_back(choice(
-        "kv.scoring", "how heads' scores combine: softmax, sum",
+        "kv.scoring", "how heads' scores combine into a group's", {"softmax", "sum"},
         [](const std::string& n, Config* c) {
           return ParseGroupScoring(n, &c->engine.kv.disk.scoring);
         },
         [](const Config& c) { return GroupScoringName(c.engine.kv.disk.scoring); }));
     v.push_back(choice(
-        "kv.backend", "block store backend: auto, io_uring, pread",
+        "kv.backend", "block store backend (auto: io_uring, else the pread pool)",
+        {"auto", "io_uring", "pread"},
         [](const std::string& n, Config* c) {
           if (n != "auto" && n != "io_uring" && n != "pread")
             return Status::InvalidArgument("'" + n +
@@ -334,8 +372,9 @@ const std::vector<Setting>& Schema() {
                      [dk](Config& c) -> bool& { return dk(c).refine; }));
     v.push_back(choice(
         "kv.calibrated_layers",
-        "spread M and C over layers by the adapters' attention profile: auto (at tight "
-        "budgets), true, false",
+        "spread M and C over layers by the adapters' attention profile (auto: at tight "
+        "budgets)",
+        {"auto", "true", "false"},
         [](const std::string& n, Config* c) {
           return ParseAutoSwitch(n, &c->engine.kv.disk.calibrated_layers);
         },
@@ -346,9 +385,10 @@ const std::vector<Setting>& Schema() {
     v.push_back(Bool("kv.attend_resident",
                      "attention also reads groups the reuse buffer holds from earlier steps",
                      [dk](Config& c) -> bool& { return dk(c).attend_resident; }));
-    v.push_back(Bool("kv.emulate_emmc",
-                     "cap the KV store at eMMC speed (250 MB/s, 11000 IOPS, labelled)",
-                     [dk](Config& c) -> bool& { return dk(c).emulate_emmc; }));
+    v.push_back(
+        Bool("kv.emulate_emmc",
+             "cap the KV store at eMMC speed (250 MB/s, 11000 IOPS), to study a slow device",
+             [dk](Config& c) -> bool& { return dk(c).emulate_emmc; }));
     return v;
   }();
   return schema;
@@ -500,7 +540,7 @@ Status LoadConfigFile(const std::string& path, Config* cfg) {
 }
 
 std::string ConfigToYaml(const Config& cfg) {
-  std::string out = "# strata.yaml: every key with its value; see docs/CONFIG.md\n";
+  std::string out = "# strata.yaml: every key with its value; see docs/config-reference.md\n";
   std::string section;
   for (const Setting& s : Schema()) {
     const size_t dot = s.key.find('.');
@@ -519,6 +559,14 @@ std::vector<std::string> ConfigKeys() {
   std::vector<std::string> keys;
   for (const Setting& s : Schema()) keys.push_back(s.key);
   return keys;
+}
+
+std::vector<ConfigSettingInfo> DescribeConfig() {
+  const Config defaults;
+  std::vector<ConfigSettingInfo> out;
+  for (const Setting& s : Schema())
+    out.push_back({s.key, s.get(defaults), s.accepted, s.values, s.help});
+  return out;
 }
 
 }  // namespace strata

@@ -1,10 +1,11 @@
-// Config: strata.yaml, the one configuration file (written by `strata tune`, editable by
-// hand), and the settings it carries.
+// Config: strata.yaml, the one configuration file (written by hand; an offline tuner that
+// writes it is planned), and the settings it carries.
 //
 // Every setting has a default, a YAML key and a range check. Unknown keys are errors (a
 // typo must not silently fall back to a default), and every error names the file, the
-// line, the key, the value and the accepted range. The schema is one table in config.cc;
-// ConfigToYaml writes exactly what ParseConfig reads.
+// line, the key, the value and the accepted range. The schema is one table in config.cc:
+// ParseConfig reads it, ConfigToYaml writes exactly what ParseConfig reads, and
+// DescribeConfig lists it for `strata config --list` and docs/config-reference.md.
 #pragma once
 
 #include <string>
@@ -37,5 +38,15 @@ std::string ConfigToYaml(const Config& cfg);
 
 // Every key of the schema ("kv.policy", ...), for documentation and tests.
 std::vector<std::string> ConfigKeys();
+
+// One setting of the schema as people read it, in the schema's order.
+struct ConfigSettingInfo {
+  std::string key;                  // "kv.policy"; a dotted key nests in YAML (kv: policy:)
+  std::string default_value;        // as YAML flow text, the value of a default Config
+  std::string accepted;             // "[1, 8192]", "(0, 1]", "memory, disk", "a string", ...
+  std::vector<std::string> values;  // the names a choice accepts (empty for other kinds)
+  std::string help;                 // one line
+};
+std::vector<ConfigSettingInfo> DescribeConfig();
 
 }  // namespace strata

@@ -299,7 +299,7 @@ Status PlanOnce(const KvShape& shape, int32_t n_head, const DiskKvOptions& o, ui
   // M left at 0 is C + T: every slot is chosen afresh each step. Attention reads every slot
   // anyway (kv.attend_resident), a fresh pick serves it better than a stale one, and the
   // resident bonus keeps the reads near those of the paper's M*G ~ 400 (numbers in
-  // docs/DESIGN.md). C left at 0 is what the budget affords.
+  // docs/experiments/disk-kv-quality.md). C left at 0 is what the budget affords.
   int32_t m = o.groups_per_step;
   int32_t c = o.reuse_slots;
   if (c == 0) c = fit(std::max(m, 1));

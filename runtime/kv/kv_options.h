@@ -82,15 +82,15 @@ struct DiskKvOptions {
   int32_t group_size = 0;
   // Q8_0 records hold 1.9x the tokens of F16 in the same budget and read half the bytes;
   // on SmolLM2-135M at 1/13 of the cache that is worth more than the quantization costs
-  // (bench_kv_quality; numbers in docs/DESIGN.md).
+  // (bench_kv_quality; numbers in docs/experiments/disk-kv-quality.md).
   KvRecordType record_type = KvRecordType::kAuto;
   // sigma = n_head_kv*head_dim / rank of the key summary, and the summary's value type.
   // The rank decides how well the summary ranks groups; at a fixed budget Q4 at sigma 4
   // takes 1.08x the memory of F16 at sigma 16 and, on SmolLM2-135M at 1/13 of the cache,
   // cuts the perplexity loss against full KV by about 3x (bench_kv_quality; numbers in
-  // docs/DESIGN.md). The adapters must hold the ratio (`strata calibrate --ratios`).
-  // 0 = auto: the smallest ratio the adapters hold whose K_lr takes at most half the budget
-  // (AutoRatio: 4 at 1/13 of SmolLM2-135M's cache; at 1/34, where a per-token sigma 4 alone
+  // docs/experiments/disk-kv-quality.md). The adapters must hold the ratio (`strata calibrate
+  // --ratios`). 0 = auto: the smallest ratio the adapters hold whose K_lr takes at most half the
+  // budget (AutoRatio: 4 at 1/13 of SmolLM2-135M's cache; at 1/34, where a per-token sigma 4 alone
   // would not fit, 16 per token (best of 8, 16 and 32) or, the default there, 4 per group).
   int32_t ratio = 0;
   KeySummaryType summary_type = KeySummaryType::kQ4;
@@ -101,7 +101,8 @@ struct DiskKvOptions {
   // 1/34 of the cache sigma 4 per group (1.32 MiB with the spreads, 61 slots) gives +9.51%
   // perplexity against full KV over 16 windows where sigma 16 per token (1.88 MiB, 52
   // slots) gave +15.3%
-  // (bench_kv_quality; docs/DESIGN.md); at 1/13 per-token rows rank better for the budget.
+  // (bench_kv_quality; docs/experiments/disk-kv-tight-budget.md); at 1/13 per-token rows rank
+  // better for the budget.
   AutoSwitch group_summary = AutoSwitch::kAuto;
   // With a per-group summary a group scores q.mean + group_spread * |q| * spread, spread
   // being the largest distance of one of its keys from the mean (in the summary's space): 0
@@ -112,7 +113,8 @@ struct DiskKvOptions {
   // chosen afresh each step. The paper's M*G ~ 400 (M = 80 at G = 5) leaves the other C - M
   // slots to stale picks of earlier steps; on SmolLM2-135M at 1/13 of the cache M = C with
   // a resident bonus of 3 loses 2.8% perplexity against full KV where M = 80 lost 3.25%,
-  // reading 1.2x as much (bench_kv_quality / bench_kv_speed; numbers in docs/DESIGN.md).
+  // reading 1.2x as much (bench_kv_quality / bench_kv_speed; numbers in
+  // docs/experiments/disk-kv-quality.md).
   int32_t groups_per_step = 0;
   int32_t reuse_slots = 0;  // C: loaded groups kept per layer; 0 = all the budget allows
   // T: read-through slots. A layer's selection may exceed its C slots by up to T groups,
@@ -123,14 +125,14 @@ struct DiskKvOptions {
   // fewest T (at most C) for which M*G reaches kReadThroughTokens (500); else 0. On
   // SmolLM2-135M at 1/34 of the cache auto is M = 100, C = 56, T = 44: +6.05% perplexity
   // against full KV over 16 windows where the 61 slots alone gave +9.51% (bench_kv_quality;
-  // docs/DESIGN.md).
+  // docs/experiments/disk-kv-tight-budget.md).
   int32_t read_through = -1;
   // Read-through in spans of this many adjacent groups (1 = single groups, the best
   // ranked): with T > 0, the layer's C best groups take the persistent slots and the T
   // read-through groups are refilled from aligned spans of S groups, those whose groups
   // outside the C carry the most predicted attention, so that a span travels in one request.
   // Read-through is re-read every step and the device is bound by requests (see
-  // docs/DESIGN.md, "read-through in spans").
+  // docs/experiments/disk-kv-quality.md, "read-through in spans").
   int32_t read_through_span = 1;
   // Spread M and C over the layers by the adapters' attention profile (layers that spread
   // their attention wider get more groups; the totals stay L*M and L*C) when the adapters
@@ -157,7 +159,7 @@ struct DiskKvOptions {
   bool refine = true;
   // Attention also reads the groups the reuse buffer still holds from earlier steps, not only
   // this step's selection: they are in memory already, so more of the context is attended
-  // at no I/O. Measured in bench_kv_quality (numbers in docs/DESIGN.md).
+  // at no I/O. Measured in bench_kv_quality (numbers in docs/experiments/disk-kv-quality.md).
   bool attend_resident = true;
   // Attention also gives the keys it leaves out their estimated share: each query head's
   // mass of the left-out groups against the attended ones, from the selection's own
@@ -165,7 +167,7 @@ struct DiskKvOptions {
   // value. Needs per-head scores and a per-token summary (kv.scoring softmax, no
   // kv.group_summary); off otherwise. On SmolLM2-135M at 1/13 (16 windows): +2.63%
   // perplexity / 90.33% top-1 agreement against full KV where dropping them gives +2.89% /
-  // 89.79% (bench_kv_quality; docs/DESIGN.md).
+  // 89.79% (bench_kv_quality; docs/experiments/disk-kv-quality.md).
   bool attend_tail = true;
   // The weight of that estimate (its share times tail_weight) and the first layer it applies
   // to. The low-rank scores overstate the left-out share: a group's best token under
@@ -178,9 +180,10 @@ struct DiskKvOptions {
   // closely and so changes its picks more from step to step; this trades a little of that for fewer
   // reads. 0 = off. With M = C (the default) a bonus of 3 finds 92% of the picks in memory (0.5:
   // 82%, 0: 74%) for about half a point of perplexity against 0.5, and reads 1.2x what the
-  // paper's M*G ~ 400 read at 0.5 (bench_kv_quality / bench_kv_speed; docs/DESIGN.md).
-  // At 1/34 (52 slots) a bonus of 0 gained 2.7 points over 3 on the 4 hardest windows but
-  // nothing over 16 (+15.32% either way) while missing twice the groups.
+  // paper's M*G ~ 400 read at 0.5 (bench_kv_quality / bench_kv_speed;
+  // docs/experiments/disk-kv-quality.md). At 1/34 (52 slots) a bonus of 0 gained 2.7 points over 3
+  // on the 4 hardest windows but nothing over 16 (+15.32% either way) while missing twice the
+  // groups.
   float resident_bonus = 3.0f;
   // The resident bonus of layers whose attention is dispersed (DiskKvPlan::layer_bonus:
   // where the adapters' attention profile misses kDispersedErrorRatio times the median

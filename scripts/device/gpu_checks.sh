@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU checks and benchmarks, run on a lent GPU machine after scripts/device/pack.sh's
-# parts were unpacked in /root/dev (see pack.sh for the three calls). Every step has its own
+# The GPU checks and benchmarks, run on a separate GPU machine after scripts/device/pack.sh's
+# parts were unpacked in /root/dev (see pack.sh for the three commands). Every step has its own
 # time limit and goes on after a failure; logs and JSON lines go to $OUT.
 #
 #   gpu_checks.sh probe    what the machine is: GPU, driver, CPU, disk, libraries
@@ -10,7 +10,7 @@
 #                          in the background for `bench`
 #   gpu_checks.sh bench    strata bench against llama-bench on the same files, interleaved,
 #                          GPU memory of each by nvidia-smi; the disk policy on the 1B shape
-#   gpu_checks.sh quick    one call without the default model (binaries and llama-bench
+#   gpu_checks.sh quick    one command without the default model (binaries and llama-bench
 #                          only): the tests that need no real model, the speed comparison on
 #                          shaped models (SmolLM2's shape included), full KV and the disk
 #                          policy at depth on the 1B shape
@@ -92,7 +92,7 @@ tests)
   {
     ldd bin/strata | grep -E 'not found|cublas|icu' || true
     # Shaped models for `bench`, written while the tests run (the session leader survives the
-    # end of this command; the files are ready by the next call).
+    # end of this command; the files are ready by the next command).
     setsid nohup bash -c "
       for spec in llama-3.2-1b:q4_0 llama-3.2-1b:q4_k llama-3.1-8b:q4_0 llama-3.1-8b:q4_k; do
         ./bin/make_shaped_model --shape \${spec%%:*} --type \${spec##*:} \

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Packs what scripts/device/gpu_checks.sh needs on a GPU machine that receives the working
-# tree plus at most 64 MiB of carried, git-ignored paths per call and keeps its files only
-# while warm (about 30 s between calls). Three carries, sent by three calls in quick
+# Packs what scripts/device/gpu_checks.sh needs on a separate GPU machine that receives the
+# working tree plus at most 64 MiB of other, git-ignored files per command and keeps them only
+# briefly between commands. Three parts, each sent along with one command run there in quick
 # succession; the parts land in /root/dev there:
 #
-#   scripts/device/pack.sh                 # here, after a Release build in build/ and
-#                                          # PEER_BENCH=path/to/llama-bench (CUDA build)
-#   run: bash .dev/unpack.sh a && scripts/device/gpu_checks.sh probe   carry .dev/a .dev/unpack.sh
-#   run: bash .dev/unpack.sh b && scripts/device/gpu_checks.sh tests   carry .dev/b .dev/unpack.sh
-#   run: bash .dev/unpack.sh c && scripts/device/gpu_checks.sh bench   carry .dev/c .dev/unpack.sh
+#   scripts/device/pack.sh          # here, after a Release build in build/ and
+#                                   # PEER_BENCH=path/to/llama-bench (CUDA build)
+#   with .dev/a and .dev/unpack.sh: bash .dev/unpack.sh a && scripts/device/gpu_checks.sh probe
+#   with .dev/b and .dev/unpack.sh: bash .dev/unpack.sh b && scripts/device/gpu_checks.sh tests
+#   with .dev/c and .dev/unpack.sh: bash .dev/unpack.sh c && scripts/device/gpu_checks.sh bench
 #
-# The default model is 98 MB, so it travels in two pieces (a and b); b also carries the
-# binaries and the shared libraries the device image lacks (this machine's ICU, liburing,
-# yaml-cpp, LAPACK); c carries the peer's llama-bench. .dev/ is in .git/info/exclude.
+# The default model is 98 MB, so it travels in two pieces (a and b); b also holds the
+# binaries and the shared libraries the GPU machine's image lacks (this machine's ICU,
+# liburing, yaml-cpp, LAPACK); c holds the peer's llama-bench. .dev/ is in .git/info/exclude.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 model=${STRATA_TEST_MODEL:-${STRATA_HOME:-$HOME/.cache/strata}/SmolLM2-135M-Instruct.Q4_1.gguf}

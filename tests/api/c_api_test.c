@@ -8,13 +8,13 @@
 #include "strata/strata.h"
 
 static int failures = 0;
-#define CHECK(cond)                                                       \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
+#define CHECK(cond)                                                                            \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
       fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
-              strata_last_error());                                       \
-      failures++;                                                         \
-    }                                                                     \
+              strata_last_error());                                                            \
+      failures++;                                                                              \
+    }                                                                                          \
   } while (0)
 
 struct collected {
@@ -187,7 +187,9 @@ int main(int argc, char** argv) {
   strata_session_free(NULL);
   strata_engine_free(NULL);
   strata_model_free(NULL);
-  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
-  else printf("all C API checks passed\n");
+  if (failures)
+    fprintf(stderr, "%d check(s) failed\n", failures);
+  else
+    printf("all C API checks passed\n");
   return failures ? 1 : 0;
 }

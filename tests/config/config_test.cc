@@ -1,5 +1,7 @@
 #include "runtime/config/config.h"
 
+#include <map>
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -174,6 +176,78 @@ TEST(ConfigTest, WriterOutputParsesBackToTheSameConfig) {
     const std::string leaf = key.substr(key.rfind('.') + 1);
     EXPECT_NE(yaml.find(leaf + ":"), std::string::npos) << key << " missing from the writer";
   }
+}
+
+// The YAML text that sets one dotted key ("kv.policy") to a value.
+std::string YamlFor(const std::string& key, const std::string& value) {
+  const size_t dot = key.find('.');
+  if (dot == std::string::npos) return key + ": " + value + "\n";
+  return key.substr(0, dot) + ":\n  " + key.substr(dot + 1) + ": " + value + "\n";
+}
+
+// What `strata config --list` prints (and docs/config-reference.md shows) must be what the
+// loader accepts: every key with its printed default, and every listed name of a choice.
+TEST(ConfigTest, EveryListedKeyAcceptsItsPrintedDefault) {
+  const std::vector<ConfigSettingInfo> settings = DescribeConfig();
+  ASSERT_EQ(settings.size(), ConfigKeys().size());
+  const std::string defaults_yaml = ConfigToYaml(Config{});
+  for (const ConfigSettingInfo& s : settings) {
+    EXPECT_FALSE(s.default_value.empty()) << s.key;
+    EXPECT_FALSE(s.accepted.empty()) << s.key;
+    EXPECT_FALSE(s.help.empty()) << s.key;
+    EXPECT_EQ(s.help.find('\n'), std::string::npos) << s.key << ": help must be one line";
+    Config c;
+    Status st = Parse(YamlFor(s.key, s.default_value), &c);
+    ASSERT_TRUE(st.ok()) << s.key << " = " << s.default_value << ": " << st.ToString();
+    EXPECT_EQ(ConfigToYaml(c), defaults_yaml) << s.key << " = " << s.default_value;
+  }
+  // All of them in one file, each section opened once.
+  std::string grouped, section;
+  for (const ConfigSettingInfo& s : settings) {
+    const size_t dot = s.key.find('.');
+    const std::string sec = dot == std::string::npos ? "" : s.key.substr(0, dot);
+    if (sec != section && !sec.empty()) grouped += sec + ":\n";
+    section = sec;
+    grouped += (sec.empty() ? s.key : "  " + s.key.substr(dot + 1)) + ": " + s.default_value + "\n";
+  }
+  Config c;
+  Status st = Parse(grouped, &c);
+  ASSERT_TRUE(st.ok()) << st.ToString() << "\n" << grouped;
+  EXPECT_EQ(ConfigToYaml(c), defaults_yaml);
+}
+
+TEST(ConfigTest, EveryListedChoiceIsAccepted) {
+  int choices = 0;
+  for (const ConfigSettingInfo& s : DescribeConfig()) {
+    if (s.values.empty()) continue;
+    ++choices;
+    bool default_listed = false;
+    for (const std::string& v : s.values) {
+      Config c;
+      Status st = Parse(YamlFor(s.key, v), &c);
+      EXPECT_TRUE(st.ok()) << s.key << " = " << v << ": " << st.ToString();
+      default_listed |= v == s.default_value;
+    }
+    EXPECT_TRUE(default_listed) << s.key << ": default " << s.default_value << " is not listed";
+    Config c;
+    EXPECT_FALSE(Parse(YamlFor(s.key, "no_such_value"), &c).ok()) << s.key;
+  }
+  EXPECT_GE(choices, 8);
+}
+
+TEST(ConfigTest, ListedRangesAreTheCheckedOnes) {
+  std::map<std::string, ConfigSettingInfo> by_key;
+  for (const ConfigSettingInfo& s : DescribeConfig()) by_key[s.key] = s;
+  EXPECT_EQ(by_key["batch"].accepted, "[1, 8192]");
+  EXPECT_EQ(by_key["context"].accepted, "[0, 2^24]");
+  EXPECT_EQ(by_key["sampling.seed"].accepted, "[0, 2^63-1]");
+  EXPECT_EQ(by_key["sampling.top_p"].accepted, "(0, 1]");
+  EXPECT_EQ(by_key["kv.read_through"].accepted, "[-1, 2^20]");
+  EXPECT_EQ(by_key["kv.policy"].default_value, "memory");
+  EXPECT_EQ(by_key["kv.dir"].default_value, "\"/var/tmp\"");
+  Config c;
+  EXPECT_FALSE(Parse("context: 16777217\n", &c).ok());  // 2^24 + 1
+  EXPECT_TRUE(Parse("context: 16777216\n", &c).ok());
 }
 
 TEST(ConfigTest, MissingFileIsAnErrorNamingIt) {

@@ -490,7 +490,8 @@ TEST(CudaRealModelTest, GpuAgreesWithTheCpuAndBeamsAreIdenticalUnderEverySchedul
   STRATA_REQUIRE_REAL_MODEL(path);
   std::unique_ptr<Model> model;
   STRATA_ASSERT_OK(Model::Load(path, &model));
-  std::ifstream in(testing::SourceDir() + "/../shared/data/tinyshakespeare.txt");
+  // The start of tinyshakespeare, as committed for calibration.
+  std::ifstream in(testing::SourceDir() + "/tuner/data/calibration.txt");
   std::string text = "First Citizen:\nBefore we proceed any further, hear me speak.\n";
   if (in) {
     std::stringstream ss;

@@ -131,7 +131,7 @@ TEST_F(GoldenTest, GreedyContinuationsAndTopLogitsMatchLlamaCpp) {
             << "/" << forced_steps << "\n";
   std::cout << "identical greedy continuations: " << identical << " of the " << well_posed
             << " prompts whose llama.cpp continuation has no near-tie\n";
-  // The bar: identical greedy continuations for at least 3 of 4 prompts, counted
+  // The bar: identical greedy continuations for at least 3 of 4 prompts, counted
   // over the prompts where identity is well posed; on every other prompt each divergence
   // was checked above to sit at a near-tie, and the teacher-forced check covers every step.
   ASSERT_GE(well_posed, 4);

@@ -51,10 +51,10 @@ class TempFile {
 }  // namespace strata::testing
 
 // Fails the current test (fatally) when the real model is not present.
-#define STRATA_REQUIRE_REAL_MODEL(path_var)                                \
-  const std::string path_var = ::strata::testing::RealModelPath();         \
-  ASSERT_TRUE(std::filesystem::exists(path_var))                           \
-      << "the real model " << path_var                                     \
+#define STRATA_REQUIRE_REAL_MODEL(path_var)                        \
+  const std::string path_var = ::strata::testing::RealModelPath(); \
+  ASSERT_TRUE(std::filesystem::exists(path_var))                   \
+      << "the real model " << path_var                             \
       << " is missing: run scripts/fetch_model.sh (or set STRATA_TEST_MODEL)"
 
 #define STRATA_ASSERT_OK(expr)             \

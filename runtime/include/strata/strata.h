@@ -249,7 +249,7 @@ typedef struct strata_beam_result {
   size_t text_len;
   const int32_t* tokens;
   size_t n_tokens;
-  double score;            /* mean of the step scores */
+  double score; /* mean of the step scores */
   int32_t steps;
   const char* stop_reason; /* "eos", "max_tokens" or "step_limit" */
 } strata_beam_result;
@@ -258,13 +258,13 @@ typedef struct strata_beam_stats {
   int32_t steps;
   int64_t rounds; /* groups run, summed over steps (one per step when everything fits) */
   int64_t generated_tokens;
-  double seconds;             /* prompt prefill to the last score */
-  uint64_t bytes_read;        /* slow tier -> fast tier */
-  uint64_t bytes_written;     /* fast tier -> slow tier */
+  double seconds;              /* prompt prefill to the last score */
+  uint64_t bytes_read;         /* slow tier -> fast tier */
+  uint64_t bytes_written;      /* fast tier -> slow tier */
   uint64_t peak_shared_blocks; /* KV blocks used by more than one beam, at most */
-  uint64_t peak_tree_bytes;   /* distinct KV bytes of the prefix tree at its largest */
+  uint64_t peak_tree_bytes;    /* distinct KV bytes of the prefix tree at its largest */
   uint64_t fast_budget_bytes;
-  uint64_t peak_fast_bytes;   /* never above fast_budget_bytes */
+  uint64_t peak_fast_bytes; /* never above fast_budget_bytes */
   uint64_t blocks_prefetched;
   double stall_seconds; /* waiting for the slow tier, not hidden by compute */
 } strata_beam_stats;
