@@ -461,11 +461,10 @@ Status StoreFile::FillNew(const StoreOptions& options) {
       err = fallocate(fd_, 0, 0, static_cast<off_t>(total)) == 0 ? 0 : errno;
     } while (err == EINTR);
     if (err == ENOSPC || err == EDQUOT || err == EFBIG) {
-      return Status::ResourceExhausted("not enough space in " + Quote(directory_) +
-                                       " for a store of " + std::to_string(total) + " bytes (" +
-                                       std::to_string(FreeBytes(directory_)) +
-                                       " bytes free): " + std::strerror(err) + " (errno " +
-                                       std::to_string(err) + ")");
+      return Status::ResourceExhausted(
+          "not enough space in " + Quote(directory_) + " for a store of " + std::to_string(total) +
+          " bytes (" + std::to_string(FreeBytes(directory_)) +
+          " bytes free): " + std::strerror(err) + " (errno " + std::to_string(err) + ")");
     }
     if (err == EOPNOTSUPP) {
       // No preallocation on this filesystem: a sparse file; a full disk then shows up as
@@ -498,8 +497,8 @@ Status StoreFile::CreateTemporary(const StoreOptions& options) {
         return Status::FromErrno("getrandom for a store id", errno);
       }
       store_id_ = Hex(id_bytes_, 16);
-      path_ = directory_ + "/(unnamed " + options.file_name + " store " +
-              store_id_.substr(0, 12) + ")";
+      path_ =
+          directory_ + "/(unnamed " + options.file_name + " store " + store_id_.substr(0, 12) + ")";
       unnamed_ = true;
       created_ = true;
       Status s = TakeFd(options.direct_io);

@@ -26,13 +26,13 @@ Status StoreOptions::Validate() const {
                                      " characters long; the limit is 200");
     }
   }
-  if ((mode == OpenMode::kCreate || mode == OpenMode::kTemporary) && capacity == 0 &&
-      !use_device) {
+  if ((mode == OpenMode::kCreate || mode == OpenMode::kTemporary) && capacity == 0 && !use_device) {
     return Status::InvalidArgument("StoreOptions.capacity is 0; a new store needs its size");
   }
   if (mode == OpenMode::kTemporary && use_device) {
-    return Status::InvalidArgument("StoreOptions: a temporary store lives in a directory, not on "
-                                   "a device");
+    return Status::InvalidArgument(
+        "StoreOptions: a temporary store lives in a directory, not on "
+        "a device");
   }
   if (block_size != 0 && (!std::has_single_bit(block_size) || block_size > 65536)) {
     return Status::InvalidArgument("StoreOptions.block_size " + std::to_string(block_size) +

@@ -15,8 +15,8 @@ int& ExitCode() {
 
 void AddCommonFlags(CLI::App* app, CommonFlags* f) {
   f->model_opt = app->add_option("-m,--model", f->model,
-                  "GGUF model file (default: the config's, else "
-                  "$STRATA_HOME/SmolLM2-135M-Instruct.Q4_1.gguf)");
+                                 "GGUF model file (default: the config's, else "
+                                 "$STRATA_HOME/SmolLM2-135M-Instruct.Q4_1.gguf)");
   app->add_option("--config", f->config, "strata.yaml with settings; flags override it");
   f->threads_opt = app->add_option("-t,--threads", f->threads, "worker threads (0 = all cores)");
   f->ctx_opt = app->add_option("--ctx", f->ctx, "context length in tokens (0 = the model's)");
@@ -51,7 +51,8 @@ Status ResolveConfig(const CommonFlags& f, Config* cfg) {
   if (cfg->engine.kv.policy != KvPolicyKind::kDisk) {
     for (const CLI::Option* o : {f.kv_dir_opt, f.kv_budget_opt})
       if (o->count())
-        return Status::InvalidArgument(o->get_name() + " applies to the disk KV policy only; the "
+        return Status::InvalidArgument(o->get_name() +
+                                       " applies to the disk KV policy only; the "
                                        "policy is " +
                                        KvPolicyKindName(cfg->engine.kv.policy) +
                                        " (add --kv disk)");

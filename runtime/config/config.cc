@@ -3,10 +3,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <map>
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 
 #include "common/file.h"
@@ -457,10 +457,14 @@ int FlowDepth(std::string_view text) {
       if (c == quote && (quote == '\'' || i == 0 || text[i - 1] != '\\')) quote = 0;
       continue;
     }
-    if (c == '#') comment = true;
-    else if (c == '"' || c == '\'') quote = c;
-    else if (c == '[' || c == '{') most = std::max(most, ++depth);
-    else if ((c == ']' || c == '}') && depth > 0) --depth;
+    if (c == '#')
+      comment = true;
+    else if (c == '"' || c == '\'')
+      quote = c;
+    else if (c == '[' || c == '{')
+      most = std::max(most, ++depth);
+    else if ((c == ']' || c == '}') && depth > 0)
+      --depth;
   }
   return most;
 }

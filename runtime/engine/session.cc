@@ -72,9 +72,8 @@ Status Session::Chat(std::string_view user_message, const GenerateParams& params
   // a refused message leaves the conversation as it was.
   size_t bad = 0;
   if (!IsValidUtf8(user_message, &bad))
-    return Status::InvalidArgument("the message is not valid UTF-8 at byte " +
-                                   std::to_string(bad) + " (of " +
-                                   std::to_string(user_message.size()) +
+    return Status::InvalidArgument("the message is not valid UTF-8 at byte " + std::to_string(bad) +
+                                   " (of " + std::to_string(user_message.size()) +
                                    "); it was not sent and the conversation is unchanged");
   std::vector<ChatMessage> msgs = messages_;
   msgs.push_back({"user", std::string(user_message)});

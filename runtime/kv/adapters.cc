@@ -314,8 +314,8 @@ Status Adapters::Parse(const std::vector<uint8_t>& b, const std::string& path, A
   // them is allocated.
   uint64_t promised = 0;
   for (uint32_t si = 0; si < n_sets; ++si)
-    promised += (1 + has_queries[si]) * uint64_t(n_layer) * row * uint64_t(a.sets[si].rank) *
-                sizeof(float);
+    promised +=
+        (1 + has_queries[si]) * uint64_t(n_layer) * row * uint64_t(a.sets[si].rank) * sizeof(float);
   if (promised > r.left())
     return Status::Corruption("adapters " + path + ": the header promises " +
                               std::to_string(promised) + " bytes of matrices; the file has " +

@@ -27,7 +27,6 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-
 storage::BackendKind BackendOf(const std::string& name) {
   if (name == "io_uring") return storage::BackendKind::kUring;
   if (name == "pread") return storage::BackendKind::kThreadPool;
@@ -705,9 +704,8 @@ int32_t DiskKv::MoreWindows(int32_t layer, SeqId seq) {
 Status DiskKv::NextWindow(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) {
   Sequence* s = Find(seq);
   if (MoreWindows(layer, seq) <= 0)
-    return Status::InvalidArgument("disk KV: no further window of layer " +
-                                   std::to_string(layer) + " for sequence " +
-                                   std::to_string(seq));
+    return Status::InvalidArgument("disk KV: no further window of layer " + std::to_string(layer) +
+                                   " for sequence " + std::to_string(seq));
   STRATA_RETURN_IF_ERROR(ViewExact(layer, *s, s->staging->window + 1));
   *out = s->staging->view;
   return Status::OK();

@@ -64,7 +64,7 @@ struct DiskKv::Staging {
   int32_t windows = 1;         // windows a layer's earlier records come in
   std::byte* records[2] = {};  // by layer parity: the pass's new full groups
   storage::IoBatch writes[2];
-  std::byte* ring = nullptr;  // [layer][recent + 1] records as they stand after the pass
+  std::byte* ring = nullptr;    // [layer][recent + 1] records as they stand after the pass
   uint16_t* fresh_k = nullptr;  // [pos0 % G + n_new][row]: partial + new tokens, F16
   uint16_t* fresh_v = nullptr;
   std::vector<kernels::KvSpan> view;

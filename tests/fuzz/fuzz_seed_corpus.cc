@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
   }
 
   // An adapters file (two layers, ratios 4 and 8), prefixed with the fuzzer's flag byte.
-  for (const char* d : {"/adapters", "/store", "/config", "/chat"}) ::mkdir((dir + d).c_str(), 0755);
+  for (const char* d : {"/adapters", "/store", "/config", "/chat"})
+    ::mkdir((dir + d).c_str(), 0755);
   strata::Adapters a;
   a.model_identity = 42;
   a.n_layer = 2;

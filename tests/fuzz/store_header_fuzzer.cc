@@ -48,7 +48,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (strata::storage::BlockStore::Open(o, &store).ok()) {
     strata::storage::AlignedBuffer b;
     const uint32_t block = store->block_size();
-    if (store->capacity() >= block && strata::storage::AlignedBuffer::Allocate(block, 4096, &b).ok()) {
+    if (store->capacity() >= block &&
+        strata::storage::AlignedBuffer::Allocate(block, 4096, &b).ok()) {
       strata::storage::IoBatch r;
       r.AddRead(0, b.data(), block, 0);
       if (store->Submit(r).ok()) (void)store->Wait(r);

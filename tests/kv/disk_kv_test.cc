@@ -555,9 +555,8 @@ TEST_F(DiskKvTest, PrefillStagingStaysInsideTheBudgetInWindows) {
   const int32_t rank = hp.n_head_kv * hp.head_dim / 4;
   const int64_t rec = 512;
   o.kv.disk.budget_bytes =
-      int64_t(hp.n_layer) * (int64_t(GroupPredictor::KlrBytes(kCtx, rank, ScoreTypeOf(
-                                                                  KeySummaryType::kQ4))) +
-                             24 * rec);
+      int64_t(hp.n_layer) *
+      (int64_t(GroupPredictor::KlrBytes(kCtx, rank, ScoreTypeOf(KeySummaryType::kQ4))) + 24 * rec);
   std::unique_ptr<Engine> e;
   STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
   auto& kv = static_cast<DiskKv&>(e->kv());

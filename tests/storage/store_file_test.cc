@@ -3,8 +3,8 @@
 // error and nothing that was there before is changed or deleted.
 #include "storage/store_file.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
