@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "runtime/engine/engine.h"
+#include "runtime/engine/options.h"
 
 namespace strata {
 

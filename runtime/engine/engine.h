@@ -14,10 +14,11 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_pool.h"
 #include "runtime/engine/forward.h"
 #include "runtime/engine/forward_cuda.h"
+#include "runtime/engine/options.h"
 #include "runtime/engine/sampler.h"
-#include "runtime/engine/thread_pool.h"
 #include "runtime/kv/kv_options.h"
 #include "runtime/kv/kv_policy.h"
 #include "runtime/model/model.h"
@@ -26,32 +27,10 @@ namespace strata {
 
 class CudaDevice;
 
-struct EngineOptions {
-  int32_t n_threads = 0;      // 0 = one per available core
-  int32_t n_ctx = 0;          // 0 = the model's training context
-  int32_t n_batch = 512;      // most tokens per forward pass (prefill is chunked by it)
-  int32_t max_sequences = 1;  // sequences that may exist at once (batch decode, beams)
-  KvOptions kv;
-  // >= 0: run the forward pass on this CUDA GPU (config key `device`, `--device`); the
-  // engine opens it unless `cuda` is set. KV then lives in the GPU's memory (memory policy).
-  int32_t cuda_device = -1;
-  // An already open GPU (a policy passed to Create must keep its KV in its memory).
-  std::shared_ptr<CudaDevice> cuda;
-  // How the forward pass runs there (weight placement, decode graphs, batch invariance).
-  CudaForwardOptions gpu;
-};
-
 Status ValidateEngineOptions(const EngineOptions& o, const HParams& hp);
 
 enum class StopReason { kNone, kMaxTokens, kEndOfGeneration, kStopString, kCallback, kContextFull };
 const char* StopReasonName(StopReason r);
-
-struct GenerateParams {
-  int32_t max_tokens = 128;  // new tokens at most; 0 = until the context is full
-  SamplingParams sampling;
-  std::vector<std::string> stop;  // generation ends before the first of these strings
-  bool ignore_eos = false;
-};
 
 // Called for each generated token with the text it completes: whole UTF-8 characters
 // only, and text that might begin a stop string is held back until it is known not to.

@@ -367,7 +367,8 @@ void Forward::AttendTail(const ForwardBatch& batch, int32_t layer) {
   int64_t t0 = 0;
   for (const BatchSeq& bs : batch.seqs) {
     KvTail tail;
-    if (bs.n_new == 1 && kv_->Tail(layer, bs.seq, &tail)) {
+    KvTailEstimate* estimate = kv_->tail_estimate();
+    if (bs.n_new == 1 && estimate && estimate->Tail(layer, bs.seq, &tail)) {
       float* o = attn_.data() + t0 * q_dim;
       for (int32_t h = 0; h < hp_.n_head; ++h) {
         const float r = tail.ratio[h];

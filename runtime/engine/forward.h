@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "runtime/engine/thread_pool.h"
+#include "common/thread_pool.h"
 #include "runtime/kv/kv_policy.h"
 #include "runtime/model/model.h"
 

@@ -582,7 +582,8 @@ Status CudaForward::RunLayers(const ForwardBatch& batch, int64_t n_tok) {
       }
       span_begin_.push_back(int32_t(spans_.size()));
       KvTail tail;
-      if (bs.n_new == 1 && kv_->Tail(l, bs.seq, &tail)) {
+      KvTailEstimate* estimate = kv_->tail_estimate();
+      if (bs.n_new == 1 && estimate && estimate->Tail(l, bs.seq, &tail)) {
         // Ratios and mean values go up together: [n_head] then [n_head_kv * head_dim].
         tail_upload_.assign(tail.ratio, tail.ratio + hp_.n_head);
         tail_upload_.insert(tail_upload_.end(), tail.mean_v, tail.mean_v + kv_dim);

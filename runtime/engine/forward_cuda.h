@@ -29,19 +29,9 @@
 
 #include "platforms/cuda_device.h"
 #include "runtime/engine/forward.h"
+#include "runtime/engine/options.h"
 
 namespace strata {
-
-enum class GpuWeights { kAuto, kDevice, kMapped };
-const char* GpuWeightsName(GpuWeights w);
-// "auto", "device", "mapped".
-Status ParseGpuWeights(const std::string& text, GpuWeights* out);
-
-struct CudaForwardOptions {
-  bool batch_invariant = false;
-  bool graphs = true;                      // capture decode steps (where the policy allows)
-  GpuWeights weights = GpuWeights::kAuto;  // auto: mapped on an integrated GPU
-};
 
 // Batches of at most this many tokens use the GEMV path.
 constexpr int64_t kGemvMaxTokens = 32;

@@ -14,18 +14,9 @@
 #include <vector>
 
 #include "common/status.h"
+#include "runtime/engine/options.h"
 
 namespace strata {
-
-struct SamplingParams {
-  float temperature = 0.8f;     // 0 = greedy
-  int32_t top_k = 40;           // 0 = off
-  float top_p = 0.95f;          // 1 = off
-  float min_p = 0.05f;          // 0 = off
-  float repeat_penalty = 1.0f;  // 1 = off; >1 discourages repeats
-  int32_t repeat_last_n = 64;   // tokens of history the penalty looks at
-  uint64_t seed = 0;
-};
 
 // Range checks with messages that name the parameter, its value and the limit.
 Status ValidateSamplingParams(const SamplingParams& p);

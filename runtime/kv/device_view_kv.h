@@ -46,7 +46,7 @@ class DeviceViewKv final : public KvPolicy {
     return host_->Append(layer, seq, k, v);
   }
   Status View(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) override;
-  bool Tail(int32_t layer, SeqId seq, KvTail* out) override { return host_->Tail(layer, seq, out); }
+  KvTailEstimate* tail_estimate() override { return host_->tail_estimate(); }
   Status EndBatch() override;
   void AbortBatch() override { host_->AbortBatch(); }
   KvCounters counters() const override;

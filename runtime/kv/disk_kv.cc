@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "runtime/engine/thread_pool.h"
+#include "common/thread_pool.h"
 #include "runtime/kv/disk_kv_internal.h"
 #include "runtime/model/model.h"
 

@@ -52,7 +52,7 @@
 
 namespace strata {
 
-class DiskKv final : public KvPolicy, public KvWindowedView {
+class DiskKv final : public KvPolicy, public KvWindowedView, public KvTailEstimate {
  public:
   static Status Create(const Model& model, const DiskKvOptions& options, int32_t n_ctx,
                        int32_t max_sequences, ThreadPool* pool, std::unique_ptr<DiskKv>* out);
@@ -69,6 +69,7 @@ class DiskKv final : public KvPolicy, public KvWindowedView {
   Status View(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) override;
   bool Tail(int32_t layer, SeqId seq, KvTail* out) override;
   KvWindowedView* windowed_view() override { return this; }
+  KvTailEstimate* tail_estimate() override { return plan_.tail ? this : nullptr; }
   int32_t MoreWindows(int32_t layer, SeqId seq) override;
   Status NextWindow(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) override;
   int32_t max_pass_tokens() const override;

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "common/thread_pool.h"
 #include "kernels/kernels.h"
-#include "runtime/engine/thread_pool.h"
 #include "runtime/model/model.h"
 
 namespace strata {

@@ -8,6 +8,4 @@ Status KvPolicy::ForkSequence(SeqId, SeqId*) {
 
 Status KvPolicy::Prepare(int32_t, const float*, int64_t) { return Status::OK(); }
 
-bool KvPolicy::Tail(int32_t, SeqId, KvTail*) { return false; }
-
 }  // namespace strata

@@ -101,6 +101,15 @@ class KvWindowedView {
   virtual Status NextWindow(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) = 0;
 };
 
+// An optional capability (KvPolicy::tail_estimate): after View(layer, seq) of a decode step,
+// whether the view leaves keys out that attention should add by estimate (KvTail, valid as
+// long as the view).
+class KvTailEstimate {
+ public:
+  virtual ~KvTailEstimate() = default;
+  virtual bool Tail(int32_t layer, SeqId seq, KvTail* out) = 0;
+};
+
 class KvPolicy {
  public:
   virtual ~KvPolicy() = default;
@@ -127,9 +136,6 @@ class KvPolicy {
   virtual Status Append(int32_t layer, SeqId seq, const float* k, const float* v) = 0;
   // The spans for attention of `seq` at `layer`, including this batch's new tokens.
   virtual Status View(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* out) = 0;
-  // After View(layer, seq) of a decode step: whether the view leaves keys out that attention
-  // should add by estimate (KvTail, valid as long as the view). Default: never.
-  virtual bool Tail(int32_t layer, SeqId seq, KvTail* out);
   virtual Status EndBatch() = 0;
   // Drops what BeginBatch and Append did when the forward pass fails midway.
   virtual void AbortBatch() = 0;
@@ -148,6 +154,8 @@ class KvPolicy {
   virtual bool host_inputs() const { return false; }
   // Views in windows, or null (every view whole).
   virtual KvWindowedView* windowed_view() { return nullptr; }
+  // Estimates of what sparse views leave out, or null (views leave nothing out).
+  virtual KvTailEstimate* tail_estimate() { return nullptr; }
   // The most new tokens one pass may hand a sequence (the engine's batch is clamped to it).
   virtual int32_t max_pass_tokens() const { return INT32_MAX; }
 };

@@ -7,7 +7,7 @@
 
 #include <random>
 
-#include "runtime/engine/thread_pool.h"
+#include "common/thread_pool.h"
 #include "runtime/kv/device_view_kv.h"
 #include "runtime/kv/memory_kv.h"
 #include "runtime/model/synthetic_model.h"

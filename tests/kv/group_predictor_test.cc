@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/engine/thread_pool.h"
+#include "common/thread_pool.h"
 #include "tests/kv/disk_kv_test_util.h"
 #include "tests/testing/test_model.h"
 

@@ -2,7 +2,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "runtime/cli/cli.h"
+#include "cli/cli.h"
 
 #include "platforms/cuda_device.h"
 

@@ -1,4 +1,4 @@
-#include "runtime/engine/thread_pool.h"
+#include "common/thread_pool.h"
 
 #include <atomic>
 #include <vector>

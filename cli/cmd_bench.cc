@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <random>
 
-#include "runtime/cli/cli.h"
+#include "cli/cli.h"
 
 namespace strata::cli {
 namespace {

@@ -4,7 +4,7 @@
 //   strata calibrate -m MODEL --text FILE --ratios 4,8,16,32 -o FILE
 #include <cstdio>
 
-#include "runtime/cli/cli.h"
+#include "cli/cli.h"
 #include "tuner/calibration.h"
 
 namespace strata::cli {

@@ -6,8 +6,8 @@
 #include <iostream>
 #include <sstream>
 
-#include "runtime/cli/cli.h"
-#include "runtime/cli/cmd_run_beams.h"
+#include "cli/cli.h"
+#include "cli/cmd_run_beams.h"
 #include "runtime/engine/session.h"
 #include "runtime/kv/disk_kv.h"
 

@@ -1,6 +1,4 @@
-// The GPU forward pass's option names, in every build (config files and flags name them
-// whether or not this build has CUDA).
-#include "runtime/engine/forward_cuda.h"
+#include "runtime/engine/options.h"
 
 namespace strata {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cli/cli.h"
+#include "cli/cli.h"
 
 namespace strata::cli {
 namespace {

@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <map>
 
+#include "cli/cli.h"
 #include "platforms/platform.h"
-#include "runtime/cli/cli.h"
 
 namespace strata::cli {
 namespace {

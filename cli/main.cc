@@ -1,7 +1,7 @@
 // The `strata` command: run (generate or chat), info, perplexity, bench, calibrate, config.
 #include <CLI/CLI.hpp>
 
-#include "runtime/cli/cli.h"
+#include "cli/cli.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"strata: LLM runtime for devices whose memory cannot hold the KV cache"};

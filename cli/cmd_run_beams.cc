@@ -1,9 +1,9 @@
-#include "runtime/cli/cmd_run_beams.h"
+#include "cli/cmd_run_beams.h"
 
 #include <cstdio>
 
+#include "cli/cli.h"
 #include "platforms/cuda_device.h"
-#include "runtime/cli/cli.h"
 #include "runtime/search/beam_search.h"
 
 namespace strata::cli {

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "runtime/cli/cli.h"
+#include "cli/cli.h"
 
 namespace strata::cli {
 namespace {
