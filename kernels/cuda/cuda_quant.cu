@@ -85,21 +85,33 @@ void LaunchQMatmul(QPartsArg a, int n_parts, int64_t k, const int8_t* xq, const 
     QMatmulKernel<B, 8><<<grid, block, 0, s>>>(a, k, xq, xs, n_tok);
 }
 
-// One thread per unit of rows [r0, r1).
+// One thread per unit of rows [r0, r1). The units of a block are consecutive in the output
+// (unit i of the range lands at out + i * kUnit), so each thread writes its unit to shared
+// memory and the block then copies the whole run out in 16-byte pieces: a thread writing its
+// own unit straight to memory touched a new sector with every 4-byte store, which made the
+// F16 expansion of a prefill cost more than the GEMM it feeds.
+constexpr int kDequantThreads = 128;
 template <class B>
-__global__ void DequantizeF16Kernel(const uint8_t* w, int64_t r0, int64_t n_units, int64_t k,
-                                    __half* out) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n_units) return;
-  const int64_t per_row = k / B::kUnit;
-  const int64_t r = i / per_row, u = i % per_row;
-  const int64_t row_bytes = k / B::kBlockElems * B::kBlockBytes;
-  float v[B::kUnit];
-  B::Dequant(w + (r0 + r) * row_bytes, u, v);
-  __half* o = out + r * k + u * B::kUnit;
+__global__ void __launch_bounds__(kDequantThreads)
+    DequantizeF16Kernel(const uint8_t* w, int64_t r0, int64_t n_units, int64_t k, __half* out) {
+  __shared__ uint4 tile[kDequantThreads * B::kUnit / 8];
+  const int64_t first = int64_t(blockIdx.x) * kDequantThreads;
+  const int64_t i = first + threadIdx.x;
+  if (i < n_units) {
+    const int64_t per_row = k / B::kUnit;
+    const int64_t r = i / per_row, u = i % per_row;
+    const int64_t row_bytes = k / B::kBlockElems * B::kBlockBytes;
+    float v[B::kUnit];
+    B::Dequant(w + (r0 + r) * row_bytes, u, v);
+    __half2* t = reinterpret_cast<__half2*>(tile) + threadIdx.x * (B::kUnit / 2);
 #pragma unroll
-  for (int j = 0; j < B::kUnit; j += 2)
-    reinterpret_cast<__half2*>(o)[j / 2] = __floats2half2_rn(v[j], v[j + 1]);
+    for (int j = 0; j < B::kUnit; j += 2) t[j / 2] = __floats2half2_rn(v[j], v[j + 1]);
+  }
+  __syncthreads();
+  const int64_t units = n_units - first < kDequantThreads ? n_units - first : kDequantThreads;
+  const int pieces = int(units) * (B::kUnit / 8);
+  uint4* o = reinterpret_cast<uint4*>(out + first * B::kUnit);
+  for (int j = threadIdx.x; j < pieces; j += kDequantThreads) o[j] = tile[j];
 }
 
 template <class B>
@@ -107,8 +119,9 @@ void LaunchDequant(const uint8_t* w, int64_t r0, int64_t r1, int64_t k, uint16_t
                    cudaStream_t s) {
   const int64_t n_units = (r1 - r0) * (k / B::kUnit);
   if (n_units <= 0) return;
-  DequantizeF16Kernel<B><<<unsigned((n_units + 127) / 128), 128, 0, s>>>(
-      w, r0, n_units, k, reinterpret_cast<__half*>(out));
+  DequantizeF16Kernel<B>
+      <<<unsigned((n_units + kDequantThreads - 1) / kDequantThreads), kDequantThreads, 0, s>>>(
+          w, r0, n_units, k, reinterpret_cast<__half*>(out));
 }
 
 __global__ void F32ToF16Kernel(const float* x, int64_t n, __half* out) {

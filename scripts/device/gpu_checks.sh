@@ -74,6 +74,28 @@ disk_runs() {
   fi
 }
 
+# profile NAME CMD...: GPU time per kernel of CMD into $out/prof.NAME.csv, by Nsight Systems
+# where the image has it, else by Nsight Compute (one metric, the kernel's duration).
+nsys=$(ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+ncu=$(ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute*/ncu 2>/dev/null | head -1)
+profile() {
+  local name=$1
+  shift
+  if [ -n "$nsys" ]; then
+    timeout 90 "$nsys" profile -t cuda --cuda-graph-trace=node -f true -o "$d/prof.$name" \
+      "$@" >"$d/prof.$name.log" 2>&1
+    timeout 60 "$nsys" stats -r cuda_gpu_kern_sum -f csv -o "$out/prof.$name" \
+      "$d/prof.$name.nsys-rep" >>"$d/prof.$name.log" 2>&1
+  elif [ -n "$ncu" ]; then
+    timeout 100 "$ncu" --metrics gpu__time_duration.sum --csv --clock-control none -c 3000 \
+      "$@" >"$out/prof.$name.csv" 2>"$d/prof.$name.log"
+  else
+    echo "profile $name: neither nsys nor ncu on this machine" | tee -a "$log"
+  fi
+  echo "== profile $name rc=$? ($nsys$ncu)" | tee -a "$log"
+  tail -3 "$d/prof.$name.log" >>"$log" 2>/dev/null
+}
+
 case $mode in
 probe)
   {
@@ -169,6 +191,16 @@ quick)
     --pp 0 --tg 64 --reps 1 --seqs 8 --json
   run "gpu-memory.l1b.d32768.b1" 100 ./bin/strata bench -m $l1b --device cuda -d 32768 \
     --pp 0 --tg 64 --reps 1 --json
+  disk_runs l1b $l1b 8192 8
+  run "cpu-disk.l1b.d8192.b1" 100 ./bin/strata bench -m $l1b -t "$(nproc)" "${disk[@]}" \
+    -d 8192 --pp 0 --tg 64 --reps 1 --json
+  # Where the time goes, per kernel, for both engines: prefill on the 1B shape, decode on the
+  # 8B shape.
+  profile pp.strata.l1b ./bin/strata bench -m $l1b --device cuda --pp 512 --tg 0 --reps 1
+  profile pp.llama.l1b ./llama-bench -m $l1b -p 512 -n 0 -r 1 -ngl 99
+  l8b=models/llama-3.1-8b.q4_0.gguf
+  profile tg.strata.l8b ./bin/strata bench -m $l8b --device cuda --pp 0 --tg 4 --reps 1
+  profile tg.llama.l8b ./llama-bench -m $l8b -p 0 -n 4 -r 1 -ngl 99
   python3 "$src/scripts/device/summarize.py" "$jl" | tee "$out/summary.md"
   ;;
 esac
