@@ -442,6 +442,204 @@ __global__ void AttentionMergeKernel(AttentionBatch a, int n_chunks) {
   }
 }
 
+// Prefill-sized passes: one block per (tile of consecutive query tokens, KV head). The
+// per-token kernel above reads every key once per query token and gives each lane a key
+// row of its own to load; here a block stages 64 keys at a time in shared memory and
+// scores them against all its query rows (kRpw rows a warp, the n_rep query heads of each
+// token), so a key is read from memory once per tile. Lane i scores keys i and i + 32 of a
+// stage; the online softmax and the V sums go stage by stage in key order, so a row's result
+// depends on its own keys only (not on the rows beside it), though not bit for bit the
+// per-token kernel's. A tile whose tokens belong to several sequences takes them one run at
+// a time. Stages whose keys all lie after the tile's last query position are skipped.
+constexpr int kTileWarps = 8, kTileKeys = 64;
+struct TileShared {
+  int kpos[kTileKeys];
+  const uint4* kp[kTileKeys];
+  const uint4* vp[kTileKeys];
+};
+
+size_t TiledSharedBytes(int rows, int hd) {
+  return size_t(rows) * hd * sizeof(float) + size_t(kTileKeys) * (hd + 2) * sizeof(__half) +
+         size_t(kTileKeys) * hd * sizeof(__half);
+}
+
+template <int kDpl, int kRpw>
+__global__ void __launch_bounds__(32 * kTileWarps)
+    AttentionTiledKernel(AttentionBatch a, int tile_tokens) {
+  extern __shared__ float4 tiled_smem[];
+  __shared__ TileShared ts;
+  const int hd = a.head_dim, n_rep = a.n_rep, h = blockIdx.y;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int q_stride = a.n_head_kv * n_rep * hd;
+  const int ks = hd + 2;  // K stage row stride in halves: an odd word count, so the lanes'
+                          // different keys fall in different banks
+  float* qs = reinterpret_cast<float*>(tiled_smem);  // [kTileWarps * kRpw][hd], scaled
+  __half* kt = reinterpret_cast<__half*>(qs + kTileWarps * kRpw * hd);  // [kTileKeys][ks]
+  __half* vt = kt + kTileKeys * ks;                                     // [kTileKeys][hd]
+  const int pieces = hd / 8;  // 16-byte pieces of a key's row
+  const int t_end = min(a.n_tok, int(blockIdx.x + 1) * tile_tokens);
+  for (int s0 = int(blockIdx.x) * tile_tokens; s0 < t_end;) {
+    const int seq = a.tok_seq[s0];
+    int s1 = s0 + 1;
+    while (s1 < t_end && a.tok_seq[s1] == seq) ++s1;
+    const int n_rows = (s1 - s0) * n_rep;
+    int32_t qmax = INT_MIN;
+    for (int t = s0; t < s1; ++t) qmax = max(qmax, a.tok_pos[t]);
+    for (int i = threadIdx.x; i < n_rows * hd; i += blockDim.x) {
+      const int row = i / hd, d = i % hd;
+      const int qh = h * n_rep + row % n_rep;
+      qs[i] = a.q[int64_t(s0 + row / n_rep) * q_stride + qh * hd + d] * a.scale;
+    }
+    int32_t qpos[kRpw];
+    float m[kRpw], l[kRpw], acc[kRpw][kDpl];
+#pragma unroll
+    for (int r = 0; r < kRpw; ++r) {
+      const int row = warp * kRpw + r;
+      qpos[r] = row < n_rows ? a.tok_pos[s0 + row / n_rep] : INT_MIN;
+      m[r] = -INFINITY;
+      l[r] = 0.f;
+#pragma unroll
+      for (int i = 0; i < kDpl; ++i) acc[r][i] = 0.f;
+    }
+    const int sb = a.span_begin[seq], se = a.span_begin[seq + 1];
+    int si = sb;
+    int64_t off = 0;
+    while (si < se && a.spans[si].n_tokens == 0) ++si;
+    while (si < se) {
+      __syncthreads();  // the previous stage (or segment) is no longer read
+      if (threadIdx.x < kTileKeys) {
+        int s = si;
+        int64_t o = off + threadIdx.x;
+        while (s < se && o >= a.spans[s].n_tokens) {
+          o -= a.spans[s].n_tokens;
+          ++s;
+        }
+        if (s < se) {
+          const KvSpan& sp = a.spans[s];
+          const int64_t base = o * sp.stride + int64_t(h) * hd;
+          ts.kpos[threadIdx.x] = sp.pos0 + int32_t(o);
+          ts.kp[threadIdx.x] = reinterpret_cast<const uint4*>(sp.k + base);
+          ts.vp[threadIdx.x] = reinterpret_cast<const uint4*>(sp.v + base);
+        } else {
+          ts.kpos[threadIdx.x] = INT_MAX;
+          ts.kp[threadIdx.x] = nullptr;
+          ts.vp[threadIdx.x] = nullptr;
+        }
+      }
+      __syncthreads();
+      const bool live = threadIdx.x < kTileKeys && ts.kpos[threadIdx.x] <= qmax;
+      if (__syncthreads_or(live)) {
+        for (int c = threadIdx.x; c < kTileKeys * pieces; c += blockDim.x) {
+          const int j = c / pieces, p = c % pieces;
+          uint4 kk = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+          if (ts.kp[j]) {
+            kk = ts.kp[j][p];
+            vv = ts.vp[j][p];
+          }
+          reinterpret_cast<uint4*>(vt + j * hd)[p] = vv;
+          unsigned* kd = reinterpret_cast<unsigned*>(kt + j * ks + p * 8);
+          kd[0] = kk.x;
+          kd[1] = kk.y;
+          kd[2] = kk.z;
+          kd[3] = kk.w;
+        }
+        __syncthreads();
+        if (warp * kRpw < n_rows) {
+          float sc[kRpw][2];
+#pragma unroll
+          for (int r = 0; r < kRpw; ++r) sc[r][0] = sc[r][1] = 0.f;
+          const __half2* k0 = reinterpret_cast<const __half2*>(kt + lane * ks);
+          const __half2* k1 = reinterpret_cast<const __half2*>(kt + (lane + 32) * ks);
+          const float* qw = qs + warp * kRpw * hd;
+          for (int d2 = 0; d2 < hd / 2; ++d2) {
+            const float2 a0 = __half22float2(k0[d2]), a1 = __half22float2(k1[d2]);
+#pragma unroll
+            for (int r = 0; r < kRpw; ++r) {
+              const float2 qv = reinterpret_cast<const float2*>(qw + r * hd)[d2];
+              sc[r][0] = fmaf(qv.y, a0.y, fmaf(qv.x, a0.x, sc[r][0]));
+              sc[r][1] = fmaf(qv.y, a1.y, fmaf(qv.x, a1.x, sc[r][1]));
+            }
+          }
+          const int32_t p0 = ts.kpos[lane], p1 = ts.kpos[lane + 32];
+          float pr[kRpw][2];
+#pragma unroll
+          for (int r = 0; r < kRpw; ++r) {
+            const bool v0 = p0 <= qpos[r], v1 = p1 <= qpos[r];
+            const float x0 = v0 ? sc[r][0] : -INFINITY, x1 = v1 ? sc[r][1] : -INFINITY;
+            const float tile_max = WarpMax(fmaxf(x0, x1));
+            pr[r][0] = pr[r][1] = 0.f;
+            if (tile_max > -INFINITY) {
+              const float m_new = fmaxf(m[r], tile_max);
+              const float corr = expf(m[r] - m_new);
+              pr[r][0] = v0 ? expf(x0 - m_new) : 0.f;
+              pr[r][1] = v1 ? expf(x1 - m_new) : 0.f;
+              l[r] = l[r] * corr + WarpSum(pr[r][0] + pr[r][1]);
+#pragma unroll
+              for (int i = 0; i < kDpl; ++i) acc[r][i] *= corr;
+              m[r] = m_new;
+            }
+          }
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+#pragma unroll 4
+            for (int jj = 0; jj < 32; ++jj) {
+              const __half* v = vt + (half * 32 + jj) * hd;
+              float vv[kDpl];
+#pragma unroll
+              for (int i = 0; i < kDpl; ++i)
+                vv[i] = lane + 32 * i < hd ? __half2float(v[lane + 32 * i]) : 0.f;
+#pragma unroll
+              for (int r = 0; r < kRpw; ++r) {
+                const float pj = __shfl_sync(kFull, pr[r][half], jj);
+#pragma unroll
+                for (int i = 0; i < kDpl; ++i) acc[r][i] = fmaf(pj, vv[i], acc[r][i]);
+              }
+            }
+          }
+        }
+      }
+      off += kTileKeys;
+      while (si < se && off >= a.spans[si].n_tokens) {
+        off -= a.spans[si].n_tokens;
+        ++si;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRpw; ++r) {
+      const int row = warp * kRpw + r;
+      if (row >= n_rows) continue;
+      float* out = a.out + int64_t(s0 + row / n_rep) * q_stride + (h * n_rep + row % n_rep) * hd;
+      const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+#pragma unroll
+      for (int i = 0; i < kDpl; ++i)
+        if (lane + 32 * i < hd) out[lane + 32 * i] = acc[r][i] * inv;
+    }
+    __syncthreads();  // qs is rewritten by the next segment
+    s0 = s1;
+  }
+}
+
+template <int kDpl, int kRpw>
+void LaunchTiled(const AttentionBatch& a, cudaStream_t s) {
+  const int rows = kTileWarps * kRpw;
+  const int tile_tokens = rows / a.n_rep;
+  const size_t shared = TiledSharedBytes(rows, a.head_dim);
+  auto* kernel = AttentionTiledKernel<kDpl, kRpw>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+  const dim3 grid(unsigned((a.n_tok + tile_tokens - 1) / tile_tokens), unsigned(a.n_head_kv));
+  kernel<<<grid, 32 * kTileWarps, shared, s>>>(a, tile_tokens);
+}
+
+template <int kDpl>
+void LaunchTiledRows(const AttentionBatch& a, int rpw, cudaStream_t s) {
+  if (rpw >= 8)
+    LaunchTiled<kDpl, 8>(a, s);
+  else if (rpw >= 4)
+    LaunchTiled<kDpl, 4>(a, s);
+  else
+    LaunchTiled<kDpl, 2>(a, s);
+}
+
 unsigned Blocks(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 
 }  // namespace
@@ -599,6 +797,42 @@ void Attention(const AttentionBatch& a, void* stream) {
   if (chunks > 1)
     AttentionMergeKernel<<<dim3(unsigned(a.n_tok), unsigned(a.n_head_kv * a.n_rep)),
                            std::min(128, (a.head_dim + 31) / 32 * 32), 0, S(stream)>>>(a, chunks);
+}
+
+bool AttentionTiled(const AttentionBatch& a, void* stream) {
+  const int hd = a.head_dim;
+  if (hd % 8 != 0 || hd > 128 || a.n_rep < 1 || a.n_rep > 2 * kTileWarps || a.chunk_keys > 0)
+    return false;
+  if (a.n_tok <= 0) return true;
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 1;
+    return n;
+  }();
+  // The most rows a warp (fewer loads of each key stage per row) that still leaves two
+  // blocks per multiprocessor; rows a block must cover at least one token's query heads.
+  int rpw = 8;
+  while (rpw > 2) {
+    const int tile_tokens = kTileWarps * rpw / a.n_rep;
+    const int64_t blocks = (a.n_tok + tile_tokens - 1) / tile_tokens * int64_t(a.n_head_kv);
+    if (blocks >= 2 * sms) break;
+    rpw /= 2;
+  }
+  while (kTileWarps * rpw < a.n_rep) rpw *= 2;
+  switch ((hd + 31) / 32) {
+    case 1:
+      LaunchTiledRows<1>(a, rpw, S(stream));
+      break;
+    case 2:
+      LaunchTiledRows<2>(a, rpw, S(stream));
+      break;
+    default:
+      LaunchTiledRows<4>(a, rpw, S(stream));
+      break;
+  }
+  return true;
 }
 
 }  // namespace strata::kernels::cuda

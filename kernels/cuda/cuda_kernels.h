@@ -124,6 +124,11 @@ struct AttentionBatch {
 // Keys a chunk of a chunked attention takes.
 constexpr int32_t kAttentionChunkKeys = 256;
 void Attention(const AttentionBatch& a, void* stream);
+// The same attention for prefill-sized batches (unchunked): key stages in shared memory
+// shared by a tile of consecutive query tokens. Agrees with Attention within float rounding;
+// a row's result depends on its own keys only. False (nothing launched) where the shape is
+// outside the kernel's (head_dim a multiple of 8 up to 128, GQA up to 16) or chunked.
+bool AttentionTiled(const AttentionBatch& a, void* stream);
 // Shared memory one attention block takes (must stay within 48 KiB).
 size_t AttentionSharedBytes(int n_rep, int head_dim);
 

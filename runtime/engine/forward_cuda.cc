@@ -491,7 +491,8 @@ Status CudaForward::PostAttention(int32_t l, int64_t n_tok, const LayerIo& io) {
     ab.n_chunks = io.n_chunks;
     ab.partial = partial_;
   }
-  kc::Attention(ab, stream_);
+  // Prefill-sized passes share key stages among a tile of queries where the shape allows.
+  if (Gemv(n_tok) || !kc::AttentionTiled(ab, stream_)) kc::Attention(ab, stream_);
   for (const LayerIo::Tail& t : io.tails)
     kc::AttendTail(attn_ + t.token * q_dim, t.ratio, t.mean_v, hp_.n_head, hp_.n_rep(), int(hd),
                    stream_);

@@ -10,6 +10,7 @@
 #                          in the background for `bench`
 #   gpu_checks.sh bench    strata bench against llama-bench on the same files, interleaved,
 #                          GPU memory of each by nvidia-smi; the disk policy on the 1B shape
+#   gpu_checks.sh speed    quick's tests and speed comparison only, and a prefill profile
 #   gpu_checks.sh quick    one command without the default model (binaries and llama-bench
 #                          only): the tests that need no real model, the speed comparison on
 #                          shaped models (SmolLM2's shape included), full KV and the disk
@@ -165,7 +166,7 @@ bench)
   fi
   python3 "$src/scripts/device/summarize.py" "$jl" | tee "$out/summary.md"
   ;;
-quick)
+quick | speed)
   for spec in smollm2-135m:q4_1 llama-3.2-1b:q4_0 llama-3.1-8b:q4_0; do
     ./bin/make_shaped_model --shape ${spec%%:*} --type ${spec##*:} \
       -o models/${spec%%:*}.${spec##*:}.gguf >/dev/null &
@@ -181,6 +182,11 @@ quick)
       --reps 3 --json
   done
   l1b=models/llama-3.2-1b.q4_0.gguf
+  if [ "$mode" = speed ]; then
+    profile pp.strata.l1b ./bin/strata bench -m $l1b --device cuda --pp 512 --tg 0 --reps 1
+    python3 "$src/scripts/device/summarize.py" "$jl" | tee "$out/summary.md"
+    exit 0
+  fi
   run "gpu-memory.smollm2.d8192.b1" 60 ./bin/strata bench -m models/smollm2-135m.q4_1.gguf \
     --device cuda -d 8192 --pp 0 --tg 64 --reps 1 --json
   run "calibrate.llama-3.2-1b" 60 ./bin/strata calibrate -m $l1b \

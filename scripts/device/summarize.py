@@ -25,10 +25,14 @@ def llama(rec):
             j = json.loads(line)
         except ValueError:
             continue
+        # The median of the repetitions, as strata bench reports: llama-bench's mean includes
+        # a first repetition that can run at half speed while the GPU warms up.
+        ts = sorted(j.get("samples_ts") or [j.get("avg_ts")])
+        med = ts[len(ts) // 2] if len(ts) % 2 else (ts[len(ts) // 2 - 1] + ts[len(ts) // 2]) / 2
         if j.get("n_prompt", 0) > 0 and j.get("n_gen", 0) == 0:
-            pp = j.get("avg_ts")
+            pp = med
         if j.get("n_gen", 0) > 0 and j.get("n_prompt", 0) == 0:
-            tg = j.get("avg_ts")
+            tg = med
     return pp, tg
 
 

@@ -70,6 +70,7 @@ class CudaKernelsTest : public ::testing::Test {
   }
 
   void CheckAttention(int32_t n_kv, int32_t n_rep, int32_t hd);
+  void CheckTiledAttention(int32_t n_kv, int32_t n_rep, int32_t hd);
 
   std::shared_ptr<CudaDevice> d_;
   void* stream_ = nullptr;
@@ -305,6 +306,18 @@ void CudaKernelsTest::CheckAttention(int32_t n_kv, int32_t n_rep, int32_t hd) {
   }
   for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-4) << i;
 
+  // The tiled kernel on the same batch: one tile holding both sequences' tokens.
+  {
+    SCOPED_TRACE("tiled");
+    float* dout_t = Up(std::vector<float>(q.size(), 777.f));
+    kc::AttentionBatch tiled = ab;
+    tiled.out = dout_t;
+    ASSERT_TRUE(kc::AttentionTiled(tiled, stream_));
+    ASSERT_TRUE(d_->CheckLaunch("tiled attention").ok());
+    const auto out_t = Down(dout_t, q.size());
+    for (size_t i = 0; i < out_t.size(); ++i) ASSERT_NEAR(out_t[i], ref[i], 2e-4) << i;
+  }
+
   // Token 3 (sequence 1) alone in a launch: the same bits.
   const std::vector<int32_t> seq1 = {1}, pos1 = {39};
   SCOPED_TRACE("alone in a launch");
@@ -345,6 +358,96 @@ TEST_F(CudaKernelsTest, AttentionOverSpansMatchesTheCpuKernel) {
   CheckAttention(2, 4, 96);   // a head dimension the lanes do not divide evenly
   CheckAttention(1, 8, 128);  // two splits per query head
   CheckAttention(1, 16, 64);  // the most query heads per KV head, one split
+}
+
+// A prefill-sized batch: sequence 0's 150 query tokens (positions 250..399) after 250 cached
+// keys, in ragged spans, then sequence 1's 37 tokens from position 0, so tiles straddle the
+// two; the tiled kernel against the CPU's attention, and each row independent of its tile
+// (a pass of sequence 1 alone gives its rows' bits).
+void CudaKernelsTest::CheckTiledAttention(int32_t n_kv, int32_t n_rep, int32_t hd) {
+  SCOPED_TRACE("tiled: KV heads " + std::to_string(n_kv) + ", GQA " + std::to_string(n_rep) +
+               ", head dim " + std::to_string(hd));
+  const int32_t row = n_kv * hd, q_dim = n_kv * n_rep * hd;
+  const std::vector<std::vector<int32_t>> span_sizes = {{64, 3, 183, 100, 50}, {37}};
+  std::vector<std::vector<kernels::KvSpan>> host_spans(2), dev_spans(2);
+  std::vector<std::vector<uint16_t>> kv_store;
+  for (int s = 0; s < 2; ++s) {
+    int32_t pos = 0;
+    for (int32_t n : span_sizes[size_t(s)]) {
+      kv_store.push_back(ToF16(Random(size_t(2 * n * row))));
+      const auto& h = kv_store.back();
+      const uint16_t* dk = Up(h);
+      host_spans[size_t(s)].push_back({h.data(), h.data() + size_t(n) * row, n, pos, row});
+      dev_spans[size_t(s)].push_back({dk, dk + size_t(n) * row, n, pos, row});
+      pos += n;
+    }
+  }
+  std::vector<int32_t> tok_seq, tok_pos;
+  for (int32_t p = 250; p < 400; ++p) tok_seq.push_back(0), tok_pos.push_back(p);
+  for (int32_t p = 0; p < 37; ++p) tok_seq.push_back(1), tok_pos.push_back(p);
+  const int32_t n_tok = int32_t(tok_seq.size());
+  const auto q = Random(size_t(n_tok) * q_dim);
+  std::vector<kernels::KvSpan> all(dev_spans[0]);
+  all.insert(all.end(), dev_spans[1].begin(), dev_spans[1].end());
+  const std::vector<int32_t> begin = {0, int32_t(dev_spans[0].size()), int32_t(all.size())};
+  float* dout = Up(std::vector<float>(q.size(), 777.f));
+  const float scale = 1.0f / std::sqrt(float(hd));
+  kc::AttentionBatch ab{Up(q), dout,        n_tok,       n_kv,      n_rep,  hd,
+                        scale, Up(tok_seq), Up(tok_pos), Up(begin), Up(all)};
+  ASSERT_TRUE(kc::AttentionTiled(ab, stream_));
+  ASSERT_TRUE(d_->CheckLaunch("tiled attention").ok());
+  const auto out = Down(dout, q.size());
+  std::vector<float> ref(q.size());
+  std::vector<float> scratch(kernels::AttentionScratchFloats(1, n_rep, hd));
+  for (int32_t t = 0; t < n_tok; ++t) {
+    const auto& spans = host_spans[size_t(tok_seq[size_t(t)])];
+    for (int32_t h = 0; h < n_kv; ++h) {
+      kernels::AttentionArgs a{};
+      a.q = q.data() + size_t(t) * q_dim + size_t(h) * n_rep * hd;
+      a.n_q = 1;
+      a.q_stride = q_dim;
+      a.q_pos0 = tok_pos[size_t(t)];
+      a.n_rep = n_rep;
+      a.head_dim = hd;
+      a.kv_head = h;
+      a.spans = spans.data();
+      a.n_spans = int32_t(spans.size());
+      a.scale = scale;
+      a.out = ref.data() + size_t(t) * q_dim + size_t(h) * n_rep * hd;
+      a.out_stride = q_dim;
+      a.scratch = scratch.data();
+      kernels::AttentionOverSpans(a);
+    }
+  }
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-4) << i;
+
+  const std::vector<int32_t> seq1(37, 1), pos1(tok_pos.end() - 37, tok_pos.end());
+  float* dout1 = Up(std::vector<float>(size_t(37) * q_dim));
+  kc::AttentionBatch one = ab;
+  one.q = ab.q + size_t(150) * q_dim;
+  one.out = dout1;
+  one.n_tok = 37;
+  one.tok_seq = Up(seq1);
+  one.tok_pos = Up(pos1);
+  ASSERT_TRUE(kc::AttentionTiled(one, stream_));
+  const auto out1 = Down(dout1, size_t(37) * q_dim);
+  EXPECT_EQ(
+      0, std::memcmp(out1.data(), out.data() + size_t(150) * q_dim, out1.size() * sizeof(float)));
+}
+
+TEST_F(CudaKernelsTest, TiledPrefillAttentionMatchesTheCpuKernel) {
+  CheckTiledAttention(3, 3, 64);   // SmolLM2's shape
+  CheckTiledAttention(8, 4, 128);  // Llama-3.1-8B's
+  CheckTiledAttention(2, 6, 128);  // Qwen2.5-1.5B's GQA
+  CheckTiledAttention(2, 1, 32);   // no GQA, one dimension per lane
+  CheckTiledAttention(2, 4, 96);   // a head dimension the lanes do not divide evenly
+  CheckTiledAttention(1, 16, 64);  // the most query heads per KV head
+  // Beyond the kernel's shapes: nothing launched, the caller falls back.
+  kc::AttentionBatch wide{};
+  wide.head_dim = 256;
+  wide.n_rep = 1;
+  wide.n_tok = 1;
+  EXPECT_FALSE(kc::AttentionTiled(wide, stream_));
 }
 
 // ---- Quantized weights ------------------------------------------------------------------
