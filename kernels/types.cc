@@ -2,6 +2,7 @@
 #include "kernels/types.h"
 
 #include <cmath>
+#include <iterator>
 
 namespace strata::kernels {
 namespace {
@@ -55,7 +56,7 @@ const TypeInfo* FindTypeInfo(uint32_t raw) {
   return nullptr;
 }
 
-std::span<const TypeInfo> KnownTypes() { return kTypes; }
+TypeRange KnownTypes() { return {kTypes, kTypes + std::size(kTypes)}; }
 
 const TypeInfo& GetTypeInfo(DType t) {
   const TypeInfo* info = FindTypeInfo(static_cast<uint32_t>(t));

@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <span>
 
 namespace strata::kernels {
 
@@ -61,8 +60,15 @@ struct TypeInfo {
 // Known is not the same as runnable: the table also names the published GGUF types that
 // Strata has no kernels for (weight_supported false), so that errors can name them.
 const TypeInfo* FindTypeInfo(uint32_t raw);
-// Every known type, in ascending id order.
-std::span<const TypeInfo> KnownTypes();
+// Every known type, in ascending id order (a range; the header stays C++17 for nvcc).
+struct TypeRange {
+  const TypeInfo* first;
+  const TypeInfo* last;
+  const TypeInfo* begin() const { return first; }
+  const TypeInfo* end() const { return last; }
+  size_t size() const { return static_cast<size_t>(last - first); }
+};
+TypeRange KnownTypes();
 const TypeInfo& GetTypeInfo(DType t);
 inline const char* TypeName(DType t) { return GetTypeInfo(t).name; }
 // Bytes taken by `n` values of type t; n must be a multiple of the block size.
