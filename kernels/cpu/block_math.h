@@ -94,9 +94,13 @@ namespace {
   return ((b.scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b.scales_h >> (2 * j)) & 3) << 4);
 }
 
-// The fifth bit of value i (0..31) of a Q5_0 / Q5_1 block, from its little-endian qh word.
-[[maybe_unused]] inline int Q5HighBit(const uint8_t qh[4], int i) {
-  return (qh[i / 8] >> (i % 8)) & 1;
+// The 5-bit codes (0..31) of a Q5_0 / Q5_1 block: value i's low four bits are placed as
+// Q4_0's, its fifth is bit i of the little-endian qh word.
+[[maybe_unused]] inline void Q5Codes(const uint8_t qh[4], const uint8_t qs[16], int q[32]) {
+  for (int i = 0; i < 16; ++i) {
+    q[i] = (qs[i] & 0xF) | (((qh[i / 8] >> (i % 8)) & 1) << 4);
+    q[i + 16] = (qs[i] >> 4) | (((qh[2 + i / 8] >> (i % 8)) & 1) << 4);
+  }
 }
 
 }  // namespace

@@ -83,7 +83,8 @@ STRATA_INLINE uint8x16_t FifthBits(uint16_t bits) {
 }
 
 // Q5 codes 0..31 of one block (qs at `qs`, the little-endian qh word at `qh`).
-STRATA_INLINE void Q5Codes(const uint8_t* qs, const uint8_t* qh, uint8x16_t* lo, uint8x16_t* hi) {
+STRATA_INLINE void Q5CodeVectors(const uint8_t* qs, const uint8_t* qh, uint8x16_t* lo,
+                                 uint8x16_t* hi) {
   uint32_t h;
   std::memcpy(&h, qh, 4);
   const uint8x16_t q = vld1q_u8(qs);
@@ -98,7 +99,7 @@ struct Q5_0N {
   using W = typename Q4_0N<P>::W;
   static STRATA_INLINE void Decode(const uint8_t* p, W& w) {
     uint8x16_t lo, hi;
-    Q5Codes(p + 6, p + 2, &lo, &hi);
+    Q5CodeVectors(p + 6, p + 2, &lo, &hi);
     const int8x16_t sixteen = vdupq_n_s8(16);
     w.lo = vsubq_s8(vreinterpretq_s8_u8(lo), sixteen);
     w.hi = vsubq_s8(vreinterpretq_s8_u8(hi), sixteen);
@@ -148,7 +149,7 @@ struct Q5_1N {
   using W = typename Q4_1N<P>::W;
   static STRATA_INLINE void Decode(const uint8_t* p, W& w) {
     uint8x16_t lo, hi;
-    Q5Codes(p + 8, p + 4, &lo, &hi);
+    Q5CodeVectors(p + 8, p + 4, &lo, &hi);
     w.lo = vreinterpretq_s8_u8(lo);
     w.hi = vreinterpretq_s8_u8(hi);
     w.d = H2F(Q4_0N<P>::LoadU16(p));

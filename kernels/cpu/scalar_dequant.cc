@@ -37,14 +37,6 @@ void DecodeQ4_1(const BlockQ4_1* b, int64_t nb, float* dst) {
   }
 }
 
-// The 5-bit codes of a Q5_0 / Q5_1 block.
-void Q5Codes(const uint8_t qh[4], const uint8_t qs[16], int q[32]) {
-  for (int i = 0; i < 16; ++i) {
-    q[i] = (qs[i] & 0xF) | (Q5HighBit(qh, i) << 4);
-    q[i + 16] = (qs[i] >> 4) | (Q5HighBit(qh, i + 16) << 4);
-  }
-}
-
 void DecodeQ5_0(const BlockQ5_0* b, int64_t nb, float* dst) {
   for (int64_t k = 0; k < nb; ++k, dst += kQK) {
     const float d = F16ToF32(b[k].d);

@@ -56,20 +56,11 @@ float DotQ4_1(const BlockQ4_1* w, const BlockQ8_1* x, int64_t nb) {
   return s;
 }
 
-// Q5_0 / Q5_1's 5-bit codes of block b (0..31).
-template <class Block>
-void Q5Codes(const Block& b, int q[32]) {
-  for (int i = 0; i < 16; ++i) {
-    q[i] = (b.qs[i] & 0xF) | (Q5HighBit(b.qh, i) << 4);
-    q[i + 16] = (b.qs[i] >> 4) | (Q5HighBit(b.qh, i + 16) << 4);
-  }
-}
-
 float DotQ5_0(const BlockQ5_0* w, const BlockQ8_0* x, int64_t nb) {
   float s = 0.f;
   for (int64_t b = 0; b < nb; ++b) {
     int q[32], isum = 0;
-    Q5Codes(w[b], q);
+    Q5Codes(w[b].qh, w[b].qs, q);
     for (int i = 0; i < kQK; ++i) isum += (q[i] - 16) * x[b].qs[i];
     s += F16ToF32(w[b].d) * F16ToF32(x[b].d) * static_cast<float>(isum);
   }
@@ -80,7 +71,7 @@ float DotQ5_1(const BlockQ5_1* w, const BlockQ8_1* x, int64_t nb) {
   float s = 0.f;
   for (int64_t b = 0; b < nb; ++b) {
     int q[32], isum = 0;
-    Q5Codes(w[b], q);
+    Q5Codes(w[b].qh, w[b].qs, q);
     for (int i = 0; i < kQK; ++i) isum += q[i] * x[b].qs[i];
     s += F16ToF32(w[b].d) * F16ToF32(x[b].d) * static_cast<float>(isum) +
          F16ToF32(w[b].m) * F16ToF32(x[b].s);
