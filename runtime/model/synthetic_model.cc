@@ -228,6 +228,10 @@ ScaleFields ScalesOf(DType t) {
       return {0, 2, 512.f};
     case DType::kQ6_K:
       return {208, -1, 1024.f};
+    case DType::kIQ4_NL:
+      return {0, -1, 128.f};  // grid values up to 127
+    case DType::kIQ4_XS:
+      return {0, -1, 4096.f};  // 6-bit signed scales (up to 32) times the grid (127)
     default:
       return {};
   }
@@ -275,8 +279,8 @@ std::vector<uint8_t> RandomTensor(DType type, int64_t cols, int64_t rows, float 
       // has and which makes a random network needlessly sensitive to rounding.
       const bool k_format = type == DType::kQ2_K || type == DType::kQ4_K || type == DType::kQ5_K;
       const float levels = type == DType::kQ5_1 ? 31.f : type == DType::kQ8_1 ? 255.f : 15.f;
-      const float m = k_format ? scale / sf.d_div
-                               : -0.5f * levels * d_value * rng->Uniform(0.8f, 1.2f);
+      const float m =
+          k_format ? scale / sf.d_div : -0.5f * levels * d_value * rng->Uniform(0.8f, 1.2f);
       const uint16_t h = kernels::F32ToF16(m);
       std::memcpy(p + sf.m_at, &h, 2);
     }
