@@ -135,16 +135,12 @@ STRATA_INLINE __m256i MoveBit(__m256i v) {
 }
 
 // Q2_K: code vector c (values 32c..32c+31) is bits 2s..2s+1 of qs bytes 32h..32h+31 for
-// c = 4h + s; it covers sub-blocks 2c and 2c+1. Codes 0..3; the mins use the block sums.
+// c = 4h + s; it covers sub-blocks 2c and 2c+1. Codes 0..3, then Q4_K's arithmetic (the
+// scale vectors change every 16 values instead of 32, the mins per 16-value block sum).
 struct Q2_KTraits2 {
   static constexpr int kGroupElems = 256, kBlockElems = 256, kGroupBytes = sizeof(BlockQ2_K);
   static constexpr int kActBlockBytes = sizeof(BlockQ8_K), kPanelVecs = 10;
-  struct W {
-    __m256i code[8];
-    __m256i scale[8];
-    __m256i mins;  // the 4-bit min of bsum j's sub-block
-    __m256 d, neg_dmin;
-  };
+  using W = Q4_KTraits2::W;  // mins: the 4-bit min of bsum j's sub-block
   template <bool kTail>
   STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
     const BlockQ2_K& b = *reinterpret_cast<const BlockQ2_K*>(p);
@@ -168,14 +164,7 @@ struct Q2_KTraits2 {
     PrepQ8_K<kTail>(x, out);
   }
   STRATA_INLINE static __m256 Dot(const W& w, const __m256i* x, __m256 acc) {
-    __m256i i = _mm256_madd_epi16(_mm256_maddubs_epi16(w.code[0], x[0]), w.scale[0]);
-    for (int c = 1; c < 8; ++c) {
-      i = _mm256_add_epi32(i, _mm256_madd_epi16(_mm256_maddubs_epi16(w.code[c], x[c]), w.scale[c]));
-    }
-    const __m256i mins = _mm256_madd_epi16(w.mins, x[8]);
-    const __m256 dx = _mm256_castsi256_ps(x[9]);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(w.d, dx), acc);
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(w.neg_dmin, dx), acc);
+    return Q4_KTraits2::Dot(w, x, acc);
   }
 };
 
