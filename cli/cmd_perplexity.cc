@@ -4,6 +4,9 @@
 // window is evaluated from an empty context and every token after the window's first is
 // scored (its negative log-likelihood given the tokens before it in the window).
 // tests/golden/make_generation_golden.py computes the same quantity with llama.cpp.
+// --score-from N scores only the tokens after position N of each window, so that every
+// scored token has at least N tokens of context: llama.cpp's llama-perplexity -c W scores
+// the second half of each window, which is --window W --score-from W/2 here.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -19,6 +22,7 @@ struct PplFlags {
   std::string file;
   int64_t tokens = 32768;
   int32_t window = 1024;
+  int32_t score_from = 0;
   bool json = false;
 };
 
@@ -26,6 +30,9 @@ Status Perplexity(const PplFlags& f) {
   Config cfg;
   STRATA_RETURN_IF_ERROR(ResolveConfig(f.common, &cfg));
   if (f.window < 2) return Status::InvalidArgument("--window: must be at least 2");
+  if (f.score_from < 0 || f.score_from > f.window - 2)
+    return Status::InvalidArgument("--score-from: " + std::to_string(f.score_from) +
+                                   " is outside 0.." + std::to_string(f.window - 2));
   if (f.tokens < f.window)
     return Status::InvalidArgument("--tokens: " + std::to_string(f.tokens) +
                                    " is less than one window of " + std::to_string(f.window));
@@ -49,6 +56,7 @@ Status Perplexity(const PplFlags& f) {
   STRATA_RETURN_IF_ERROR(Engine::Create(*model, cfg.engine, &engine));
   const int32_t n_vocab = model->hparams().n_vocab;
   const int32_t step = std::min(engine->options().n_batch, f.window);
+  const int32_t per_window = f.window - 1 - f.score_from;  // tokens scored per window
 
   double nll_total = 0;
   int64_t scored = 0;
@@ -66,6 +74,7 @@ Status Perplexity(const PplFlags& f) {
       batch.Add(seq, i, {tok + i, size_t(n)}, /*all_logits=*/true);
       STRATA_RETURN_IF_ERROR(engine->Evaluate(batch, &logits));
       for (int32_t j = 0; j < n && i + j + 1 < f.window; ++j) {
+        if (i + j < f.score_from) continue;
         const float* row = logits.data() + size_t(j) * n_vocab;
         float mx = row[0];
         for (int32_t v = 1; v < n_vocab; ++v) mx = std::max(mx, row[v]);
@@ -76,22 +85,19 @@ Status Perplexity(const PplFlags& f) {
     }
     STRATA_RETURN_IF_ERROR(engine->RemoveSequence(seq));
     nll_total += nll;
-    scored += f.window - 1;
-    windows.push_back(std::exp(nll / (f.window - 1)));
+    scored += per_window;
+    windows.push_back(std::exp(nll / per_window));
     if (!f.json)
       std::fprintf(stderr, "window %lld/%lld: ppl %.4f (running %.4f)\n", (long long)(w + 1),
-                   (long long)n_windows, std::exp(nll / (f.window - 1)),
+                   (long long)n_windows, std::exp(nll / per_window),
                    std::exp(nll_total / double(scored)));
   }
   const double ppl = std::exp(nll_total / double(scored));
   if (f.json) {
-    nlohmann::json j{{"file", f.file},
-                     {"tokens", n_windows * f.window},
-                     {"window", f.window},
-                     {"windows", n_windows},
-                     {"scored", scored},
-                     {"perplexity", ppl},
-                     {"window_perplexity", windows}};
+    nlohmann::json j{{"file", f.file},       {"tokens", n_windows * f.window},
+                     {"window", f.window},   {"score_from", f.score_from},
+                     {"windows", n_windows}, {"scored", scored},
+                     {"perplexity", ppl},    {"window_perplexity", windows}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("perplexity %.4f over %lld windows of %d tokens (%lld tokens scored)\n", ppl,
@@ -109,6 +115,9 @@ void AddPerplexityCommand(CLI::App* app) {
   cmd->add_option("-f,--file", f->file, "UTF-8 text file")->required();
   cmd->add_option("--tokens", f->tokens, "use the first N tokens of the file");
   cmd->add_option("--window", f->window, "tokens per window");
+  cmd->add_option("--score-from", f->score_from,
+                  "score only tokens after this position of each window (llama-perplexity -c W: "
+                  "W/2)");
   cmd->add_flag("--json", f->json, "print JSON");
   cmd->callback([f] {
     Status s = Perplexity(*f);

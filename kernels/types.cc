@@ -2,28 +2,49 @@
 #include "kernels/types.h"
 
 #include <cmath>
+#include <iterator>
 
 namespace strata::kernels {
 namespace {
 
-// Sizes follow the block structs in types.h; K formats not implemented as weights keep
-// their published sizes so the GGUF reader can still compute tensor extents.
+// Sizes follow the block structs in types.h. The types without kernels here keep their
+// published sizes (ggml's type traits, as gguf-py's GGML_QUANT_SIZES lists them) so the GGUF
+// reader can still compute tensor extents and an error can name the type.
 constexpr TypeInfo kTypes[] = {
     {DType::kF32, "F32", 1, 4, true},
     {DType::kF16, "F16", 1, 2, true},
     {DType::kQ4_0, "Q4_0", kQK, sizeof(BlockQ4_0), true},
     {DType::kQ4_1, "Q4_1", kQK, sizeof(BlockQ4_1), true},
-    {DType::kQ5_0, "Q5_0", kQK, 22, false},
-    {DType::kQ5_1, "Q5_1", kQK, 24, false},
+    {DType::kQ5_0, "Q5_0", kQK, sizeof(BlockQ5_0), true},
+    {DType::kQ5_1, "Q5_1", kQK, sizeof(BlockQ5_1), true},
     {DType::kQ8_0, "Q8_0", kQK, sizeof(BlockQ8_0), true},
     {DType::kQ8_1, "Q8_1", kQK, sizeof(BlockQ8_1), false},
-    {DType::kQ2_K, "Q2_K", kQK_K, 84, false},
-    {DType::kQ3_K, "Q3_K", kQK_K, 110, false},
+    {DType::kQ2_K, "Q2_K", kQK_K, sizeof(BlockQ2_K), true},
+    {DType::kQ3_K, "Q3_K", kQK_K, sizeof(BlockQ3_K), true},
     {DType::kQ4_K, "Q4_K", kQK_K, sizeof(BlockQ4_K), true},
-    {DType::kQ5_K, "Q5_K", kQK_K, 176, false},
+    {DType::kQ5_K, "Q5_K", kQK_K, sizeof(BlockQ5_K), true},
     {DType::kQ6_K, "Q6_K", kQK_K, sizeof(BlockQ6_K), true},
     {DType::kQ8_K, "Q8_K", kQK_K, sizeof(BlockQ8_K), false},
+    {DType::kIQ2_XXS, "IQ2_XXS", kQK_K, 66, false},
+    {DType::kIQ2_XS, "IQ2_XS", kQK_K, 74, false},
+    {DType::kIQ3_XXS, "IQ3_XXS", kQK_K, 98, false},
+    {DType::kIQ1_S, "IQ1_S", kQK_K, 50, false},
+    {DType::kIQ4_NL, "IQ4_NL", kQK, sizeof(BlockIQ4_NL), true},
+    {DType::kIQ3_S, "IQ3_S", kQK_K, 110, false},
+    {DType::kIQ2_S, "IQ2_S", kQK_K, 82, false},
+    {DType::kIQ4_XS, "IQ4_XS", kQK_K, sizeof(BlockIQ4_XS), true},
+    {DType::kI8, "I8", 1, 1, false},
+    {DType::kI16, "I16", 1, 2, false},
+    {DType::kI32, "I32", 1, 4, false},
+    {DType::kI64, "I64", 1, 8, false},
+    {DType::kF64, "F64", 1, 8, false},
+    {DType::kIQ1_M, "IQ1_M", kQK_K, 56, false},
     {DType::kBF16, "BF16", 1, 2, true},
+    {DType::kTQ1_0, "TQ1_0", kQK_K, 54, false},
+    {DType::kTQ2_0, "TQ2_0", kQK_K, 66, false},
+    {DType::kMXFP4, "MXFP4", 32, 17, false},
+    {DType::kNVFP4, "NVFP4", 64, 36, false},
+    {DType::kQ1_0, "Q1_0", 128, 18, false},
 };
 
 }  // namespace
@@ -34,6 +55,8 @@ const TypeInfo* FindTypeInfo(uint32_t raw) {
   }
   return nullptr;
 }
+
+TypeRange KnownTypes() { return {kTypes, kTypes + std::size(kTypes)}; }
 
 const TypeInfo& GetTypeInfo(DType t) {
   const TypeInfo* info = FindTypeInfo(static_cast<uint32_t>(t));

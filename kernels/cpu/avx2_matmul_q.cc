@@ -1,8 +1,7 @@
-// AVX2 matmul for the quantized formats. A group of the 32-value formats is two blocks: a
-// register's low 128 bits hold block 0 and its high 128 bits block 1, first 16 values in
-// `lo`, last 16 in `hi` (two unaligned 16-byte loads skip the block headers). The K formats
-// use one super-block per group with the decoded codes and scale vectors kept in a small
-// stack record (16 registers cannot hold them).
+// AVX2 matmul for the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL; the
+// super-block formats are avx2_matmul_k.cc). A group is two blocks: a register's low 128
+// bits hold block 0 and its high 128 bits block 1, first 16 values in `lo`, last 16 in `hi`
+// (two unaligned 16-byte loads skip the block headers).
 #include "kernels/cpu/avx2_internal.h"
 #include "kernels/cpu/avx2_matmul_driver.h"
 #include "kernels/cpu/block_math.h"
@@ -32,15 +31,44 @@ STRATA_INLINE __m256i LaneSums(__m256i lo, __m256i hi) {
       _mm256_set1_epi16(1));
 }
 
-// Panel from Q8_0 activations: lo, hi, dx, -8 * lane sums (for Q4_0's offset).
-template <bool kTail>
+// Panel from Q8_0 activations: lo, hi, dx, -2^kBiasShift * lane sums (the offset of
+// unsigned codes: -8 for Q4_0, -16 for Q5_0; unused by the signed formats).
+template <bool kTail, int kBiasShift = 3>
 STRATA_INLINE void PrepQ8_0(const uint8_t* x, __m256i* out) {
   const __m256i lo = LoadPair<kTail>(x + 2, x + 36);
   const __m256i hi = LoadPair<kTail>(x + 18, x + 52);
   out[0] = lo;
   out[1] = hi;
   out[2] = _mm256_castps_si256(ScalePair<kTail>(x, x + 34));
-  out[3] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(LaneSums(lo, hi), 3));
+  out[3] =
+      _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(LaneSums(lo, hi), kBiasShift));
+}
+
+// The fifth bits of a Q5 group as 0x10 per byte: byte i of the low half is bit i of h0,
+// of the high half bit i of h1 (16 bits each).
+STRATA_INLINE __m256i Q5HighBits(uint32_t h0, uint32_t h1) {
+  __m256i v =
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(static_cast<short>(h0))),
+                              _mm_set1_epi16(static_cast<short>(h1)), 1);
+  // Bytes 0..7 of each half take the word's low byte, bytes 8..15 its high byte; then each
+  // byte keeps the one bit that is its own.
+  v = _mm256_shuffle_epi8(v, _mm256_set_epi64x(0x0101010101010101, 0, 0x0101010101010101, 0));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+// Codes 0..31 of a Q5 group: nibbles of qs (at qs0, qs1), fifth bits from the qh words.
+template <bool kTail>
+STRATA_INLINE void DecodeQ5Codes(const uint8_t* qs0, const uint8_t* qs1, const uint8_t* qh0,
+                                 const uint8_t* qh1, __m256i* lo, __m256i* hi) {
+  const __m256i qs = LoadPair<kTail>(qs0, qs1);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  uint32_t h0, h1 = 0;
+  std::memcpy(&h0, qh0, 4);
+  if constexpr (!kTail) std::memcpy(&h1, qh1, 4);
+  *lo = _mm256_or_si256(_mm256_and_si256(qs, m4), Q5HighBits(h0 & 0xffff, h1 & 0xffff));
+  *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 4), m4),
+                        Q5HighBits(h0 >> 16, h1 >> 16));
 }
 
 struct Q4_0Traits2 {
@@ -99,6 +127,50 @@ struct Q8_0Traits2 {
   }
 };
 
+// Q5_0: as Q4_0 with codes 0..31 (pair sums below 2 * 31 * 127) and a -16 offset.
+struct Q5_0Traits2 {
+  static constexpr int kGroupElems = 64, kBlockElems = 32, kGroupBytes = 44;
+  static constexpr int kActBlockBytes = 34, kPanelVecs = 4;
+  using W = Q4_0Traits2::W;
+  template <bool kTail>
+  STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
+    DecodeQ5Codes<kTail>(p + 6, p + 28, p + 2, p + 24, &w.lo, &w.hi);
+    w.d = ScalePair<kTail>(p, p + 22);
+  }
+  template <bool kTail>
+  STRATA_INLINE static void Prep(const uint8_t* x, __m256i* out) {
+    PrepQ8_0<kTail, 4>(x, out);
+  }
+  STRATA_INLINE static __m256 Dot(const W& w, const __m256i* x, __m256 acc) {
+    return Q4_0Traits2::Dot(w, x, acc);
+  }
+};
+
+// IQ4_NL: Q4_0's layout; the codes index the grid through vpshufb, and the signed grid
+// values multiply like Q8_0's weights (|w| <= 127).
+struct IQ4_NLTraits2 {
+  static constexpr int kGroupElems = 64, kBlockElems = 32, kGroupBytes = 36;
+  static constexpr int kActBlockBytes = 34, kPanelVecs = 4;
+  using W = Q8_0Traits2::W;
+  template <bool kTail>
+  STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
+    const __m256i grid =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Grid)));
+    const __m256i qs = LoadPair<kTail>(p + 2, p + 20);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    w.lo = _mm256_shuffle_epi8(grid, _mm256_and_si256(qs, m4));
+    w.hi = _mm256_shuffle_epi8(grid, _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4));
+    w.d = ScalePair<kTail>(p, p + 18);
+  }
+  template <bool kTail>
+  STRATA_INLINE static void Prep(const uint8_t* x, __m256i* out) {
+    PrepQ8_0<kTail>(x, out);
+  }
+  STRATA_INLINE static __m256 Dot(const W& w, const __m256i* x, __m256 acc) {
+    return Q8_0Traits2::Dot(w, x, acc);
+  }
+};
+
 struct Q4_1Traits2 {
   static constexpr int kGroupElems = 64, kBlockElems = 32, kGroupBytes = 40;
   static constexpr int kActBlockBytes = 36, kPanelVecs = 4;
@@ -133,111 +205,23 @@ struct Q4_1Traits2 {
   }
 };
 
-// Panel of a Q8_K block: the 256 activations in order (8 registers), the 16 block sums, the
-// scale broadcast.
-template <bool kTail>
-STRATA_INLINE void PrepQ8_K(const uint8_t* x, __m256i* out) {
-  const BlockQ8_K& b = *reinterpret_cast<const BlockQ8_K*>(x);
-  for (int j = 0; j < 8; ++j)
-    out[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * j));
-  out[8] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.bsums));
-  out[9] = _mm256_castps_si256(_mm256_set1_ps(b.d));
-}
-
-// Q4_K: code vector j (32 values, sub-block j) is the low (even j) or high (odd j) nibbles of
-// qs bytes 32*(j/2) .. +31; its scale multiplies the 16-bit pair sums through vpmaddwd.
-struct Q4_KTraits2 {
-  static constexpr int kGroupElems = 256, kBlockElems = 256, kGroupBytes = sizeof(BlockQ4_K);
-  static constexpr int kActBlockBytes = sizeof(BlockQ8_K), kPanelVecs = 10;
-  struct W {
-    __m256i code[8];
-    __m256i scale[8];
-    __m256i mins;  // m_j for bsums 2j and 2j+1
-    __m256 d, neg_dmin;
-  };
+// Q5_1: as Q4_1 with codes 0..31.
+struct Q5_1Traits2 {
+  static constexpr int kGroupElems = 64, kBlockElems = 32, kGroupBytes = 48;
+  static constexpr int kActBlockBytes = 36, kPanelVecs = 4;
+  using W = Q4_1Traits2::W;
   template <bool kTail>
   STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
-    const BlockQ4_K& b = *reinterpret_cast<const BlockQ4_K*>(p);
-    uint8_t sc[8], mn[8];
-    Q4KScalesMins(b.scales, sc, mn);
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    for (int c = 0; c < 4; ++c) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
-      w.code[2 * c] = _mm256_and_si256(q, m4);
-      w.code[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-    }
-    for (int j = 0; j < 8; ++j) w.scale[j] = _mm256_set1_epi16(sc[j]);
-    w.mins = _mm256_setr_epi16(mn[0], mn[0], mn[1], mn[1], mn[2], mn[2], mn[3], mn[3], mn[4], mn[4],
-                               mn[5], mn[5], mn[6], mn[6], mn[7], mn[7]);
-    w.d = _mm256_set1_ps(HalfToFloat(b.d));
-    w.neg_dmin = _mm256_set1_ps(-HalfToFloat(b.dmin));
+    DecodeQ5Codes<kTail>(p + 8, p + 32, p + 4, p + 28, &w.lo, &w.hi);
+    w.d = ScalePair<kTail>(p, p + 24);
+    w.m = ScalePair<kTail>(p + 2, p + 26);
   }
   template <bool kTail>
   STRATA_INLINE static void Prep(const uint8_t* x, __m256i* out) {
-    PrepQ8_K<kTail>(x, out);
+    Q4_1Traits2::Prep<kTail>(x, out);
   }
   STRATA_INLINE static __m256 Dot(const W& w, const __m256i* x, __m256 acc) {
-    __m256i i = _mm256_madd_epi16(_mm256_maddubs_epi16(w.code[0], x[0]), w.scale[0]);
-    for (int j = 1; j < 8; ++j) {
-      i = _mm256_add_epi32(i, _mm256_madd_epi16(_mm256_maddubs_epi16(w.code[j], x[j]), w.scale[j]));
-    }
-    const __m256i mins = _mm256_madd_epi16(w.mins, x[8]);
-    const __m256 dx = _mm256_castsi256_ps(x[9]);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(w.d, dx), acc);
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(w.neg_dmin, dx), acc);
-  }
-};
-
-// Q6_K: code vector j is values 32j..32j+31 in order, covering 16-value sub-blocks 2j and
-// 2j+1; the -32 offset is applied through the block sums.
-struct Q6_KTraits2 {
-  static constexpr int kGroupElems = 256, kBlockElems = 256, kGroupBytes = sizeof(BlockQ6_K);
-  static constexpr int kActBlockBytes = sizeof(BlockQ8_K), kPanelVecs = 10;
-  struct W {
-    __m256i code[8];
-    __m256i scale[8];
-    __m256i offset;  // -32 * scale_j for bsum j
-    __m256 d;
-  };
-  template <bool kTail>
-  STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
-    const BlockQ6_K& b = *reinterpret_cast<const BlockQ6_K*>(p);
-    const __m256i low4 = _mm256_set1_epi8(0x0f), high2 = _mm256_set1_epi8(0x30);
-    for (int h = 0; h < 2; ++h) {
-      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
-      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
-      // qh bits 2s..2s+1 of each byte land in bits 4..5 (16-bit shifts; the mask drops
-      // what crossed a byte boundary).
-      w.code[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(ql0, low4),
-                                          _mm256_and_si256(_mm256_slli_epi16(qh, 4), high2));
-      w.code[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, low4),
-                                          _mm256_and_si256(_mm256_slli_epi16(qh, 2), high2));
-      w.code[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
-                                          _mm256_and_si256(qh, high2));
-      w.code[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), high2));
-    }
-    for (int j = 0; j < 8; ++j) {
-      const __m128i lo = _mm_set1_epi16(b.scales[2 * j]), hi = _mm_set1_epi16(b.scales[2 * j + 1]);
-      w.scale[j] = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
-    }
-    const __m256i s16 =
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
-    w.offset = _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), s16), 5);
-    w.d = _mm256_set1_ps(HalfToFloat(b.d));
-  }
-  template <bool kTail>
-  STRATA_INLINE static void Prep(const uint8_t* x, __m256i* out) {
-    PrepQ8_K<kTail>(x, out);
-  }
-  STRATA_INLINE static __m256 Dot(const W& w, const __m256i* x, __m256 acc) {
-    __m256i i = _mm256_madd_epi16(w.offset, x[8]);
-    for (int j = 0; j < 8; ++j) {
-      i = _mm256_add_epi32(i, _mm256_madd_epi16(_mm256_maddubs_epi16(w.code[j], x[j]), w.scale[j]));
-    }
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(w.d, _mm256_castsi256_ps(x[9])),
-                           acc);
+    return Q4_1Traits2::Dot(w, x, acc);
   }
 };
 
@@ -249,12 +233,14 @@ void Avx2MatmulQuantized(const MatmulArgs& a, int64_t rb, int64_t re) {
       return MatmulQuantized2<Q4_0Traits2, 4, 2, 4>(a, rb, re);
     case DType::kQ4_1:
       return MatmulQuantized2<Q4_1Traits2, 4, 2, 4>(a, rb, re);
+    case DType::kQ5_0:
+      return MatmulQuantized2<Q5_0Traits2, 4, 2, 4>(a, rb, re);
+    case DType::kQ5_1:
+      return MatmulQuantized2<Q5_1Traits2, 4, 2, 4>(a, rb, re);
     case DType::kQ8_0:
       return MatmulQuantized2<Q8_0Traits2, 4, 2, 4>(a, rb, re);
-    case DType::kQ4_K:
-      return MatmulQuantized2<Q4_KTraits2, 4, 2, 4>(a, rb, re);
-    case DType::kQ6_K:
-      return MatmulQuantized2<Q6_KTraits2, 4, 2, 4>(a, rb, re);
+    case DType::kIQ4_NL:
+      return MatmulQuantized2<IQ4_NLTraits2, 4, 2, 4>(a, rb, re);
     default:
       return;
   }

@@ -19,10 +19,24 @@ void Matmul(const MatmulArgs& a, int64_t rb, int64_t re) {
       return Avx512MatmulQ4_1(a, rb, re);
     case DType::kQ8_0:
       return Avx512MatmulQ8_0(a, rb, re);
+    case DType::kQ5_0:
+      return Avx512MatmulQ5_0(a, rb, re);
+    case DType::kQ5_1:
+      return Avx512MatmulQ5_1(a, rb, re);
+    case DType::kIQ4_NL:
+      return Avx512MatmulIQ4_NL(a, rb, re);
+    case DType::kQ2_K:
+      return Avx512MatmulQ2_K(a, rb, re);
+    case DType::kQ3_K:
+      return Avx512MatmulQ3_K(a, rb, re);
     case DType::kQ4_K:
       return Avx512MatmulQ4_K(a, rb, re);
+    case DType::kQ5_K:
+      return Avx512MatmulQ5_K(a, rb, re);
     case DType::kQ6_K:
       return Avx512MatmulQ6_K(a, rb, re);
+    case DType::kIQ4_XS:
+      return Avx512MatmulIQ4_XS(a, rb, re);
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:

@@ -11,8 +11,15 @@ namespace strata::kernels::cpu {
 void Avx512MatmulQ4_0(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512MatmulQ4_1(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512MatmulQ8_0(const MatmulArgs& a, int64_t rb, int64_t re);
+void Avx512MatmulQ5_0(const MatmulArgs& a, int64_t rb, int64_t re);
+void Avx512MatmulQ5_1(const MatmulArgs& a, int64_t rb, int64_t re);
+void Avx512MatmulIQ4_NL(const MatmulArgs& a, int64_t rb, int64_t re);
+void Avx512MatmulQ2_K(const MatmulArgs& a, int64_t rb, int64_t re);
+void Avx512MatmulQ3_K(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512MatmulQ4_K(const MatmulArgs& a, int64_t rb, int64_t re);
+void Avx512MatmulQ5_K(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512MatmulQ6_K(const MatmulArgs& a, int64_t rb, int64_t re);
+void Avx512MatmulIQ4_XS(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512MatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512ScoreTilesF16(const uint16_t* tiles, int64_t tile_begin, int64_t tile_end, int64_t cols,
                          const float* x, int64_t n_x, float* y, int64_t y_stride);

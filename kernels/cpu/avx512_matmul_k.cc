@@ -1,10 +1,13 @@
-// AVX-512 VNNI matmul for the K formats, Q4_K and Q6_K, with Q8_K activations.
+// AVX-512 VNNI matmul for the super-block formats (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)
+// with Q8_K activations.
 //
-// A group is one 256-value super-block. Codes are unsigned (Q4_K 0..15, Q6_K 0..63), so
-// vpmaddubsw multiplies them with the signed activations into 16-bit pair sums without
-// saturation (at most 2*63*127), and vpdpwssd applies the per-sub-block scales in the same
-// step that widens to 32 bits. Q4_K's mins and Q6_K's -32 offset only need the Q8_K
-// block sums (bsums), one vpmaddwd per (row, token, super-block).
+// A group is one 256-value super-block. Codes are unsigned (Q2_K 0..3, Q3_K 0..7 after its
+// offset, Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), so vpmaddubsw multiplies them with the
+// signed activations into 16-bit pair sums without saturation (at most 2*63*127), and
+// vpdpwssd applies the per-sub-block scales in the same step that widens to 32 bits. The
+// mins and offsets only need the Q8_K block sums (bsums), one vpmaddwd per (row, token,
+// super-block). IQ4_XS's grid values are signed up to 127, so it takes vpdpbusd on the
+// grid value + 128 instead, with per-lane float scales.
 #include "kernels/cpu/avx512_matmul_driver.h"
 #include "kernels/cpu/block_math.h"
 
@@ -99,6 +102,50 @@ struct Q4_KTraits {
   }
 };
 
+// Q5_K: Q4_K's code vectors plus a fifth bit. Code vector j holds sub-blocks (0, 2), (1, 3),
+// (4, 6) or (5, 7) in its halves, and bit s of qh byte l belongs to value l of sub-block s,
+// so both halves read the same 32 qh bytes; rotating a dword left by 4 - s (mod 32) brings
+// each byte's bit s to position 4 without leaving the byte.
+struct Q5_KTraits {
+  static constexpr int kGroupElems = 256, kBlockElems = 256, kBlockBytes = sizeof(BlockQ5_K);
+  static constexpr int kGroupBytes = sizeof(BlockQ5_K), kActBlockBytes = sizeof(BlockQ8_K);
+  static constexpr int kPanelVecs = 6;
+  using W = Q4_KTraits::W;
+  STRATA_INLINE static __m512i Rotations(int lo, int hi) {
+    return _mm512_set_epi32(hi, hi, hi, hi, hi, hi, hi, hi, lo, lo, lo, lo, lo, lo, lo, lo);
+  }
+  template <bool kTail>
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
+    const BlockQ5_K& b = *reinterpret_cast<const BlockQ5_K*>(p);
+    uint32_t sm[4];
+    Q4KScalesMinsWords(b.scales, sm);
+    const __m512i s16 = _mm512_cvtepu8_epi16(
+        _mm256_zextsi128_si256(_mm_setr_epi32(static_cast<int>(sm[0]), static_cast<int>(sm[1]),
+                                              static_cast<int>(sm[2]), static_cast<int>(sm[3]))));
+    for (int j = 0; j < 4; ++j) w.scale[j] = _mm512_permutexvar_epi16(Load(kQ4KScale[j]), s16);
+    w.mins = _mm512_permutexvar_epi16(Load(kQ4KMins), s16);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
+    const __m512i qh =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
+    const __m512i q0 = _mm512_loadu_si512(b.qs), q1 = _mm512_loadu_si512(b.qs + 64);
+    const __m512i nib[4] = {q0, _mm512_srli_epi16(q0, 4), q1, _mm512_srli_epi16(q1, 4)};
+    const __m512i rot[4] = {Rotations(4, 2), Rotations(3, 1), Rotations(0, 30), Rotations(31, 29)};
+    for (int j = 0; j < 4; ++j) {
+      const __m512i high = _mm512_and_si512(_mm512_rolv_epi32(qh, rot[j]), bit4);
+      w.code[j] = _mm512_ternarylogic_epi32(nib[j], high, m4, 0xEC);  // (a & m4) | high
+    }
+    w.d = BroadcastF16(b.d);
+    w.neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), BroadcastF16(b.dmin));
+  }
+  template <bool kTail>
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t valid, __m512i* out) {
+    Q4_KTraits::Prep<kTail>(x, valid, out);
+  }
+  STRATA_INLINE static __m512 Dot(const W& w, const __m512i* x, __m512 acc) {
+    return Q4_KTraits::Dot(w, x, acc);
+  }
+};
+
 // Q6_K: code vector j is values 64j..64j+63 in order; its four 16-value sub-blocks take
 // scales 4j..4j+3, one per run of 8 words.
 constexpr Idx32w kQ6KScale[4] = {Runs(8, 0, 1, 4), Runs(8, 4, 1, 4), Runs(8, 8, 1, 4),
@@ -153,6 +200,149 @@ struct Q6_KTraits {
   }
 };
 
+// Q2_K and Q3_K: code vector j is values 64j..64j+63 in order (the Q6_K panel), i.e. the
+// two 32-value chunks c = 2j, 2j+1, each bits 2s..2s+1 of qs bytes 32h..32h+31 for
+// c = 4h + s. Both halves read the same 32 qs bytes, shifted by 2s and 2s + 2.
+STRATA_INLINE __m512i TwoBitCodes(const uint8_t* qs, int j) {
+  const __m512i q = _mm512_broadcast_i64x4(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (j / 2))));
+  const int lo = 4 * (j % 2) * 0x10001, hi = lo + 2 * 0x10001;  // per word: 2s, 2s + 2
+  const __m512i shifts =
+      _mm512_set_epi32(hi, hi, hi, hi, hi, hi, hi, hi, lo, lo, lo, lo, lo, lo, lo, lo);
+  return _mm512_and_si512(_mm512_srlv_epi16(q, shifts), _mm512_set1_epi8(3));
+}
+
+// Q2_K: 4-bit scales and mins per 16-value sub-block, code vector j taking scales 4j..4j+3
+// (the Q6_K scale runs); the rest is Q4_K's arithmetic.
+struct Q2_KTraits {
+  static constexpr int kGroupElems = 256, kBlockElems = 256, kBlockBytes = sizeof(BlockQ2_K);
+  static constexpr int kGroupBytes = sizeof(BlockQ2_K), kActBlockBytes = sizeof(BlockQ8_K);
+  static constexpr int kPanelVecs = 6;
+  using W = Q4_KTraits::W;
+  template <bool kTail>
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
+    const BlockQ2_K& b = *reinterpret_cast<const BlockQ2_K*>(p);
+    const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m512i sc16 = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(s, m4)));
+    for (int j = 0; j < 4; ++j) w.scale[j] = _mm512_permutexvar_epi16(Load(kQ6KScale[j]), sc16);
+    w.mins = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), m4)));
+    for (int j = 0; j < 4; ++j) w.code[j] = TwoBitCodes(b.qs, j);
+    w.d = BroadcastF16(b.d);
+    w.neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), BroadcastF16(b.dmin));
+  }
+  template <bool kTail>
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t valid, __m512i* out) {
+    Q6_KTraits::Prep<kTail>(x, valid, out);
+  }
+  STRATA_INLINE static __m512 Dot(const W& w, const __m512i* x, __m512 acc) {
+    return Q4_KTraits::Dot(w, x, acc);
+  }
+};
+
+// Q3_K: Q2_K's two bits plus bit c of the hmask bytes as the third, an unsigned code q + 4
+// (0..7); the -4 goes through the bsums with the signed 6-bit scales, as Q6_K's -32 does.
+// Rotating a dword left by 2 - c (mod 32) brings each byte's bit c to position 2.
+struct Q3_KTraits {
+  static constexpr int kGroupElems = 256, kBlockElems = 256, kBlockBytes = sizeof(BlockQ3_K);
+  static constexpr int kGroupBytes = sizeof(BlockQ3_K), kActBlockBytes = sizeof(BlockQ8_K);
+  static constexpr int kPanelVecs = 6;
+  using W = Q6_KTraits::W;
+  template <bool kTail>
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
+    const BlockQ3_K& b = *reinterpret_cast<const BlockQ3_K*>(p);
+    const __m512i hm =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask)));
+    const __m512i m2 = _mm512_set1_epi8(3), bit2 = _mm512_set1_epi8(4);
+    for (int j = 0; j < 4; ++j) {
+      const int lo = (2 - 2 * j) & 31, hi = (1 - 2 * j) & 31;
+      const __m512i rot =
+          _mm512_set_epi32(hi, hi, hi, hi, hi, hi, hi, hi, lo, lo, lo, lo, lo, lo, lo, lo);
+      const __m512i high = _mm512_and_si512(_mm512_rolv_epi32(hm, rot), bit2);
+      w.code[j] = _mm512_ternarylogic_epi32(TwoBitCodes(b.qs, j), high, m2, 0xEC);
+    }
+    uint32_t words[4];
+    Q3KScaleCodesWords(b.scales, words);
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(words));
+    const __m512i s16 =
+        _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(_mm_sub_epi8(codes, _mm_set1_epi8(32))));
+    for (int j = 0; j < 4; ++j) w.scale[j] = _mm512_permutexvar_epi16(Load(kQ6KScale[j]), s16);
+    w.offset = _mm512_slli_epi16(_mm512_sub_epi16(_mm512_setzero_si512(), s16), 2);
+    w.d = BroadcastF16(b.d);
+  }
+  template <bool kTail>
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t valid, __m512i* out) {
+    Q6_KTraits::Prep<kTail>(x, valid, out);
+  }
+  STRATA_INLINE static __m512 Dot(const W& w, const __m512i* x, __m512 acc) {
+    return Q6_KTraits::Dot(w, x, acc);
+  }
+};
+
+// IQ4_XS: code vectors are the low and high nibbles of qs bytes 0..63 and 64..127, so
+// 128-bit chunk k of vector 0 is the first half of sub-block k and of vector 1 its second
+// half (sub-blocks 4..7 in vectors 2, 3); the panel holds the activations in that order.
+// Codes look up grid value + 128 (vpdpbusd takes unsigned weights); the panel's per-lane
+// correction is -128 * the lane's activation sum. Each dword lane stays within one
+// sub-block, so the scales apply per lane in float.
+struct IQ4_XSTraits {
+  static constexpr int kGroupElems = 256, kBlockElems = 256, kBlockBytes = sizeof(BlockIQ4_XS);
+  static constexpr int kGroupBytes = sizeof(BlockIQ4_XS), kActBlockBytes = sizeof(BlockQ8_K);
+  static constexpr int kPanelVecs = 7;
+  struct W {
+    __m512i code[4];
+    __m512 scale[2];  // d * (ls - 32) of each lane's sub-block: 0..3, then 4..7
+  };
+  template <bool kTail>
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
+    const BlockIQ4_XS& b = *reinterpret_cast<const BlockIQ4_XS*>(p);
+    const __m512i grid = _mm512_xor_si512(
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Grid))),
+        _mm512_set1_epi8(static_cast<char>(0x80)));
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i q = _mm512_loadu_si512(b.qs + 64 * h);
+      w.code[2 * h] = _mm512_shuffle_epi8(grid, _mm512_and_si512(q, m4));
+      w.code[2 * h + 1] = _mm512_shuffle_epi8(grid, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+    }
+    alignas(32) float ls[8];
+    for (int j = 0; j < 8; ++j) ls[j] = static_cast<float>(IQ4XSScaleCode(b, j) - 32);
+    const __m512 s = _mm512_mul_ps(_mm512_castps256_ps512(_mm256_load_ps(ls)), BroadcastF16(b.d));
+    const __m512i lane = _mm512_srli_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 2);
+    w.scale[0] = _mm512_permutexvar_ps(lane, s);
+    w.scale[1] = _mm512_permutexvar_ps(_mm512_add_epi32(lane, _mm512_set1_epi32(4)), s);
+  }
+  template <bool kTail>
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m512i* out) {
+    const BlockQ8_K& b = *reinterpret_cast<const BlockQ8_K*>(x);
+    // Quadwords of two 64-byte loads: [a0 a1 a4 a5 b0 b1 b4 b5] and [a2 a3 a6 a7 b2 b3 b6 b7].
+    const __m512i first = _mm512_set_epi64(13, 12, 9, 8, 5, 4, 1, 0);
+    const __m512i second = _mm512_set_epi64(15, 14, 11, 10, 7, 6, 3, 2);
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i a = _mm512_loadu_si512(b.qs + 128 * h),
+                    c = _mm512_loadu_si512(b.qs + 128 * h + 64);
+      out[2 * h] = _mm512_permutex2var_epi64(a, first, c);
+      out[2 * h + 1] = _mm512_permutex2var_epi64(a, second, c);
+      const __m512i sums = _mm512_dpbusd_epi32(
+          _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, out[2 * h]), ones, out[2 * h + 1]);
+      out[4 + h] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, 7));
+    }
+    out[6] = _mm512_castps_si512(_mm512_set1_ps(b.d));
+  }
+  STRATA_INLINE static __m512 Dot(const W& w, const __m512i* x, __m512 acc) {
+    const __m512 dx = _mm512_castsi512_ps(_mm512_load_si512(x + 6));
+    for (int h = 0; h < 2; ++h) {
+      __m512i i = _mm512_dpbusd_epi32(_mm512_load_si512(x + 4 + h), w.code[2 * h],
+                                      _mm512_load_si512(x + 2 * h));
+      i = _mm512_dpbusd_epi32(i, w.code[2 * h + 1], _mm512_load_si512(x + 2 * h + 1));
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(w.scale[h], dx), acc);
+    }
+    return acc;
+  }
+};
+
 }  // namespace
 
 void Avx512MatmulQ4_K(const MatmulArgs& a, int64_t rb, int64_t re) {
@@ -160,6 +350,18 @@ void Avx512MatmulQ4_K(const MatmulArgs& a, int64_t rb, int64_t re) {
 }
 void Avx512MatmulQ6_K(const MatmulArgs& a, int64_t rb, int64_t re) {
   MatmulQuantized<Q6_KTraits, 8, 2, 4>(a, rb, re);
+}
+void Avx512MatmulQ2_K(const MatmulArgs& a, int64_t rb, int64_t re) {
+  MatmulQuantized<Q2_KTraits, 8, 2, 4>(a, rb, re);
+}
+void Avx512MatmulQ3_K(const MatmulArgs& a, int64_t rb, int64_t re) {
+  MatmulQuantized<Q3_KTraits, 8, 2, 4>(a, rb, re);
+}
+void Avx512MatmulQ5_K(const MatmulArgs& a, int64_t rb, int64_t re) {
+  MatmulQuantized<Q5_KTraits, 8, 2, 4>(a, rb, re);
+}
+void Avx512MatmulIQ4_XS(const MatmulArgs& a, int64_t rb, int64_t re) {
+  MatmulQuantized<IQ4_XSTraits, 8, 2, 4>(a, rb, re);
 }
 
 }  // namespace strata::kernels::cpu

@@ -1,5 +1,5 @@
-// AVX-512 VNNI matmul for the 32-value block formats: Q4_0 and Q8_0 (with Q8_0 activations)
-// and Q4_1 (with Q8_1 activations).
+// AVX-512 VNNI matmul for the 32-value block formats: Q4_0, Q5_0, Q8_0 and IQ4_NL (with
+// Q8_0 activations), Q4_1 and Q5_1 (with Q8_1 activations).
 //
 // A group is 4 blocks (128 values). Weights unpack to two registers: `lo` holds the first
 // 16 values of each block (bytes 16b..16b+15 for block b), `hi` the last 16, so one
@@ -7,8 +7,9 @@
 // stores the activations in the same order plus, per lane, the block's scale and a
 // correction term, so a (row, token, group) costs two vpdpbusd, one convert and two or three
 // float ops. vpdpbusd multiplies unsigned by signed bytes: Q4 codes are unsigned (0..15)
-// and their -8 offset is folded into the correction; signed Q8_0 weights are biased by +128
-// (xor 0x80) with -128*sum(x) as correction.
+// and their -8 offset is folded into the correction (Q5 codes 0..31 and -16 alike); signed
+// Q8_0 weights are biased by +128 (xor 0x80) with -128*sum(x) as correction, and IQ4_NL's
+// codes look up their grid value plus 128 directly.
 #include "kernels/cpu/avx512_matmul_driver.h"
 
 namespace strata::kernels::cpu {
@@ -49,6 +50,36 @@ constexpr Idx32w BlockWords(int stride_w, int off_a, int off_b) {
   return r;
 }
 
+// Byte offsets to indices into a pair of 64-byte loads, the second one starting at byte
+// `second_off` (0: no second load).
+constexpr int ByteSource(int src, int second_off) {
+  return src >= 64 && second_off > 0 ? 64 + (src - second_off) : src;
+}
+
+// Word lanes as BlockWords, from byte offsets that may reach into a second load.
+constexpr Idx32w BlockWords2(int stride, int off_a, int off_b, int second_off) {
+  Idx32w r{};
+  for (int b = 0; b < 4; ++b) {
+    for (int i = 0; i < 4; ++i) {
+      r.w[4 * b + i] = static_cast<uint16_t>(ByteSource(stride * b + off_a, second_off) / 2);
+      r.w[16 + 4 * b + i] = static_cast<uint16_t>(ByteSource(stride * b + off_b, second_off) / 2);
+    }
+  }
+  return r;
+}
+
+// Output byte 16b + i <- the byte of block b's qh word that holds bit i of its half at
+// `first` (the low 16 bits at qh, the high 16 at qh + 2).
+constexpr Idx64 BitBytes(int stride, int first, int second_off) {
+  Idx64 r{};
+  for (int b = 0; b < 4; ++b) {
+    for (int i = 0; i < 16; ++i) {
+      r.b[16 * b + i] = static_cast<uint8_t>(ByteSource(first + stride * b + i / 8, second_off));
+    }
+  }
+  return r;
+}
+
 // Q8_0 (34-byte blocks): lo from bytes [0,128) (two loads), hi from [8,136) (two loads).
 constexpr Idx64 kQ8_0Lo = BlockHalves(34, 2, 0);
 constexpr Idx64 kQ8_0Hi = BlockHalves(34, 18 - 8, 0);
@@ -62,6 +93,16 @@ constexpr Idx32w kQ4_0D = BlockWords(9, 0, 0);
 // Q4_1 (20-byte blocks): one load at 0, one at 16 (block 3's bytes 64..79).
 constexpr Idx64 kQ4_1Qs = BlockHalves(20, 4, 16);
 constexpr Idx32w kQ4_1DM = BlockWords(10, 0, 1);
+// Q5_0 (22-byte blocks): one load at 0, one at 24 (block 3's bytes 64..87).
+constexpr Idx64 kQ5_0Qs = BlockHalves(22, 6, 24);
+constexpr Idx64 kQ5_0HighLo = BitBytes(22, 2, 24);
+constexpr Idx64 kQ5_0HighHi = BitBytes(22, 4, 24);
+constexpr Idx32w kQ5_0D = BlockWords2(22, 0, 0, 24);
+// Q5_1 (24-byte blocks): one load at 0, one at 32 (block 3's bytes 64..95).
+constexpr Idx64 kQ5_1Qs = BlockHalves(24, 8, 32);
+constexpr Idx64 kQ5_1HighLo = BitBytes(24, 4, 32);
+constexpr Idx64 kQ5_1HighHi = BitBytes(24, 6, 32);
+constexpr Idx32w kQ5_1DM = BlockWords2(24, 0, 2, 32);
 
 STRATA_INLINE __m512i Idx(const Idx64& i) { return _mm512_load_si512(i.b); }
 STRATA_INLINE __m512i Idx(const Idx32w& i) { return _mm512_load_si512(i.w); }
@@ -119,6 +160,66 @@ struct Q4_0Traits {
     i = _mm512_dpbusd_epi32(i, w.hi, _mm512_load_si512(x + 1));
     const __m512 s = _mm512_mul_ps(w.d, _mm512_castsi512_ps(_mm512_load_si512(x + 2)));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), s, acc);
+  }
+};
+
+// Adds 16 to every code whose fifth bit is set; `bits` holds, in byte 16b + i, the qh byte
+// with that code's bit at position i % 8.
+STRATA_INLINE __m512i AddFifthBits(__m512i codes, __m512i bits) {
+  const __mmask64 set = _mm512_test_epi8_mask(bits, _mm512_set1_epi64(0x8040201008040201ll));
+  return _mm512_mask_add_epi8(codes, set, codes, _mm512_set1_epi8(16));
+}
+
+// The Q5 codes (0..31) of a group from its two loads.
+STRATA_INLINE void Q5Codes(__m512i z0, __m512i z1, const Idx64& qs, const Idx64& high_lo,
+                           const Idx64& high_hi, __m512i* lo, __m512i* hi) {
+  const __m512i q = _mm512_permutex2var_epi8(z0, Idx(qs), z1);
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  *lo = AddFifthBits(_mm512_and_si512(q, m4), _mm512_permutex2var_epi8(z0, Idx(high_lo), z1));
+  *hi = AddFifthBits(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
+                     _mm512_permutex2var_epi8(z0, Idx(high_hi), z1));
+}
+
+struct Q5_0Traits {
+  static constexpr int kGroupElems = 128, kBlockElems = 32, kBlockBytes = 22;
+  static constexpr int kGroupBytes = 88, kActBlockBytes = 34, kPanelVecs = 4;
+  using W = Q4_0Traits::W;
+  template <bool kTail>
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t valid, W& w) {
+    const __m512i z0 = Load<kTail>(p, 0, valid), z1 = Load<kTail>(p, 24, valid);
+    Q5Codes(z0, z1, kQ5_0Qs, kQ5_0HighLo, kQ5_0HighHi, &w.lo, &w.hi);
+    w.d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(z0, Idx(kQ5_0D), z1)));
+  }
+  template <bool kTail>
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t valid, __m512i* out) {
+    PrepQ8_0<kTail, 4>(x, valid, out);
+  }
+  STRATA_INLINE static __m512 Dot(const W& w, const __m512i* x, __m512 acc) {
+    return Q4_0Traits::Dot(w, x, acc);
+  }
+};
+
+// IQ4_NL: Q4_0's layout; each code looks up its grid value + 128 (1..241, unsigned for
+// vpdpbusd), and the panel's correction takes the 128 back off, as for biased Q8_0.
+struct IQ4_NLTraits {
+  static constexpr int kGroupElems = 128, kBlockElems = 32, kBlockBytes = 18;
+  static constexpr int kGroupBytes = 72, kActBlockBytes = 34, kPanelVecs = 4;
+  using W = Q4_0Traits::W;
+  template <bool kTail>
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t valid, W& w) {
+    Q4_0Traits::Decode<kTail>(p, valid, w);
+    const __m512i grid = _mm512_xor_si512(
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Grid))),
+        _mm512_set1_epi8(static_cast<char>(0x80)));
+    w.lo = _mm512_shuffle_epi8(grid, w.lo);
+    w.hi = _mm512_shuffle_epi8(grid, w.hi);
+  }
+  template <bool kTail>
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t valid, __m512i* out) {
+    PrepQ8_0<kTail, 7>(x, valid, out);
+  }
+  STRATA_INLINE static __m512 Dot(const W& w, const __m512i* x, __m512 acc) {
+    return Q4_0Traits::Dot(w, x, acc);
   }
 };
 
@@ -184,6 +285,27 @@ struct Q4_1Traits {
   }
 };
 
+struct Q5_1Traits {
+  static constexpr int kGroupElems = 128, kBlockElems = 32, kBlockBytes = 24;
+  static constexpr int kGroupBytes = 96, kActBlockBytes = 36, kPanelVecs = 4;
+  using W = Q4_1Traits::W;
+  template <bool kTail>
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t valid, W& w) {
+    const __m512i z0 = Load<kTail>(p, 0, valid), z1 = Load<kTail>(p, 32, valid);
+    Q5Codes(z0, z1, kQ5_1Qs, kQ5_1HighLo, kQ5_1HighHi, &w.lo, &w.hi);
+    const __m512i dm = _mm512_permutex2var_epi16(z0, Idx(kQ5_1DM), z1);
+    w.d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
+    w.m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
+  }
+  template <bool kTail>
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t valid, __m512i* out) {
+    Q4_1Traits::Prep<kTail>(x, valid, out);
+  }
+  STRATA_INLINE static __m512 Dot(const W& w, const __m512i* x, __m512 acc) {
+    return Q4_1Traits::Dot(w, x, acc);
+  }
+};
+
 }  // namespace
 
 void Avx512MatmulQ4_0(const MatmulArgs& a, int64_t rb, int64_t re) {
@@ -194,6 +316,15 @@ void Avx512MatmulQ4_1(const MatmulArgs& a, int64_t rb, int64_t re) {
 }
 void Avx512MatmulQ8_0(const MatmulArgs& a, int64_t rb, int64_t re) {
   MatmulQuantized<Q8_0Traits, 8, 4, 4>(a, rb, re);
+}
+void Avx512MatmulQ5_0(const MatmulArgs& a, int64_t rb, int64_t re) {
+  MatmulQuantized<Q5_0Traits, 8, 4, 4>(a, rb, re);
+}
+void Avx512MatmulQ5_1(const MatmulArgs& a, int64_t rb, int64_t re) {
+  MatmulQuantized<Q5_1Traits, 8, 3, 4>(a, rb, re);
+}
+void Avx512MatmulIQ4_NL(const MatmulArgs& a, int64_t rb, int64_t re) {
+  MatmulQuantized<IQ4_NLTraits, 8, 4, 4>(a, rb, re);
 }
 
 }  // namespace strata::kernels::cpu

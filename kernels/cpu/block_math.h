@@ -61,5 +61,47 @@ namespace {
   return low | (high << 4);
 }
 
+// Unsigned 6-bit code (scale + 32) of sub-block j (0..15) of a Q3_K super-block: its low
+// nibble is the low (j < 8) or high (j >= 8) nibble of byte j % 8, its top two bits are bits
+// 2*(j/4)..+1 of byte 8 + j % 4.
+[[maybe_unused]] inline int Q3KScaleCode(const uint8_t* s, int j) {
+  const int low = (j < 8 ? s[j] : s[j - 8] >> 4) & 0xF;
+  const int high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return low | (high << 4);
+}
+
+// The same 16 codes as four little-endian words (byte j of the 16 = sub-block j), built with
+// word-wide bit operations for the SIMD decoders.
+[[maybe_unused]] inline void Q3KScaleCodesWords(const uint8_t* s, uint32_t out[4]) {
+  uint32_t u0, u1, u2;
+  std::memcpy(&u0, s, 4);
+  std::memcpy(&u1, s + 4, 4);
+  std::memcpy(&u2, s + 8, 4);
+  out[0] = (u0 & 0x0f0f0f0fu) | ((u2 & 0x03030303u) << 4);
+  out[1] = (u1 & 0x0f0f0f0fu) | (((u2 >> 2) & 0x03030303u) << 4);
+  out[2] = ((u0 >> 4) & 0x0f0f0f0fu) | (((u2 >> 4) & 0x03030303u) << 4);
+  out[3] = ((u1 >> 4) & 0x0f0f0f0fu) | (((u2 >> 6) & 0x03030303u) << 4);
+}
+
+// Value i (0..255) of a Q2_K or Q3_K super-block: its two low bits, bits 2s..2s+1 of
+// qs[32h + l] for i = 128h + 32s + l.
+[[maybe_unused]] inline int K2BitCode(const uint8_t* qs, int i) {
+  return (qs[32 * (i / 128) + i % 32] >> (2 * ((i / 32) % 4))) & 3;
+}
+
+// Unsigned 6-bit code (scale + 32) of sub-block j (0..7) of an IQ4_XS super-block.
+[[maybe_unused]] inline int IQ4XSScaleCode(const BlockIQ4_XS& b, int j) {
+  return ((b.scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b.scales_h >> (2 * j)) & 3) << 4);
+}
+
+// The 5-bit codes (0..31) of a Q5_0 / Q5_1 block: value i's low four bits are placed as
+// Q4_0's, its fifth is bit i of the little-endian qh word.
+[[maybe_unused]] inline void Q5Codes(const uint8_t qh[4], const uint8_t qs[16], int q[32]) {
+  for (int i = 0; i < 16; ++i) {
+    q[i] = (qs[i] & 0xF) | (((qh[i / 8] >> (i % 8)) & 1) << 4);
+    q[i + 16] = (qs[i] >> 4) | (((qh[2 + i / 8] >> (i % 8)) & 1) << 4);
+  }
+}
+
 }  // namespace
 }  // namespace strata::kernels::cpu

@@ -18,9 +18,16 @@ void Matmul(const MatmulArgs& a, int64_t rb, int64_t re) {
   switch (a.wtype) {
     case DType::kQ4_0:
     case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
     case DType::kQ8_0:
+    case DType::kIQ4_NL:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
     case DType::kQ4_K:
+    case DType::kQ5_K:
     case DType::kQ6_K:
+    case DType::kIQ4_XS:
       return kDot ? NeonMatmulQuantizedDotprod(a, rb, re) : NeonMatmulQuantized(a, rb, re);
     case DType::kF32:
     case DType::kF16:

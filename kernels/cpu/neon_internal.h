@@ -8,7 +8,8 @@
 
 namespace strata::kernels::cpu {
 
-// Q4_0, Q4_1, Q8_0, Q4_K, Q6_K with widening multiplies (every Armv8-A CPU).
+// Every quantized weight format (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K,
+// Q5_K, Q6_K, IQ4_XS) with widening multiplies (every Armv8-A CPU).
 void NeonMatmulQuantized(const MatmulArgs& a, int64_t rb, int64_t re);
 // The same with SDOT; only after CpuHasNeonDotprod().
 void NeonMatmulQuantizedDotprod(const MatmulArgs& a, int64_t rb, int64_t re);

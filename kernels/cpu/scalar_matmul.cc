@@ -56,6 +56,42 @@ float DotQ4_1(const BlockQ4_1* w, const BlockQ8_1* x, int64_t nb) {
   return s;
 }
 
+float DotQ5_0(const BlockQ5_0* w, const BlockQ8_0* x, int64_t nb) {
+  float s = 0.f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int q[32], isum = 0;
+    Q5Codes(w[b].qh, w[b].qs, q);
+    for (int i = 0; i < kQK; ++i) isum += (q[i] - 16) * x[b].qs[i];
+    s += F16ToF32(w[b].d) * F16ToF32(x[b].d) * static_cast<float>(isum);
+  }
+  return s;
+}
+
+float DotQ5_1(const BlockQ5_1* w, const BlockQ8_1* x, int64_t nb) {
+  float s = 0.f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int q[32], isum = 0;
+    Q5Codes(w[b].qh, w[b].qs, q);
+    for (int i = 0; i < kQK; ++i) isum += q[i] * x[b].qs[i];
+    s += F16ToF32(w[b].d) * F16ToF32(x[b].d) * static_cast<float>(isum) +
+         F16ToF32(w[b].m) * F16ToF32(x[b].s);
+  }
+  return s;
+}
+
+float DotIQ4_NL(const BlockIQ4_NL* w, const BlockQ8_0* x, int64_t nb) {
+  float s = 0.f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int isum = 0;
+    for (int i = 0; i < 16; ++i) {
+      isum += kIQ4Grid[w[b].qs[i] & 0xF] * x[b].qs[i];
+      isum += kIQ4Grid[w[b].qs[i] >> 4] * x[b].qs[i + 16];
+    }
+    s += F16ToF32(w[b].d) * F16ToF32(x[b].d) * static_cast<float>(isum);
+  }
+  return s;
+}
+
 float DotQ8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
   float s = 0.f;
   for (int64_t b = 0; b < nb; ++b) {
@@ -85,6 +121,78 @@ float DotQ4_K(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nb) {
     for (int j = 0; j < 8; ++j) msum += mn[j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
     s += x[b].d * (F16ToF32(w[b].d) * static_cast<float>(isum) -
                    F16ToF32(w[b].dmin) * static_cast<float>(msum));
+  }
+  return s;
+}
+
+float DotQ2_K(const BlockQ2_K* w, const BlockQ8_K* x, int64_t nb) {
+  float s = 0.f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int isum = 0, msum = 0;
+    for (int j = 0; j < 16; ++j) {
+      int sub = 0;
+      for (int i = 16 * j; i < 16 * j + 16; ++i) sub += K2BitCode(w[b].qs, i) * x[b].qs[i];
+      isum += (w[b].scales[j] & 0xF) * sub;
+      msum += (w[b].scales[j] >> 4) * x[b].bsums[j];
+    }
+    s += x[b].d * (F16ToF32(w[b].d) * static_cast<float>(isum) -
+                   F16ToF32(w[b].dmin) * static_cast<float>(msum));
+  }
+  return s;
+}
+
+float DotQ3_K(const BlockQ3_K* w, const BlockQ8_K* x, int64_t nb) {
+  float s = 0.f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int isum = 0;
+    for (int j = 0; j < 16; ++j) {
+      int sub = 0;
+      for (int i = 16 * j; i < 16 * j + 16; ++i) {
+        const int high = (w[b].hmask[i % 32] >> (i / 32)) & 1;
+        sub += (K2BitCode(w[b].qs, i) - (high ? 0 : 4)) * x[b].qs[i];
+      }
+      isum += (Q3KScaleCode(w[b].scales, j) - 32) * sub;
+    }
+    s += F16ToF32(w[b].d) * x[b].d * static_cast<float>(isum);
+  }
+  return s;
+}
+
+float DotQ5_K(const BlockQ5_K* w, const BlockQ8_K* x, int64_t nb) {
+  float s = 0.f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int isum = 0, msum = 0;
+    for (int j = 0; j < 8; ++j) {
+      int sc, mn, sub = 0;
+      Q4KScaleMin(w[b].scales, j, &sc, &mn);
+      const uint8_t* q = w[b].qs + 32 * (j / 2);
+      for (int l = 0; l < 32; ++l) {
+        const int code = ((q[l] >> (4 * (j % 2))) & 0xF) | (((w[b].qh[l] >> j) & 1) << 4);
+        sub += code * x[b].qs[32 * j + l];
+      }
+      isum += sc * sub;
+      msum += mn * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+    }
+    s += x[b].d * (F16ToF32(w[b].d) * static_cast<float>(isum) -
+                   F16ToF32(w[b].dmin) * static_cast<float>(msum));
+  }
+  return s;
+}
+
+float DotIQ4_XS(const BlockIQ4_XS* w, const BlockQ8_K* x, int64_t nb) {
+  float s = 0.f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int isum = 0;
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* q = w[b].qs + 16 * j;
+      const int8_t* xs = x[b].qs + 32 * j;
+      int sub = 0;
+      for (int i = 0; i < 16; ++i) {
+        sub += kIQ4Grid[q[i] & 0xF] * xs[i] + kIQ4Grid[q[i] >> 4] * xs[i + 16];
+      }
+      isum += (IQ4XSScaleCode(w[b], j) - 32) * sub;
+    }
+    s += F16ToF32(w[b].d) * x[b].d * static_cast<float>(isum);
   }
   return s;
 }
@@ -122,6 +230,22 @@ float DotRow(const MatmulArgs& a, const void* w, const void* x) {
       return DotQ4_K(static_cast<const BlockQ4_K*>(w), static_cast<const BlockQ8_K*>(x), k / kQK_K);
     case DType::kQ6_K:
       return DotQ6_K(static_cast<const BlockQ6_K*>(w), static_cast<const BlockQ8_K*>(x), k / kQK_K);
+    case DType::kQ5_0:
+      return DotQ5_0(static_cast<const BlockQ5_0*>(w), static_cast<const BlockQ8_0*>(x), k / kQK);
+    case DType::kQ5_1:
+      return DotQ5_1(static_cast<const BlockQ5_1*>(w), static_cast<const BlockQ8_1*>(x), k / kQK);
+    case DType::kIQ4_NL:
+      return DotIQ4_NL(static_cast<const BlockIQ4_NL*>(w), static_cast<const BlockQ8_0*>(x),
+                       k / kQK);
+    case DType::kQ2_K:
+      return DotQ2_K(static_cast<const BlockQ2_K*>(w), static_cast<const BlockQ8_K*>(x), k / kQK_K);
+    case DType::kQ3_K:
+      return DotQ3_K(static_cast<const BlockQ3_K*>(w), static_cast<const BlockQ8_K*>(x), k / kQK_K);
+    case DType::kQ5_K:
+      return DotQ5_K(static_cast<const BlockQ5_K*>(w), static_cast<const BlockQ8_K*>(x), k / kQK_K);
+    case DType::kIQ4_XS:
+      return DotIQ4_XS(static_cast<const BlockIQ4_XS*>(w), static_cast<const BlockQ8_K*>(x),
+                       k / kQK_K);
     default:
       return 0.f;  // unsupported weight type: the engine checks weight_supported at load
   }

@@ -152,6 +152,15 @@ Status TensorError(const GgufFile& g, const GgufTensor& t, const std::string& pr
   return Status::Corruption(g.path() + ": tensor '" + t.name + "': " + problem);
 }
 
+// "F32, F16, Q4_0, ...": the weight types the kernels accept, in GGML id order.
+std::string SupportedWeightTypes() {
+  std::string s;
+  for (const kernels::TypeInfo& t : kernels::KnownTypes()) {
+    if (t.weight_supported) s += (s.empty() ? "" : ", ") + std::string(t.name);
+  }
+  return s;
+}
+
 std::string ShapeString(const GgufTensor& t) {
   std::string s = "[";
   for (int d = 0; d < t.n_dims; ++d) s += (d ? ", " : "") + std::to_string(t.ne[d]);
@@ -205,12 +214,16 @@ class Binder {
     return Status::OK();
   }
 
-  Status RequireMatmulType(const std::string& name, const TensorRef& ref) {
+  // Weights go through Matmul or, for the embedding, DequantizeRow: both take exactly the
+  // weight_supported types. A type the GGUF reader knows but Strata has no kernels for
+  // (IQ2_XXS, TQ1_0, ...) is refused here, by name, with the list of what would work.
+  Status RequireWeightType(const std::string& name, const TensorRef& ref) {
     if (!ref.present()) return Status::OK();
     if (!kernels::GetTypeInfo(ref.type).weight_supported) {
-      return Status::NotSupported(g_.path() + ": tensor '" + name + "' has type " +
-                                  kernels::TypeName(ref.type) +
-                                  ", which the matmul kernels do not accept as a weight type");
+      return Status::NotSupported(
+          g_.path() + ": tensor '" + name + "' has type " + kernels::TypeName(ref.type) +
+          ", which Strata has no kernels for (supported weight types: " + SupportedWeightTypes() +
+          ")");
     }
     return Status::OK();
   }
@@ -232,8 +245,8 @@ Status BindWeights(const GgufFile& g, HParams* hp, ModelWeights* w) {
       b.Bind("output.weight", {E, V}, Kind::kWeight, Need::kOptional, &w->output));
   hp->tied_output = !w->output.present();
   if (hp->tied_output) w->output = w->tok_embd;
-  STRATA_RETURN_IF_ERROR(b.RequireMatmulType(
-      hp->tied_output ? "token_embd.weight (tied output)" : "output.weight", w->output));
+  STRATA_RETURN_IF_ERROR(b.RequireWeightType("token_embd.weight", w->tok_embd));
+  if (!hp->tied_output) STRATA_RETURN_IF_ERROR(b.RequireWeightType("output.weight", w->output));
   STRATA_RETURN_IF_ERROR(b.Bind("rope_freqs.weight", {hp->rope_dim / 2}, Kind::kNorm,
                                 Need::kOptional, &w->rope_freqs));
 
@@ -269,7 +282,7 @@ Status BindWeights(const GgufFile& g, HParams* hp, ModelWeights* w) {
     for (const Item& it : items) {
       STRATA_RETURN_IF_ERROR(b.Bind(p + it.name, it.shape, it.kind, it.need, it.ref));
       if (it.kind == Kind::kWeight)
-        STRATA_RETURN_IF_ERROR(b.RequireMatmulType(p + it.name, *it.ref));
+        STRATA_RETURN_IF_ERROR(b.RequireWeightType(p + it.name, *it.ref));
     }
     // Biases on Q, K, V come as a set; one or two alone mean a broken file.
     const int n_bias = l.bq.present() + l.bk.present() + l.bv.present();

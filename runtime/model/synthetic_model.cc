@@ -228,6 +228,10 @@ ScaleFields ScalesOf(DType t) {
       return {0, 2, 512.f};
     case DType::kQ6_K:
       return {208, -1, 1024.f};
+    case DType::kIQ4_NL:
+      return {0, -1, 128.f};  // grid values up to 127
+    case DType::kIQ4_XS:
+      return {0, -1, 4096.f};  // 6-bit signed scales (up to 32) times the grid (127)
     default:
       return {};
   }

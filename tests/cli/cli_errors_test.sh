@@ -46,6 +46,7 @@ expect bad-utf8 "UTF-8" -- "$strata" run -m "$model" -f "$tmp/badutf8.txt" -n 4
 expect long-prompt "context" -- "$strata" run -m "$model" --ctx 256 -f "$tmp/long.txt" -n 4
 expect bad-kv "unknown KV policy 'ssd'" -- "$strata" run -m "$model" --kv ssd -p hi
 expect bad-temp "sampling.temperature" -- "$strata" run -m "$model" --temp -1 -p hi
+expect ppl-score-from "--score-from: 1023 is outside 0..1022" -- "$strata" perplexity -m "$model" -f "$tmp/long.txt" --score-from 1023
 
 mkfifo "$tmp/fifo"
 mkdir "$tmp/dir.yaml"

@@ -20,10 +20,12 @@ using testing::GaussianFloats;
 using testing::QuickMode;
 using testing::ScopedIsa;
 
-const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
-                              DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K};
+const DType kWeightTypes[] = {DType::kF32,  DType::kF16,    DType::kBF16,  DType::kQ8_0,
+                              DType::kQ4_0, DType::kQ4_1,   DType::kQ5_0,  DType::kQ5_1,
+                              DType::kQ2_K, DType::kQ3_K,   DType::kQ4_K,  DType::kQ5_K,
+                              DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS};
 
-bool IsKQuant(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
+bool IsKQuant(DType t) { return GetTypeInfo(t).block_elems == kQK_K; }
 bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
 std::vector<int64_t> InnerSizes(DType t) {
@@ -60,12 +62,52 @@ void SetExtremeCodes(DType t, uint8_t* row, int64_t k, bool high) {
       }
       break;
     case DType::kQ4_0:
-    case DType::kQ4_1: {
-      const size_t bb = t == DType::kQ4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ4_1);
-      const size_t off = bb - 16;
-      for (int64_t b = 0; b < k / kQK; ++b) std::memset(row + b * bb + off, high ? 0xff : 0, 16);
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kIQ4_NL: {
+      // The codes are the block's last 16 bytes, the Q5 high bits the 4 before them. For
+      // IQ4_NL code 0 is the grid's -127 and code 15 its 113.
+      const size_t bb = GetTypeInfo(t).block_bytes;
+      const bool q5 = t == DType::kQ5_0 || t == DType::kQ5_1;
+      for (int64_t b = 0; b < k / kQK; ++b) {
+        std::memset(row + b * bb + bb - 16, high ? 0xff : 0, 16);
+        if (q5) std::memset(row + b * bb + bb - 20, high ? 0xff : 0, 4);
+      }
       break;
     }
+    case DType::kQ2_K:
+      for (int64_t b = 0; b < k / kQK_K; ++b) {
+        auto* blk = reinterpret_cast<BlockQ2_K*>(row) + b;
+        std::memset(blk->qs, high ? 0xff : 0, sizeof(blk->qs));
+        std::memset(blk->scales, 0xff, sizeof(blk->scales));  // every scale and min = 15
+      }
+      break;
+    case DType::kQ3_K:
+      for (int64_t b = 0; b < k / kQK_K; ++b) {
+        auto* blk = reinterpret_cast<BlockQ3_K*>(row) + b;
+        std::memset(blk->qs, high ? 0xff : 0, sizeof(blk->qs));
+        std::memset(blk->hmask, high ? 0xff : 0, sizeof(blk->hmask));  // codes 3 or -4
+        // Scale codes 0, 48, 15, 63 by quarter: scales -32, 16, -17, 31.
+        for (int i = 0; i < 12; ++i) blk->scales[i] = static_cast<uint8_t>(i < 8 ? 0xf0 : 0xcc);
+      }
+      break;
+    case DType::kQ5_K:
+      for (int64_t b = 0; b < k / kQK_K; ++b) {
+        auto* blk = reinterpret_cast<BlockQ5_K*>(row) + b;
+        std::memset(blk->qs, high ? 0xff : 0, sizeof(blk->qs));
+        std::memset(blk->qh, high ? 0xff : 0, sizeof(blk->qh));
+        std::memset(blk->scales, 0xff, sizeof(blk->scales));  // every scale and min = 63
+      }
+      break;
+    case DType::kIQ4_XS:
+      for (int64_t b = 0; b < k / kQK_K; ++b) {
+        auto* blk = reinterpret_cast<BlockIQ4_XS*>(row) + b;
+        std::memset(blk->qs, high ? 0xff : 0, sizeof(blk->qs));
+        blk->scales_h = 0xcccc;                                   // sub-blocks alternate
+        std::memset(blk->scales_l, 0xf0, sizeof(blk->scales_l));  // scales -32 and 31
+      }
+      break;
     case DType::kQ4_K:
       for (int64_t b = 0; b < k / kQK_K; ++b) {
         auto* blk = reinterpret_cast<BlockQ4_K*>(row) + b;
@@ -172,11 +214,14 @@ TEST(MatmulScalar, MatchesFloatMathOnDequantizedValues) {
           // Float rounding of the per-block products and sums, plus for Q8_1 the F16
           // rounding of the stored block sum s (relative 2^-11 of |m * s| per block).
           double tol = 2e-6 * Magnitude(wrow, xd, k) + 1e-6;
-          if (t == DType::kQ4_1) {
-            const auto* wb = reinterpret_cast<const BlockQ4_1*>(w.row(r));
+          if (ActivationType(t) == DType::kQ8_1) {
+            // Q4_1 and Q5_1 keep their F16 min at bytes 2..3 of each block.
+            const size_t bb = GetTypeInfo(t).block_bytes;
             const auto* xb = reinterpret_cast<const BlockQ8_1*>(a.q.data() + tok * a.row_bytes);
             for (int64_t b = 0; b < k / kQK; ++b) {
-              tol += std::fabs(F16ToF32(wb[b].m) * F16ToF32(xb[b].s)) * std::ldexp(1.0, -11);
+              uint16_t m;
+              std::memcpy(&m, w.row(r) + b * bb + 2, 2);
+              tol += std::fabs(F16ToF32(m) * F16ToF32(xb[b].s)) * std::ldexp(1.0, -11);
             }
           }
           EXPECT_NEAR(y[tok * rows + r], ref, tol) << "row " << r << " token " << tok;
@@ -352,10 +397,10 @@ TEST(Matmul, UnsupportedTypeOrPartialBlockGivesNaNRows) {
   std::vector<uint8_t> x(4096, 0);
   std::vector<float> y(8, 1.f);
   MatmulArgs a{};
-  a.wtype = DType::kQ5_0;  // known to GGUF, no kernel here
+  a.wtype = DType::kIQ2_XXS;  // known to GGUF, no kernel here
   a.w = w.data();
-  a.w_row_bytes = 22;
-  a.k = 32;
+  a.w_row_bytes = 66;
+  a.k = 256;
   a.xq = x.data();
   a.xq_row_bytes = 64;
   a.n_tok = 2;

@@ -1,5 +1,5 @@
-// Block formats: decoding pinned to an independent decoder (gguf-py fixtures), quantize /
-// dequantize round trips within each format's error bound, and every ISA's DequantizeRow.
+// Block formats: quantize / dequantize round trips within each format's error bound, and
+// every ISA's DequantizeRow (decoding against gguf-py is quant_golden_test.cc).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,48 +13,16 @@
 namespace strata::kernels {
 namespace {
 
-#include "testdata/block_fixtures.inc"
-
 using testing::GaussianFloats;
 using testing::ScopedIsa;
 
-struct Fixture {
-  DType type;
-  const uint8_t* bytes;
-  size_t n_bytes;
-  const float* values;
-  int64_t n;
-};
-
-std::vector<Fixture> Fixtures() {
-  return {
-      {DType::kQ4_0, kQ4_0Bytes, sizeof(kQ4_0Bytes), kQ4_0Values, std::size(kQ4_0Values)},
-      {DType::kQ4_1, kQ4_1Bytes, sizeof(kQ4_1Bytes), kQ4_1Values, std::size(kQ4_1Values)},
-      {DType::kQ8_0, kQ8_0Bytes, sizeof(kQ8_0Bytes), kQ8_0Values, std::size(kQ8_0Values)},
-      {DType::kQ4_K, kQ4_KBytes, sizeof(kQ4_KBytes), kQ4_KValues, std::size(kQ4_KValues)},
-      {DType::kQ6_K, kQ6_KBytes, sizeof(kQ6_KBytes), kQ6_KValues, std::size(kQ6_KValues)},
-  };
-}
-
 class QuantIsa : public ::testing::TestWithParam<testing::Variant> {};
 
-TEST_P(QuantIsa, DequantizeMatchesGgufPyDecoder) {
-  testing::ScopedVariant isa(GetParam());
-  for (const Fixture& f : Fixtures()) {
-    SCOPED_TRACE(TypeName(f.type));
-    ASSERT_EQ(RowBytes(f.type, f.n), f.n_bytes);
-    std::vector<float> got(f.n);
-    DequantizeRow(f.type, f.bytes, got.data(), f.n);
-    for (int64_t i = 0; i < f.n; ++i) {
-      // gguf-py computes in float32 with its own operation order; allow a few ulps.
-      ASSERT_NEAR(got[i], f.values[i], 1e-6f + 1e-5f * std::fabs(f.values[i])) << "value " << i;
-    }
-  }
-}
-
 TEST_P(QuantIsa, DequantizeMatchesScalarForEveryType) {
-  const DType types[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ8_1,
-                         DType::kQ8_K, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K};
+  const DType types[] = {DType::kF32,    DType::kF16,   DType::kBF16, DType::kQ8_0, DType::kQ8_1,
+                         DType::kQ8_K,   DType::kQ4_0,  DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                         DType::kQ2_K,   DType::kQ3_K,  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                         DType::kIQ4_NL, DType::kIQ4_XS};
   for (DType t : types) {
     SCOPED_TRACE(TypeName(t));
     const int64_t n = 768;
@@ -101,13 +69,14 @@ TEST(Quant, RoundTripErrorWithinFormatStep) {
     int64_t block;
     double steps_per_amax;  // error bound in units of the block's largest magnitude
   };
-  // Q8: half a step of amax/127. Q4_0: a full step of amax/8 (the largest positive value
-  // may be clamped from code 16 to 15). Q4_1: half a step of range/15 <= 2*amax/15.
-  const Case cases[] = {{DType::kQ8_0, 32, 0.5 / 127},
-                        {DType::kQ8_1, 32, 0.5 / 127},
-                        {DType::kQ8_K, 256, 0.5 / 127},
-                        {DType::kQ4_0, 32, 1.0 / 8},
-                        {DType::kQ4_1, 32, 1.0 / 15}};
+  // Q8: half a step of amax/127. Q4_0, Q5_0: a full step of amax/8, amax/16 (the largest
+  // positive value may be clamped from code 16 to 15, 32 to 31). Q4_1, Q5_1: half a step of
+  // range/15, range/31 (range <= 2*amax). IQ4_NL: half the grid's widest gap (23) or its
+  // clamped end (127 to 113) in units of amax/113.
+  const Case cases[] = {{DType::kQ8_0, 32, 0.5 / 127},  {DType::kQ8_1, 32, 0.5 / 127},
+                        {DType::kQ8_K, 256, 0.5 / 127}, {DType::kQ4_0, 32, 1.0 / 8},
+                        {DType::kQ4_1, 32, 1.0 / 15},   {DType::kQ5_0, 32, 1.0 / 16},
+                        {DType::kQ5_1, 32, 1.0 / 31},   {DType::kIQ4_NL, 32, 14.0 / 113}};
   for (const Case& c : cases) {
     SCOPED_TRACE(TypeName(c.t));
     std::vector<float> y = RoundTrip(c.t, x);
@@ -121,13 +90,17 @@ TEST(Quant, RoundTripErrorWithinFormatStep) {
   }
 }
 
-// K formats quantize the sub-block scales themselves (6 or 8 bits), so the bound is a
-// relative RMS error: Q4_K has 16 levels per sub-block, Q6_K 64.
+// K formats quantize the sub-block scales themselves (4, 6 or 8 bits), so the bound is a
+// relative RMS error that shrinks with the levels per sub-block: Q2_K 4, Q3_K 8, Q4_K and
+// IQ4_XS 16, Q5_K 32, Q6_K 64.
 TEST(Quant, KFormatsRoundTripRmsError) {
   const int64_t n = 4096;
   std::vector<float> x = GaussianFloats(n, 9, 0.05f);
   for (int64_t i = 512; i < 1024; ++i) x[i] += 0.03f;  // shifted super-blocks use the mins
-  for (auto [t, limit] : {std::pair{DType::kQ4_K, 0.12}, std::pair{DType::kQ6_K, 0.03}}) {
+  const std::pair<DType, double> cases[] = {{DType::kQ2_K, 0.45}, {DType::kQ3_K, 0.25},
+                                            {DType::kQ4_K, 0.12}, {DType::kQ5_K, 0.06},
+                                            {DType::kQ6_K, 0.03}, {DType::kIQ4_XS, 0.12}};
+  for (auto [t, limit] : cases) {
     SCOPED_TRACE(TypeName(t));
     std::vector<float> y = RoundTrip(t, x);
     double err = 0, sig = 0;
@@ -155,7 +128,7 @@ TEST(Quant, RejectsPartialBlocksAndUnknownTypes) {
   std::vector<uint8_t> out(4096);
   EXPECT_FALSE(QuantizeRow(DType::kQ4_0, x.data(), out.data(), 33));
   EXPECT_FALSE(QuantizeRow(DType::kQ4_K, x.data(), out.data(), 288));
-  EXPECT_FALSE(QuantizeRow(DType::kQ5_0, x.data(), out.data(), 32));
+  EXPECT_FALSE(QuantizeRow(DType::kIQ2_XXS, x.data(), out.data(), 256));
   EXPECT_FALSE(QuantizeRow(DType::kQ8_0, x.data(), out.data(), -32));
   EXPECT_TRUE(QuantizeRow(DType::kQ8_0, x.data(), out.data(), 0));
 }
@@ -163,9 +136,14 @@ TEST(Quant, RejectsPartialBlocksAndUnknownTypes) {
 TEST(Quant, ActivationTypes) {
   EXPECT_EQ(ActivationType(DType::kQ4_0), DType::kQ8_0);
   EXPECT_EQ(ActivationType(DType::kQ8_0), DType::kQ8_0);
+  EXPECT_EQ(ActivationType(DType::kQ5_0), DType::kQ8_0);
+  EXPECT_EQ(ActivationType(DType::kIQ4_NL), DType::kQ8_0);
   EXPECT_EQ(ActivationType(DType::kQ4_1), DType::kQ8_1);
-  EXPECT_EQ(ActivationType(DType::kQ4_K), DType::kQ8_K);
-  EXPECT_EQ(ActivationType(DType::kQ6_K), DType::kQ8_K);
+  EXPECT_EQ(ActivationType(DType::kQ5_1), DType::kQ8_1);
+  for (DType t :
+       {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS}) {
+    EXPECT_EQ(ActivationType(t), DType::kQ8_K) << TypeName(t);
+  }
   EXPECT_EQ(ActivationType(DType::kF16), DType::kF32);
   EXPECT_EQ(ActivationType(DType::kBF16), DType::kF32);
   EXPECT_EQ(ActivationType(DType::kF32), DType::kF32);

@@ -11,6 +11,13 @@ namespace {
 
 TEST(Types, TableMatchesBlockStructs) {
   EXPECT_EQ(GetTypeInfo(DType::kQ4_0).block_bytes, int(sizeof(BlockQ4_0)));
+  EXPECT_EQ(GetTypeInfo(DType::kQ5_0).block_bytes, int(sizeof(BlockQ5_0)));
+  EXPECT_EQ(GetTypeInfo(DType::kQ5_1).block_bytes, int(sizeof(BlockQ5_1)));
+  EXPECT_EQ(GetTypeInfo(DType::kIQ4_NL).block_bytes, int(sizeof(BlockIQ4_NL)));
+  EXPECT_EQ(GetTypeInfo(DType::kQ2_K).block_bytes, int(sizeof(BlockQ2_K)));
+  EXPECT_EQ(GetTypeInfo(DType::kQ3_K).block_bytes, int(sizeof(BlockQ3_K)));
+  EXPECT_EQ(GetTypeInfo(DType::kQ5_K).block_bytes, int(sizeof(BlockQ5_K)));
+  EXPECT_EQ(GetTypeInfo(DType::kIQ4_XS).block_bytes, int(sizeof(BlockIQ4_XS)));
   EXPECT_EQ(GetTypeInfo(DType::kQ4_1).block_bytes, int(sizeof(BlockQ4_1)));
   EXPECT_EQ(GetTypeInfo(DType::kQ8_0).block_bytes, int(sizeof(BlockQ8_0)));
   EXPECT_EQ(GetTypeInfo(DType::kQ4_K).block_bytes, int(sizeof(BlockQ4_K)));
@@ -26,7 +33,31 @@ TEST(Types, TableMatchesBlockStructs) {
   ASSERT_NE(FindTypeInfo(14), nullptr);
   EXPECT_EQ(FindTypeInfo(14)->type, DType::kQ6_K);
   EXPECT_TRUE(GetTypeInfo(DType::kQ4_K).weight_supported);
-  EXPECT_FALSE(GetTypeInfo(DType::kQ5_0).weight_supported);
+  EXPECT_TRUE(GetTypeInfo(DType::kQ5_0).weight_supported);
+  EXPECT_FALSE(GetTypeInfo(DType::kIQ2_XXS).weight_supported);
+  EXPECT_FALSE(GetTypeInfo(DType::kQ8_K).weight_supported);  // an activation format only
+}
+
+// The published GGUF types are all named (so errors can say which one a file uses), in id
+// order, each once; ids GGML retired (4, 5: Q4_2, Q4_3; 31-33, 36-38) stay unknown.
+TEST(Types, KnownTypesCoverThePublishedIds) {
+  uint32_t prev = 0;
+  bool first = true;
+  for (const TypeInfo& t : KnownTypes()) {
+    const uint32_t id = static_cast<uint32_t>(t.type);
+    EXPECT_TRUE(first || id > prev) << t.name;
+    EXPECT_EQ(FindTypeInfo(id), &t);
+    EXPECT_GT(t.block_elems, 0);
+    EXPECT_GT(t.block_bytes, 0);
+    prev = id;
+    first = false;
+  }
+  EXPECT_EQ(KnownTypes().size(), 34u);
+  for (uint32_t gone : {4u, 5u, 31u, 32u, 33u, 36u, 37u, 38u, 42u})
+    EXPECT_EQ(FindTypeInfo(gone), nullptr);
+  EXPECT_STREQ(FindTypeInfo(20)->name, "IQ4_NL");
+  EXPECT_STREQ(FindTypeInfo(23)->name, "IQ4_XS");
+  EXPECT_STREQ(FindTypeInfo(34)->name, "TQ1_0");
 }
 
 TEST(Types, EveryHalfRoundTripsThroughFloat) {

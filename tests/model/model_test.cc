@@ -1,6 +1,8 @@
 #include "runtime/model/model.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <functional>
 
 #include <gtest/gtest.h>
@@ -219,6 +221,63 @@ TEST(ModelTest, K256QuantsNeedWideRows) {
     ExpectRef(m->weights().tok_embd, DType::kQ8_0, 256, 384);
   } else {
     EXPECT_EQ(s.code(), Status::Code::kNotSupported);
+  }
+}
+
+// A file that uses a GGUF type Strata has no kernels for is refused at load, naming the
+// tensor, its type, and the types that would work, whichever weight it is.
+TEST(ModelTest, TypesWithoutKernelsAreRefusedByName) {
+  const std::string supported =
+      "supported weight types: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, "
+      "Q6_K, IQ4_NL, IQ4_XS, BF16)";
+  for (DType t : {DType::kIQ2_XXS, DType::kIQ3_S, DType::kTQ1_0, DType::kIQ1_M}) {
+    for (bool embedding : {false, true}) {
+      SCOPED_TRACE(std::string(kernels::TypeName(t)) + (embedding ? " embedding" : " weights"));
+      SyntheticModelSpec spec;
+      spec.n_embd = 256;
+      spec.n_ff = 512;
+      spec.weight_type = embedding ? DType::kQ8_0 : t;
+      spec.embd_type = embedding ? t : DType::kQ8_0;
+      std::unique_ptr<Model> m;
+      const Status s = LoadSynthetic(spec, "unsupported.gguf", &m);
+      EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
+      const std::string tensor = embedding ? "token_embd.weight" : "blk.0.attn_q.weight";
+      EXPECT_NE(s.message().find("tensor '" + tensor + "' has type " + kernels::TypeName(t) +
+                                 ", which Strata has no kernels for"),
+                std::string::npos)
+          << s.message();
+      EXPECT_NE(s.message().find(supported), std::string::npos) << s.message();
+    }
+  }
+}
+
+// A type id no published GGUF version defines stays a clean error naming the tensor.
+TEST(ModelTest, UnknownTypeIdIsACleanError) {
+  SyntheticModelSpec spec;
+  GgufWriter w;
+  STRATA_ASSERT_OK(BuildSyntheticModel(spec, &w));
+  GgufLayout layout;
+  std::vector<uint8_t> bytes = w.Serialize(&layout);
+  std::unique_ptr<GgufFile> parsed;
+  STRATA_ASSERT_OK(GgufFile::FromMemory(bytes.data(), bytes.size(), &parsed));
+  size_t index = 0;
+  while (parsed->tensors()[index].name != "blk.0.attn_q.weight") ++index;
+  for (uint32_t raw : {4u, 31u, 99u, 0xffffffffu}) {
+    std::memcpy(bytes.data() + layout.tensors[index].type_at, &raw, 4);
+    TempFile tmp("unknown_type.gguf");
+    {
+      std::FILE* f = std::fopen(tmp.path().c_str(), "wb");
+      ASSERT_NE(f, nullptr);
+      ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+      std::fclose(f);
+    }
+    std::unique_ptr<Model> m;
+    const Status s = Model::Load(tmp.path(), &m);
+    EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
+    EXPECT_NE(s.message().find("tensor 'blk.0.attn_q.weight': unknown tensor type " +
+                               std::to_string(raw)),
+              std::string::npos)
+        << s.message();
   }
 }
 
