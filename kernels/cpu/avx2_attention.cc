@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/attention_driver.h"
 #include "kernels/cpu/avx2_common.h"
 #include "kernels/cpu/avx2_internal.h"
 #include "kernels/cpu/kernel_table.h"
@@ -14,15 +15,7 @@ namespace {
 
 constexpr int kChunk = kAttnChunk;
 
-struct RowState {
-  const float* q;
-  float* acc;
-  float* scores;
-  float* m;
-  float* l;
-  int visible;
-  float alpha;
-};
+using RowState = AttnRow;
 
 template <int G>
 void Scores(RowState* rows, const uint16_t* k, int64_t stride, int n, int D) {
@@ -104,71 +97,21 @@ void ProcessGroup(RowState* rows, const uint16_t* k, const uint16_t* v, int64_t 
   for (int d0 = 0; d0 < D; d0 += 16) AccumulateV<G, 2>(rows, v, stride, n_vis, d0);
 }
 
+struct Isa {
+  template <int G>
+  static void ProcessGroup(AttnRow* rows, const uint16_t* k, const uint16_t* v, int64_t stride,
+                           int n, int D, float scale) {
+    cpu::ProcessGroup<G>(rows, k, v, stride, n, D, scale);
+  }
+  static void ScaleRow(float* o, const float* acc, float inv, int D) {
+    const __m256 vi = _mm256_set1_ps(inv);
+    for (int d = 0; d < D; d += 8)
+      _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), vi));
+  }
+};
+
 }  // namespace
 
-void Avx2Attention(const AttentionArgs& a) {
-  const int D = a.head_dim;
-  const int n_rows = a.n_q * a.n_rep;
-  float* base =
-      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(a.scratch) + 63) & ~uintptr_t{63});
-  float* acc = base;
-  float* m = acc + static_cast<int64_t>(n_rows) * D;
-  float* l = m + n_rows;
-  float* scores = l + n_rows;
-  std::fill(acc, acc + static_cast<int64_t>(n_rows) * D, 0.f);
-  std::fill(m, m + n_rows, -INFINITY);
-  std::fill(l, l + n_rows, 0.f);
-  for (int32_t s = 0; s < a.n_spans; ++s) {
-    const KvSpan& sp = a.spans[s];
-    for (int32_t c0 = 0; c0 < sp.n_tokens; c0 += kChunk) {
-      const int n = std::min<int32_t>(kChunk, sp.n_tokens - c0);
-      const int32_t p0 = sp.pos0 + c0;
-      const int32_t t_first = std::max<int32_t>(0, p0 - a.q_pos0);
-      if (t_first >= a.n_q) continue;
-      const int64_t off =
-          static_cast<int64_t>(c0) * sp.stride + static_cast<int64_t>(a.kv_head) * D;
-      for (int r0 = t_first * a.n_rep; r0 < n_rows; r0 += 4) {
-        const int g = std::min(4, n_rows - r0);
-        RowState rows[4];
-        for (int i = 0; i < g; ++i) {
-          const int r = r0 + i, t = r / a.n_rep, j = r % a.n_rep;
-          rows[i] = {a.q + static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(j) * D,
-                     acc + static_cast<int64_t>(r) * D,
-                     scores + static_cast<int64_t>(r % 4) * kChunk,
-                     m + r,
-                     l + r,
-                     std::clamp(a.q_pos0 + t - p0 + 1, 0, n),
-                     1.f};
-        }
-        const uint16_t* k = sp.k + off;
-        const uint16_t* v = sp.v + off;
-        switch (g) {
-          case 4:
-            ProcessGroup<4>(rows, k, v, sp.stride, n, D, a.scale);
-            break;
-          case 3:
-            ProcessGroup<3>(rows, k, v, sp.stride, n, D, a.scale);
-            break;
-          case 2:
-            ProcessGroup<2>(rows, k, v, sp.stride, n, D, a.scale);
-            break;
-          default:
-            ProcessGroup<1>(rows, k, v, sp.stride, n, D, a.scale);
-            break;
-        }
-      }
-    }
-  }
-  for (int r = 0; r < n_rows; ++r) {
-    const int t = r / a.n_rep, j = r % a.n_rep;
-    float* o = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(j) * D;
-    const __m256 inv = _mm256_set1_ps(l[r] > 0.f ? 1.f / l[r] : 0.f);
-    if (a.lse) a.lse[r] = l[r] > 0.f ? m[r] + std::log(l[r]) : -INFINITY;
-    for (int d = 0; d < D; d += 8) {
-      _mm256_storeu_ps(o + d,
-                       _mm256_mul_ps(_mm256_loadu_ps(acc + static_cast<int64_t>(r) * D + d), inv));
-    }
-  }
-}
+void Avx2Attention(const AttentionArgs& a) { AttentionOverChunks<Isa>(a); }
 
 }  // namespace strata::kernels::cpu

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/attention_driver.h"
 #include "kernels/cpu/avx512_internal.h"
 #include "kernels/cpu/avx512_math.h"
 #include "kernels/cpu/kernel_table.h"
@@ -23,15 +24,7 @@ namespace {
 constexpr int kChunk = kAttnChunk;
 static_assert(kChunk == 32, "score rows are handled as two 16-lane vectors");
 
-struct RowState {
-  const float* q;  // D floats
-  float* acc;      // D floats
-  float* scores;   // kChunk floats: scores, then probabilities
-  float* m;
-  float* l;
-  int visible;  // keys of the chunk this row sees (a prefix)
-  float alpha;  // rescale of the old accumulator for this chunk
-};
+using RowState = AttnRow;
 
 // Scores of G rows against keys [0, n) of the chunk (n rounded up to four; the extra keys
 // repeat the last valid one and are masked by the softmax step).
@@ -142,74 +135,21 @@ void ProcessGroup(RowState* rows, const uint16_t* k, const uint16_t* v, int64_t 
   AccumulateVAllDims<G>(rows, v, stride, n_vis, D);
 }
 
+struct Isa {
+  template <int G>
+  static void ProcessGroup(AttnRow* rows, const uint16_t* k, const uint16_t* v, int64_t stride,
+                           int n, int D, float scale) {
+    cpu::ProcessGroup<G>(rows, k, v, stride, n, D, scale);
+  }
+  static void ScaleRow(float* o, const float* acc, float inv, int D) {
+    const __m512 vi = _mm512_set1_ps(inv);
+    for (int d = 0; d < D; d += 16)
+      _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), vi));
+  }
+};
+
 }  // namespace
 
-void Avx512Attention(const AttentionArgs& a) {
-  const int D = a.head_dim;
-  const int n_rows = a.n_q * a.n_rep;
-  float* base =
-      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(a.scratch) + 63) & ~uintptr_t{63});
-  float* acc = base;
-  float* m = acc + static_cast<int64_t>(n_rows) * D;
-  float* l = m + n_rows;
-  float* scores = l + n_rows;
-  std::fill(acc, acc + static_cast<int64_t>(n_rows) * D, 0.f);
-  std::fill(m, m + n_rows, -INFINITY);
-  std::fill(l, l + n_rows, 0.f);
-
-  for (int32_t s = 0; s < a.n_spans; ++s) {
-    const KvSpan& sp = a.spans[s];
-    for (int32_t c0 = 0; c0 < sp.n_tokens; c0 += kChunk) {
-      const int n = std::min<int32_t>(kChunk, sp.n_tokens - c0);
-      const int32_t p0 = sp.pos0 + c0;
-      // Token t sees key positions <= q_pos0 + t; earlier tokens may see none of the chunk.
-      const int32_t t_first = std::max<int32_t>(0, p0 - a.q_pos0);
-      if (t_first >= a.n_q) continue;
-      const int64_t off =
-          static_cast<int64_t>(c0) * sp.stride + static_cast<int64_t>(a.kv_head) * D;
-      const uint16_t* k = sp.k + off;
-      const uint16_t* v = sp.v + off;
-      for (int r0 = t_first * a.n_rep; r0 < n_rows; r0 += 4) {
-        const int g = std::min(4, n_rows - r0);
-        RowState rows[4];
-        for (int i = 0; i < g; ++i) {
-          const int r = r0 + i, t = r / a.n_rep, j = r % a.n_rep;
-          rows[i].q = a.q + static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(j) * D;
-          rows[i].acc = acc + static_cast<int64_t>(r) * D;
-          rows[i].scores = scores + static_cast<int64_t>(r % 4) * kChunk;
-          rows[i].m = m + r;
-          rows[i].l = l + r;
-          rows[i].visible = std::clamp(a.q_pos0 + t - p0 + 1, 0, n);
-          rows[i].alpha = 1.f;
-        }
-        switch (g) {
-          case 4:
-            ProcessGroup<4>(rows, k, v, sp.stride, n, D, a.scale);
-            break;
-          case 3:
-            ProcessGroup<3>(rows, k, v, sp.stride, n, D, a.scale);
-            break;
-          case 2:
-            ProcessGroup<2>(rows, k, v, sp.stride, n, D, a.scale);
-            break;
-          default:
-            ProcessGroup<1>(rows, k, v, sp.stride, n, D, a.scale);
-            break;
-        }
-      }
-    }
-  }
-
-  for (int r = 0; r < n_rows; ++r) {
-    const int t = r / a.n_rep, j = r % a.n_rep;
-    float* o = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(j) * D;
-    const __m512 inv = _mm512_set1_ps(l[r] > 0.f ? 1.f / l[r] : 0.f);
-    if (a.lse) a.lse[r] = l[r] > 0.f ? m[r] + std::log(l[r]) : -INFINITY;
-    for (int d = 0; d < D; d += 16) {
-      _mm512_storeu_ps(o + d,
-                       _mm512_mul_ps(_mm512_loadu_ps(acc + static_cast<int64_t>(r) * D + d), inv));
-    }
-  }
-}
+void Avx512Attention(const AttentionArgs& a) { AttentionOverChunks<Isa>(a); }
 
 }  // namespace strata::kernels::cpu

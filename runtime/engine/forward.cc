@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "runtime/model/model_math.h"
+
 namespace strata {
 namespace {
 
@@ -54,21 +56,6 @@ Status CheckForwardBatch(const ForwardBatch& batch, int64_t max_tokens, int32_t 
   return Status::OK();
 }
 
-std::vector<float> RopeInverseFrequencies(const Model& model) {
-  // theta_i = pos * freq_scale * base^(-2i/rope_dim) / factor_i (factors: Llama 3.1).
-  const HParams& hp = model.hparams();
-  const int32_t half = hp.rope_dim / 2;
-  std::vector<float> inv_freq(size_t(std::max(half, 0)));
-  const float* factors =
-      model.weights().rope_freqs.present() ? model.weights().rope_freqs.f32() : nullptr;
-  for (int32_t i = 0; i < half; ++i) {
-    double f = std::pow(double(hp.rope_base), -2.0 * i / hp.rope_dim) * hp.rope_freq_scale;
-    if (factors) f /= factors[i];
-    inv_freq[size_t(i)] = float(f);
-  }
-  return inv_freq;
-}
-
 int64_t ForwardBatch::n_outputs() const {
   return std::count(want_logits.begin(), want_logits.end(), uint8_t(1));
 }
@@ -104,19 +91,10 @@ Forward::Forward(const Model& model, KvPolicy* kv, ThreadPool* pool, int32_t max
 }
 
 void Forward::ComputeRopeTable(const ForwardBatch& batch) {
-  const int32_t half = hp_.rope_dim / 2;
   int64_t t = 0;
-  for (const BatchSeq& s : batch.seqs) {
-    for (int32_t i = 0; i < s.n_new; ++i, ++t) {
-      float* cs = rope_.data() + t * hp_.rope_dim;
-      const double pos = double(s.pos0 + i);
-      for (int32_t j = 0; j < half; ++j) {
-        double a = pos * inv_freq_[j];
-        cs[2 * j] = float(std::cos(a));
-        cs[2 * j + 1] = float(std::sin(a));
-      }
-    }
-  }
+  for (const BatchSeq& s : batch.seqs)
+    for (int32_t i = 0; i < s.n_new; ++i, ++t)
+      RopeCosSin(inv_freq_, s.pos0 + i, rope_.data() + t * hp_.rope_dim);
 }
 
 void Forward::RmsNormRows(const float* x, const TensorRef& w, float* y, int64_t n_tok) {
@@ -417,22 +395,8 @@ Status Forward::RunLayers(const ForwardBatch& batch, int64_t n_tok) {
     }
     const auto t_other = Clock::now();
     per_token([&](int64_t t) {
-      float* q = q_.data() + t * q_dim;
-      float* k = k_.data() + t * kv_dim;
-      if (hp_.has_qkv_bias) {
-        kernels::Add(q, L.bq.f32(), q_dim);
-        kernels::Add(k, L.bk.f32(), kv_dim);
-        kernels::Add(v_.data() + t * kv_dim, L.bv.f32(), kv_dim);
-      }
-      if (hp_.has_qk_norm) {
-        for (int32_t h = 0; h < hp_.n_head; ++h)
-          kernels::RmsNorm(q + h * hd, L.q_norm.f32(), q + h * hd, hd, hp_.rms_eps);
-        for (int32_t h = 0; h < hp_.n_head_kv; ++h)
-          kernels::RmsNorm(k + h * hd, L.k_norm.f32(), k + h * hd, hd, hp_.rms_eps);
-      }
-      const float* cs = rope_.data() + t * hp_.rope_dim;
-      kernels::RopeApply(q, hp_.n_head, int(hd), hp_.rope_dim, cs, hp_.rope_layout);
-      kernels::RopeApply(k, hp_.n_head_kv, int(hd), hp_.rope_dim, cs, hp_.rope_layout);
+      FinishQkv(hp_, L, rope_.data() + t * hp_.rope_dim, q_.data() + t * q_dim,
+                k_.data() + t * kv_dim, v_.data() + t * kv_dim);
     });
     times_.other += Seconds(t_other, Clock::now());
 

@@ -65,9 +65,6 @@ class ForwardPass {
 // What every backend checks before a pass: not empty, within max_tokens, token ids inside
 // the vocabulary, sequence counts consistent.
 Status CheckForwardBatch(const ForwardBatch& batch, int64_t max_tokens, int32_t n_vocab);
-// RoPE's inverse frequencies, one per rotated pair, with the model's scaling and frequency
-// factors: theta_i(pos) = pos * inv_freq[i].
-std::vector<float> RopeInverseFrequencies(const Model& model);
 
 class Forward final : public ForwardPass {
  public:

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "runtime/model/model_math.h"
 
 namespace strata {
 namespace {

@@ -8,6 +8,7 @@
 #include "common/thread_pool.h"
 #include "kernels/kernels.h"
 #include "runtime/model/model.h"
+#include "runtime/model/model_math.h"
 
 namespace strata {
 namespace {
@@ -41,15 +42,7 @@ Status GroupPredictor::Create(const Model& model, const AdapterSet& set, GroupSc
   p->row_ = hp.n_head_kv * hp.head_dim;
   p->n_embd_ = hp.n_embd;
   p->scale_ = 1.0f / std::sqrt(float(hp.head_dim));
-  const int32_t half = hp.rope_dim / 2;
-  p->inv_freq_.resize(size_t(half));
-  const float* factors =
-      model.weights().rope_freqs.present() ? model.weights().rope_freqs.f32() : nullptr;
-  for (int32_t i = 0; i < half; ++i) {
-    double f = std::pow(double(hp.rope_base), -2.0 * i / hp.rope_dim) * hp.rope_freq_scale;
-    if (factors) f /= factors[i];
-    p->inv_freq_[size_t(i)] = float(f);
-  }
+  p->inv_freq_ = RopeInverseFrequencies(model);
   const size_t rows = size_t(std::max(max_rows, 1));
   const size_t q_dim = size_t(hp.n_head) * hp.head_dim;
   p->xn_.resize(rows * hp.n_embd);
@@ -174,21 +167,10 @@ void GroupPredictor::LowRankQueries(int32_t layer, const float* x, int64_t n,
                        [&](int64_t r0, int64_t r1, int) { kernels::Matmul(a, r0, r1); });
 
   const float* adapter = set_.query(layer).data();
-  const int32_t half = hp.rope_dim / 2;
   for (int64_t t = 0; t < n; ++t) {
     float* q = q_.data() + t * q_dim;
-    if (hp.has_qkv_bias) kernels::Add(q, L.bq.f32(), q_dim);
-    if (hp.has_qk_norm)
-      for (int32_t h = 0; h < n_head_; ++h)
-        kernels::RmsNorm(q + h * head_dim_, L.q_norm.f32(), q + h * head_dim_, head_dim_,
-                         hp.rms_eps);
-    const double pos = double(positions[t]);
-    for (int32_t j = 0; j < half; ++j) {
-      const double ang = pos * inv_freq_[size_t(j)];
-      cos_sin_[size_t(2 * j)] = float(std::cos(ang));
-      cos_sin_[size_t(2 * j + 1)] = float(std::sin(ang));
-    }
-    kernels::RopeApply(q, n_head_, head_dim_, hp.rope_dim, cos_sin_.data(), hp.rope_layout);
+    RopeCosSin(inv_freq_, positions[t], cos_sin_.data());
+    FinishQkv(hp, L, cos_sin_.data(), q, nullptr, nullptr);
     // Head h reads KV head h / n_rep: its query meets only that head's rows of A.
     for (int32_t h = 0; h < n_head_; ++h) {
       float* o = out + (t * n_head_ + h) * rank_;
