@@ -246,6 +246,39 @@ TEST_F(CudaKernelsTest, BatchedStoresAndExtentCopiesLandWhereTheySay) {
   d_->HostFree(host);
 }
 
+// The CPU kernel's attention of each token (query heads of q, [token][q_dim]) over its
+// sequence's spans: the reference the GPU kernels are held to.
+std::vector<float> CpuAttention(const std::vector<float>& q,
+                                const std::vector<std::vector<kernels::KvSpan>>& host_spans,
+                                const std::vector<int32_t>& tok_seq,
+                                const std::vector<int32_t>& tok_pos, int32_t n_kv, int32_t n_rep,
+                                int32_t hd) {
+  const int32_t q_dim = n_kv * n_rep * hd;
+  std::vector<float> ref(q.size());
+  std::vector<float> scratch(kernels::AttentionScratchFloats(1, n_rep, hd));
+  for (size_t t = 0; t < tok_seq.size(); ++t) {
+    const auto& spans = host_spans[size_t(tok_seq[t])];
+    for (int32_t h = 0; h < n_kv; ++h) {
+      kernels::AttentionArgs a{};
+      a.q = q.data() + t * q_dim + size_t(h) * n_rep * hd;
+      a.n_q = 1;
+      a.q_stride = q_dim;
+      a.q_pos0 = tok_pos[t];
+      a.n_rep = n_rep;
+      a.head_dim = hd;
+      a.kv_head = h;
+      a.spans = spans.data();
+      a.n_spans = int32_t(spans.size());
+      a.scale = 1.0f / std::sqrt(float(hd));
+      a.out = ref.data() + t * q_dim + size_t(h) * n_rep * hd;
+      a.out_stride = q_dim;
+      a.scratch = scratch.data();
+      kernels::AttentionOverSpans(a);
+    }
+  }
+  return ref;
+}
+
 // Two sequences; sequence 0 has 3 query tokens (a causal prefill tail) over 427 keys (more
 // than the 8 key splits x 32 take in one round), sequence 1 one query over 40; spans of
 // ragged sizes, out of position order, the last holding keys after the queries (masked).
@@ -282,28 +315,7 @@ void CudaKernelsTest::CheckAttention(int32_t n_kv, int32_t n_rep, int32_t hd) {
   ASSERT_TRUE(d_->CheckLaunch("attention").ok());
   const auto out = Down(dout, q.size());
 
-  std::vector<float> ref(q.size());
-  for (int t = 0; t < 4; ++t) {
-    const auto& spans = host_spans[size_t(tok_seq[size_t(t)])];
-    for (int32_t h = 0; h < n_kv; ++h) {
-      kernels::AttentionArgs a{};
-      std::vector<float> scratch(kernels::AttentionScratchFloats(1, n_rep, hd));
-      a.q = q.data() + size_t(t) * q_dim + size_t(h) * n_rep * hd;
-      a.n_q = 1;
-      a.q_stride = q_dim;
-      a.q_pos0 = tok_pos[size_t(t)];
-      a.n_rep = n_rep;
-      a.head_dim = hd;
-      a.kv_head = h;
-      a.spans = spans.data();
-      a.n_spans = int32_t(spans.size());
-      a.scale = scale;
-      a.out = ref.data() + size_t(t) * q_dim + size_t(h) * n_rep * hd;
-      a.out_stride = q_dim;
-      a.scratch = scratch.data();
-      kernels::AttentionOverSpans(a);
-    }
-  }
+  const std::vector<float> ref = CpuAttention(q, host_spans, tok_seq, tok_pos, n_kv, n_rep, hd);
   for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-4) << i;
 
   // The tiled kernel on the same batch: one tile holding both sequences' tokens.
@@ -397,28 +409,7 @@ void CudaKernelsTest::CheckTiledAttention(int32_t n_kv, int32_t n_rep, int32_t h
   ASSERT_TRUE(kc::AttentionTiled(ab, stream_));
   ASSERT_TRUE(d_->CheckLaunch("tiled attention").ok());
   const auto out = Down(dout, q.size());
-  std::vector<float> ref(q.size());
-  std::vector<float> scratch(kernels::AttentionScratchFloats(1, n_rep, hd));
-  for (int32_t t = 0; t < n_tok; ++t) {
-    const auto& spans = host_spans[size_t(tok_seq[size_t(t)])];
-    for (int32_t h = 0; h < n_kv; ++h) {
-      kernels::AttentionArgs a{};
-      a.q = q.data() + size_t(t) * q_dim + size_t(h) * n_rep * hd;
-      a.n_q = 1;
-      a.q_stride = q_dim;
-      a.q_pos0 = tok_pos[size_t(t)];
-      a.n_rep = n_rep;
-      a.head_dim = hd;
-      a.kv_head = h;
-      a.spans = spans.data();
-      a.n_spans = int32_t(spans.size());
-      a.scale = scale;
-      a.out = ref.data() + size_t(t) * q_dim + size_t(h) * n_rep * hd;
-      a.out_stride = q_dim;
-      a.scratch = scratch.data();
-      kernels::AttentionOverSpans(a);
-    }
-  }
+  const std::vector<float> ref = CpuAttention(q, host_spans, tok_seq, tok_pos, n_kv, n_rep, hd);
   for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-4) << i;
 
   const std::vector<int32_t> seq1(37, 1), pos1(tok_pos.end() - 37, tok_pos.end());
