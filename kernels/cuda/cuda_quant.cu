@@ -25,8 +25,10 @@ __device__ float WarpSum(float v) {
 // so each weight is read once per NT tokens; then the warp reduces. A token's sum runs over
 // the same units on the same lanes in the same order whatever NT and n_tok are, so its
 // result is independent of the batch. (Splitting a long row over 2-4 warps of a block, with
-// a shared-memory reduction, measured slower on an H200: see docs/experiments/gpu.md.)
-constexpr int kRowsPerBlock = 4;
+// a shared-memory reduction, measured slower on an H200; of 1, 2, 4 and 8 rows a block and
+// loops unrolled 2 or 4 times, one row a block unrolled 4 times decoded fastest on an H100,
+// by 3% at most: see docs/experiments/gpu.md.)
+constexpr int kRowsPerBlock = 1;
 struct QPartsArg {
   QMatmulPart part[3];
   unsigned first_block[4];
@@ -51,7 +53,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-#pragma unroll 2
+#pragma unroll 4
     for (int64_t u = lane; u < units; u += 32)
       B::template Dot<NT>(row, u, xq + t0 * k, xs + t0 * (k / 32), k, nt, acc);
 #pragma unroll
