@@ -85,23 +85,18 @@ void AccumulateV(RowState* rows, const uint16_t* v, int64_t stride, int n, int d
   }
 }
 
-template <int G>
-void ProcessGroup(RowState* rows, const uint16_t* k, const uint16_t* v, int64_t stride, int n,
-                  int D, float scale) {
-  Scores<G>(rows, k, stride, n, D);
-  int n_vis = 0;
-  for (int r = 0; r < G; ++r) {
-    SoftmaxStep(rows[r], scale);
-    n_vis = std::max(n_vis, rows[r].visible);
-  }
-  for (int d0 = 0; d0 < D; d0 += 16) AccumulateV<G, 2>(rows, v, stride, n_vis, d0);
-}
-
+// What the shared driver (attention_driver.h) asks of an ISA.
 struct Isa {
   template <int G>
-  static void ProcessGroup(AttnRow* rows, const uint16_t* k, const uint16_t* v, int64_t stride,
+  static void ProcessGroup(RowState* rows, const uint16_t* k, const uint16_t* v, int64_t stride,
                            int n, int D, float scale) {
-    cpu::ProcessGroup<G>(rows, k, v, stride, n, D, scale);
+    Scores<G>(rows, k, stride, n, D);
+    int n_vis = 0;
+    for (int r = 0; r < G; ++r) {
+      SoftmaxStep(rows[r], scale);
+      n_vis = std::max(n_vis, rows[r].visible);
+    }
+    for (int d0 = 0; d0 < D; d0 += 16) AccumulateV<G, 2>(rows, v, stride, n_vis, d0);
   }
   static void ScaleRow(float* o, const float* acc, float inv, int D) {
     const __m256 vi = _mm256_set1_ps(inv);

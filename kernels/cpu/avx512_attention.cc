@@ -121,25 +121,20 @@ void AccumulateVAllDims(RowState* rows, const uint16_t* v, int64_t stride, int n
   }
 }
 
-template <int G>
-void ProcessGroup(RowState* rows, const uint16_t* k, const uint16_t* v, int64_t stride, int n,
-                  int D, float scale) {
-  Scores<G>(rows, k, stride, n, D);
-  int n_vis = 0;
-  for (int r = 0; r < G; ++r) {
-    SoftmaxStep(rows[r], scale);
-    n_vis = std::max(n_vis, rows[r].visible);
-  }
-  // Keys past a row's visible prefix have probability 0 there, so the group can run to the
-  // largest prefix.
-  AccumulateVAllDims<G>(rows, v, stride, n_vis, D);
-}
-
+// What the shared driver (attention_driver.h) asks of an ISA.
 struct Isa {
   template <int G>
-  static void ProcessGroup(AttnRow* rows, const uint16_t* k, const uint16_t* v, int64_t stride,
+  static void ProcessGroup(RowState* rows, const uint16_t* k, const uint16_t* v, int64_t stride,
                            int n, int D, float scale) {
-    cpu::ProcessGroup<G>(rows, k, v, stride, n, D, scale);
+    Scores<G>(rows, k, stride, n, D);
+    int n_vis = 0;
+    for (int r = 0; r < G; ++r) {
+      SoftmaxStep(rows[r], scale);
+      n_vis = std::max(n_vis, rows[r].visible);
+    }
+    // Keys past a row's visible prefix have probability 0 there, so the group can run to the
+    // largest prefix.
+    AccumulateVAllDims<G>(rows, v, stride, n_vis, D);
   }
   static void ScaleRow(float* o, const float* acc, float inv, int D) {
     const __m512 vi = _mm512_set1_ps(inv);

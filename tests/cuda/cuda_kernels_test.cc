@@ -69,6 +69,26 @@ class CudaKernelsTest : public ::testing::Test {
     return f;
   }
 
+  // Random F16 K and V for each sequence's spans of the given sizes (rows of `row` values,
+  // positions from 0 in order), on the host and on the device.
+  void RaggedSpans(const std::vector<std::vector<int32_t>>& span_sizes, int32_t row,
+                   std::vector<std::vector<uint16_t>>* store,
+                   std::vector<std::vector<kernels::KvSpan>>* host,
+                   std::vector<std::vector<kernels::KvSpan>>* dev) {
+    host->assign(span_sizes.size(), {});
+    dev->assign(span_sizes.size(), {});
+    for (size_t s = 0; s < span_sizes.size(); ++s) {
+      int32_t pos = 0;
+      for (int32_t n : span_sizes[s]) {
+        store->push_back(ToF16(Random(size_t(2 * n * row))));
+        const auto& h = store->back();
+        const uint16_t* dk = Up(h);
+        (*host)[s].push_back({h.data(), h.data() + size_t(n) * row, n, pos, row});
+        (*dev)[s].push_back({dk, dk + size_t(n) * row, n, pos, row});
+        pos += n;
+      }
+    }
+  }
   void CheckAttention(int32_t n_kv, int32_t n_rep, int32_t hd);
   void CheckTiledAttention(int32_t n_kv, int32_t n_rep, int32_t hd);
 
@@ -287,19 +307,9 @@ void CudaKernelsTest::CheckAttention(int32_t n_kv, int32_t n_rep, int32_t hd) {
                ", head dim " + std::to_string(hd));
   const int32_t row = n_kv * hd, q_dim = n_kv * n_rep * hd;
   const std::vector<std::vector<int32_t>> span_sizes = {{16, 16, 5, 40, 200, 150}, {7, 33}};
-  std::vector<std::vector<kernels::KvSpan>> host_spans(2), dev_spans(2);
   std::vector<std::vector<uint16_t>> kv_store;
-  for (int s = 0; s < 2; ++s) {
-    int32_t pos = 0;
-    for (int32_t n : span_sizes[size_t(s)]) {
-      kv_store.push_back(ToF16(Random(size_t(2 * n * row))));
-      const auto& h = kv_store.back();
-      const uint16_t* dk = Up(h);
-      host_spans[size_t(s)].push_back({h.data(), h.data() + size_t(n) * row, n, pos, row});
-      dev_spans[size_t(s)].push_back({dk, dk + size_t(n) * row, n, pos, row});
-      pos += n;
-    }
-  }
+  std::vector<std::vector<kernels::KvSpan>> host_spans, dev_spans;
+  RaggedSpans(span_sizes, row, &kv_store, &host_spans, &dev_spans);
   std::reverse(host_spans[0].begin(), host_spans[0].end());
   std::reverse(dev_spans[0].begin(), dev_spans[0].end());
   const std::vector<int32_t> tok_seq = {0, 0, 0, 1}, tok_pos = {420, 421, 422, 39};
@@ -381,19 +391,9 @@ void CudaKernelsTest::CheckTiledAttention(int32_t n_kv, int32_t n_rep, int32_t h
                ", head dim " + std::to_string(hd));
   const int32_t row = n_kv * hd, q_dim = n_kv * n_rep * hd;
   const std::vector<std::vector<int32_t>> span_sizes = {{64, 3, 183, 100, 50}, {37}};
-  std::vector<std::vector<kernels::KvSpan>> host_spans(2), dev_spans(2);
   std::vector<std::vector<uint16_t>> kv_store;
-  for (int s = 0; s < 2; ++s) {
-    int32_t pos = 0;
-    for (int32_t n : span_sizes[size_t(s)]) {
-      kv_store.push_back(ToF16(Random(size_t(2 * n * row))));
-      const auto& h = kv_store.back();
-      const uint16_t* dk = Up(h);
-      host_spans[size_t(s)].push_back({h.data(), h.data() + size_t(n) * row, n, pos, row});
-      dev_spans[size_t(s)].push_back({dk, dk + size_t(n) * row, n, pos, row});
-      pos += n;
-    }
-  }
+  std::vector<std::vector<kernels::KvSpan>> host_spans, dev_spans;
+  RaggedSpans(span_sizes, row, &kv_store, &host_spans, &dev_spans);
   std::vector<int32_t> tok_seq, tok_pos;
   for (int32_t p = 250; p < 400; ++p) tok_seq.push_back(0), tok_pos.push_back(p);
   for (int32_t p = 0; p < 37; ++p) tok_seq.push_back(1), tok_pos.push_back(p);
