@@ -52,6 +52,19 @@ STRATA_INLINE __m256 ReduceLanes8(const __m256* v) {
   }
 }
 
+// The AVX2 registers as the x86 matmul driver sees them (x86_matmul_driver.h).
+struct Avx2Vec {
+  using F = __m256;
+  using I = __m256i;
+  static constexpr int kLanes = 8;
+  STRATA_INLINE static F Zero() { return _mm256_setzero_ps(); }
+  template <int N>
+  STRATA_INLINE static F Sum(const F* v) {
+    return ReduceLanes8<N>(v);
+  }
+  STRATA_INLINE static void StoreSums(float* out, F v) { _mm256_store_ps(out, v); }
+};
+
 STRATA_INLINE float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
 STRATA_INLINE uint16_t LoadU16(const uint8_t* p) {
   uint16_t v;

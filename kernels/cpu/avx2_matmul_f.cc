@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/avx2_common.h"
 #include "kernels/cpu/avx2_internal.h"
+#include "kernels/cpu/x86_matmul_driver.h"
 #include "kernels/cpu/x86_unpack_q4.h"
 
 namespace strata::kernels::cpu {
@@ -40,77 +41,37 @@ STRATA_INLINE __m256 LoadXTail(const float* x, int64_t i, int64_t n) {
   return _mm256_load_ps(buf);
 }
 
-template <DType kType, int R, int T>
-STRATA_INLINE void FloatTile8(const uint8_t* const* rows, const float* const* xs, int64_t k,
-                              __m256* acc) {
-  for (int i = 0; i < R * T; ++i) acc[i] = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= k; i += 8) {
-    for (int r = 0; r < R; ++r) {
-      const __m256 w = LoadW8<kType>(rows[r], i);
-      for (int t = 0; t < T; ++t) {
-        acc[t * R + r] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xs[t] + i), acc[t * R + r]);
-      }
-    }
-  }
-  if (i < k) {
-    for (int r = 0; r < R; ++r) {
-      const __m256 w = LoadTail<kType>(rows[r], i, k - i);
-      for (int t = 0; t < T; ++t) {
-        acc[t * R + r] = _mm256_fmadd_ps(w, LoadXTail(xs[t], i, k - i), acc[t * R + r]);
-      }
-    }
-  }
-}
-
-template <DType kType, int R, int T>
-void FloatMatmul8(const MatmulArgs& a, int64_t rb, int64_t re) {
-  static_assert(R * T <= 8);
-  constexpr int N = R * T <= 1 ? 1 : R * T <= 2 ? 2 : R * T <= 4 ? 4 : 8;
-  const uint8_t* w = static_cast<const uint8_t*>(a.w);
-  const uint8_t* x = static_cast<const uint8_t*>(a.xq);
-  for (int64_t t0 = 0; t0 < a.n_tok; t0 += T) {
-    const int nt = static_cast<int>(std::min<int64_t>(T, a.n_tok - t0));
-    const float* xs[T];
-    for (int t = 0; t < T; ++t) {
-      xs[t] = reinterpret_cast<const float*>(x + (t0 + std::min(t, nt - 1)) * a.xq_row_bytes);
-    }
-    for (int64_t r0 = rb; r0 < re; r0 += R) {
-      const int nr = static_cast<int>(std::min<int64_t>(R, re - r0));
-      const uint8_t* rows[R];
-      for (int r = 0; r < R; ++r) rows[r] = w + (r0 + std::min(r, nr - 1)) * a.w_row_bytes;
-      __m256 v[N];
-      FloatTile8<kType, R, T>(rows, xs, a.k, v);
-      for (int j = R * T; j < N; ++j) v[j] = _mm256_setzero_ps();
-      alignas(32) float sums[8];
-      _mm256_store_ps(sums, ReduceLanes8<N>(v));
-      for (int t = 0; t < nt; ++t) {
-        for (int r = 0; r < nr; ++r) a.y[(t0 + t) * a.y_stride + r0 + r] = sums[t * R + r];
-      }
-    }
-  }
-}
-
+// The inner loop of x86_matmul_driver.h's FloatMatmul.
 template <DType kType>
-void FloatMatmulAny8(const MatmulArgs& a, int64_t rb, int64_t re) {
-  if (a.n_tok == 1) {
-    FloatMatmul8<kType, 4, 1>(a, rb, re);
-  } else {
-    FloatMatmul8<kType, 2, 4>(a, rb, re);
+struct FloatTile8 {
+  template <int R, int T>
+  STRATA_INLINE static void Run(const uint8_t* const* rows, const float* const* xs, int64_t k,
+                                __m256* acc) {
+    for (int i = 0; i < R * T; ++i) acc[i] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+      for (int r = 0; r < R; ++r) {
+        const __m256 w = LoadW8<kType>(rows[r], i);
+        for (int t = 0; t < T; ++t) {
+          acc[t * R + r] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xs[t] + i), acc[t * R + r]);
+        }
+      }
+    }
+    if (i < k) {
+      for (int r = 0; r < R; ++r) {
+        const __m256 w = LoadTail<kType>(rows[r], i, k - i);
+        for (int t = 0; t < T; ++t) {
+          acc[t * R + r] = _mm256_fmadd_ps(w, LoadXTail(xs[t], i, k - i), acc[t * R + r]);
+        }
+      }
+    }
   }
-}
+};
 
 }  // namespace
 
 void Avx2MatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re) {
-  switch (a.wtype) {
-    case DType::kF32:
-      return FloatMatmulAny8<DType::kF32>(a, rb, re);
-    case DType::kF16:
-      return FloatMatmulAny8<DType::kF16>(a, rb, re);
-    default:
-      return FloatMatmulAny8<DType::kBF16>(a, rb, re);
-  }
+  FloatMatmulAnyType<Avx2Vec, FloatTile8, 4, 2, 4>(a, rb, re);
 }
 
 namespace {

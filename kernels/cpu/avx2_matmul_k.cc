@@ -3,9 +3,10 @@
 // order the panel holds the activations) and scale vectors are kept in a small stack record,
 // since 16 registers cannot hold them. Unsigned codes go through vpmaddubsw into 16-bit pair
 // sums and vpmaddwd applies the sub-block scales; offsets and mins use the Q8_K block sums.
+#include "kernels/cpu/avx2_common.h"
 #include "kernels/cpu/avx2_internal.h"
-#include "kernels/cpu/avx2_matmul_driver.h"
 #include "kernels/cpu/block_math.h"
+#include "kernels/cpu/x86_matmul_driver.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -33,7 +34,7 @@ struct Q4_KTraits2 {
     __m256 d, neg_dmin;
   };
   template <bool kTail>
-  STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const BlockQ4_K& b = *reinterpret_cast<const BlockQ4_K*>(p);
     uint8_t sc[8], mn[8];
     Q4KScalesMins(b.scales, sc, mn);
@@ -50,7 +51,7 @@ struct Q4_KTraits2 {
     w.neg_dmin = _mm256_set1_ps(-HalfToFloat(b.dmin));
   }
   template <bool kTail>
-  STRATA_INLINE static void Prep(const uint8_t* x, __m256i* out) {
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m256i* out) {
     PrepQ8_K<kTail>(x, out);
   }
   STRATA_INLINE static __m256 Dot(const W& w, const __m256i* x, __m256 acc) {
@@ -77,7 +78,7 @@ struct Q6_KTraits2 {
     __m256 d;
   };
   template <bool kTail>
-  STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const BlockQ6_K& b = *reinterpret_cast<const BlockQ6_K*>(p);
     const __m256i low4 = _mm256_set1_epi8(0x0f), high2 = _mm256_set1_epi8(0x30);
     for (int h = 0; h < 2; ++h) {
@@ -105,7 +106,7 @@ struct Q6_KTraits2 {
     w.d = _mm256_set1_ps(HalfToFloat(b.d));
   }
   template <bool kTail>
-  STRATA_INLINE static void Prep(const uint8_t* x, __m256i* out) {
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m256i* out) {
     PrepQ8_K<kTail>(x, out);
   }
   STRATA_INLINE static __m256 Dot(const W& w, const __m256i* x, __m256 acc) {
@@ -142,7 +143,7 @@ struct Q2_KTraits2 {
   static constexpr int kActBlockBytes = sizeof(BlockQ8_K), kPanelVecs = 10;
   using W = Q4_KTraits2::W;  // mins: the 4-bit min of bsum j's sub-block
   template <bool kTail>
-  STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const BlockQ2_K& b = *reinterpret_cast<const BlockQ2_K*>(p);
     const __m256i m2 = _mm256_set1_epi8(3);
     for (int h = 0; h < 2; ++h) {
@@ -160,7 +161,7 @@ struct Q2_KTraits2 {
     w.neg_dmin = _mm256_set1_ps(-HalfToFloat(b.dmin));
   }
   template <bool kTail>
-  STRATA_INLINE static void Prep(const uint8_t* x, __m256i* out) {
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m256i* out) {
     PrepQ8_K<kTail>(x, out);
   }
   STRATA_INLINE static __m256 Dot(const W& w, const __m256i* x, __m256 acc) {
@@ -185,7 +186,7 @@ struct Q3_KTraits2 {
     return _mm256_or_si256(low, _mm256_and_si256(MoveBit<c, 2>(hm), _mm256_set1_epi8(4)));
   }
   template <bool kTail>
-  STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const BlockQ3_K& b = *reinterpret_cast<const BlockQ3_K*>(p);
     const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
     const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
@@ -209,7 +210,7 @@ struct Q3_KTraits2 {
     w.d = _mm256_set1_ps(HalfToFloat(b.d));
   }
   template <bool kTail>
-  STRATA_INLINE static void Prep(const uint8_t* x, __m256i* out) {
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m256i* out) {
     PrepQ8_K<kTail>(x, out);
   }
   STRATA_INLINE static __m256 Dot(const W& w, const __m256i* x, __m256 acc) {
@@ -233,7 +234,7 @@ struct Q5_KTraits2 {
     return _mm256_and_si256(MoveBit<j, 4>(qh), _mm256_set1_epi8(0x10));
   }
   template <bool kTail>
-  STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const BlockQ5_K& b = *reinterpret_cast<const BlockQ5_K*>(p);
     uint8_t sc[8], mn[8];
     Q4KScalesMins(b.scales, sc, mn);
@@ -254,7 +255,7 @@ struct Q5_KTraits2 {
     w.neg_dmin = _mm256_set1_ps(-HalfToFloat(b.dmin));
   }
   template <bool kTail>
-  STRATA_INLINE static void Prep(const uint8_t* x, __m256i* out) {
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m256i* out) {
     PrepQ8_K<kTail>(x, out);
   }
   STRATA_INLINE static __m256 Dot(const W& w, const __m256i* x, __m256 acc) {
@@ -275,7 +276,7 @@ struct IQ4_XSTraits2 {
     __m256 d;
   };
   template <bool kTail>
-  STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const BlockIQ4_XS& b = *reinterpret_cast<const BlockIQ4_XS*>(p);
     const __m256i grid =
         _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Grid)));
@@ -291,7 +292,7 @@ struct IQ4_XSTraits2 {
     w.d = _mm256_set1_ps(HalfToFloat(b.d));
   }
   template <bool kTail>
-  STRATA_INLINE static void Prep(const uint8_t* x, __m256i* out) {
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m256i* out) {
     PrepQ8_K<kTail>(x, out);
   }
   STRATA_INLINE static __m256 Dot(const W& w, const __m256i* x, __m256 acc) {
@@ -310,17 +311,17 @@ struct IQ4_XSTraits2 {
 void Avx2MatmulSuperBlocks(const MatmulArgs& a, int64_t rb, int64_t re) {
   switch (a.wtype) {
     case DType::kQ2_K:
-      return MatmulQuantized2<Q2_KTraits2, 4, 2, 4>(a, rb, re);
+      return MatmulQuantized<Avx2Vec, Q2_KTraits2, 4, 2, 4>(a, rb, re);
     case DType::kQ3_K:
-      return MatmulQuantized2<Q3_KTraits2, 4, 2, 4>(a, rb, re);
+      return MatmulQuantized<Avx2Vec, Q3_KTraits2, 4, 2, 4>(a, rb, re);
     case DType::kQ4_K:
-      return MatmulQuantized2<Q4_KTraits2, 4, 2, 4>(a, rb, re);
+      return MatmulQuantized<Avx2Vec, Q4_KTraits2, 4, 2, 4>(a, rb, re);
     case DType::kQ5_K:
-      return MatmulQuantized2<Q5_KTraits2, 4, 2, 4>(a, rb, re);
+      return MatmulQuantized<Avx2Vec, Q5_KTraits2, 4, 2, 4>(a, rb, re);
     case DType::kQ6_K:
-      return MatmulQuantized2<Q6_KTraits2, 4, 2, 4>(a, rb, re);
+      return MatmulQuantized<Avx2Vec, Q6_KTraits2, 4, 2, 4>(a, rb, re);
     case DType::kIQ4_XS:
-      return MatmulQuantized2<IQ4_XSTraits2, 4, 2, 4>(a, rb, re);
+      return MatmulQuantized<Avx2Vec, IQ4_XSTraits2, 4, 2, 4>(a, rb, re);
     default:
       return;
   }

@@ -2,9 +2,10 @@
 // super-block formats are avx2_matmul_k.cc). A group is two blocks: a register's low 128
 // bits hold block 0 and its high 128 bits block 1, first 16 values in `lo`, last 16 in `hi`
 // (two unaligned 16-byte loads skip the block headers).
+#include "kernels/cpu/avx2_common.h"
 #include "kernels/cpu/avx2_internal.h"
-#include "kernels/cpu/avx2_matmul_driver.h"
 #include "kernels/cpu/block_math.h"
+#include "kernels/cpu/x86_matmul_driver.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -79,7 +80,7 @@ struct Q4_0Traits2 {
     __m256 d;
   };
   template <bool kTail>
-  STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const __m256i qs = LoadPair<kTail>(p + 2, p + 20);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     w.lo = _mm256_and_si256(qs, m4);
@@ -87,7 +88,7 @@ struct Q4_0Traits2 {
     w.d = ScalePair<kTail>(p, p + 18);
   }
   template <bool kTail>
-  STRATA_INLINE static void Prep(const uint8_t* x, __m256i* out) {
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m256i* out) {
     PrepQ8_0<kTail>(x, out);
   }
   STRATA_INLINE static __m256 Dot(const W& w, const __m256i* x, __m256 acc) {
@@ -110,13 +111,13 @@ struct Q8_0Traits2 {
     __m256 d;
   };
   template <bool kTail>
-  STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     w.lo = LoadPair<kTail>(p + 2, p + 36);
     w.hi = LoadPair<kTail>(p + 18, p + 52);
     w.d = ScalePair<kTail>(p, p + 34);
   }
   template <bool kTail>
-  STRATA_INLINE static void Prep(const uint8_t* x, __m256i* out) {
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m256i* out) {
     PrepQ8_0<kTail>(x, out);
   }
   STRATA_INLINE static __m256 Dot(const W& w, const __m256i* x, __m256 acc) {
@@ -133,12 +134,12 @@ struct Q5_0Traits2 {
   static constexpr int kActBlockBytes = 34, kPanelVecs = 4;
   using W = Q4_0Traits2::W;
   template <bool kTail>
-  STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     DecodeQ5Codes<kTail>(p + 6, p + 28, p + 2, p + 24, &w.lo, &w.hi);
     w.d = ScalePair<kTail>(p, p + 22);
   }
   template <bool kTail>
-  STRATA_INLINE static void Prep(const uint8_t* x, __m256i* out) {
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m256i* out) {
     PrepQ8_0<kTail, 4>(x, out);
   }
   STRATA_INLINE static __m256 Dot(const W& w, const __m256i* x, __m256 acc) {
@@ -153,7 +154,7 @@ struct IQ4_NLTraits2 {
   static constexpr int kActBlockBytes = 34, kPanelVecs = 4;
   using W = Q8_0Traits2::W;
   template <bool kTail>
-  STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const __m256i grid =
         _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Grid)));
     const __m256i qs = LoadPair<kTail>(p + 2, p + 20);
@@ -163,7 +164,7 @@ struct IQ4_NLTraits2 {
     w.d = ScalePair<kTail>(p, p + 18);
   }
   template <bool kTail>
-  STRATA_INLINE static void Prep(const uint8_t* x, __m256i* out) {
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m256i* out) {
     PrepQ8_0<kTail>(x, out);
   }
   STRATA_INLINE static __m256 Dot(const W& w, const __m256i* x, __m256 acc) {
@@ -179,7 +180,7 @@ struct Q4_1Traits2 {
     __m256 d, m;
   };
   template <bool kTail>
-  STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const __m256i qs = LoadPair<kTail>(p + 4, p + 24);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     w.lo = _mm256_and_si256(qs, m4);
@@ -189,7 +190,7 @@ struct Q4_1Traits2 {
   }
   // Panel: lo, hi, dx, s/4 (each block's min term spread over its four lanes).
   template <bool kTail>
-  STRATA_INLINE static void Prep(const uint8_t* x, __m256i* out) {
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m256i* out) {
     out[0] = LoadPair<kTail>(x + 4, x + 40);
     out[1] = LoadPair<kTail>(x + 20, x + 56);
     out[2] = _mm256_castps_si256(ScalePair<kTail>(x, x + 36));
@@ -211,14 +212,14 @@ struct Q5_1Traits2 {
   static constexpr int kActBlockBytes = 36, kPanelVecs = 4;
   using W = Q4_1Traits2::W;
   template <bool kTail>
-  STRATA_INLINE static void Decode(const uint8_t* p, W& w) {
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     DecodeQ5Codes<kTail>(p + 8, p + 32, p + 4, p + 28, &w.lo, &w.hi);
     w.d = ScalePair<kTail>(p, p + 24);
     w.m = ScalePair<kTail>(p + 2, p + 26);
   }
   template <bool kTail>
-  STRATA_INLINE static void Prep(const uint8_t* x, __m256i* out) {
-    Q4_1Traits2::Prep<kTail>(x, out);
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t valid, __m256i* out) {
+    Q4_1Traits2::Prep<kTail>(x, valid, out);
   }
   STRATA_INLINE static __m256 Dot(const W& w, const __m256i* x, __m256 acc) {
     return Q4_1Traits2::Dot(w, x, acc);
@@ -230,17 +231,17 @@ struct Q5_1Traits2 {
 void Avx2MatmulQuantized(const MatmulArgs& a, int64_t rb, int64_t re) {
   switch (a.wtype) {
     case DType::kQ4_0:
-      return MatmulQuantized2<Q4_0Traits2, 4, 2, 4>(a, rb, re);
+      return MatmulQuantized<Avx2Vec, Q4_0Traits2, 4, 2, 4>(a, rb, re);
     case DType::kQ4_1:
-      return MatmulQuantized2<Q4_1Traits2, 4, 2, 4>(a, rb, re);
+      return MatmulQuantized<Avx2Vec, Q4_1Traits2, 4, 2, 4>(a, rb, re);
     case DType::kQ5_0:
-      return MatmulQuantized2<Q5_0Traits2, 4, 2, 4>(a, rb, re);
+      return MatmulQuantized<Avx2Vec, Q5_0Traits2, 4, 2, 4>(a, rb, re);
     case DType::kQ5_1:
-      return MatmulQuantized2<Q5_1Traits2, 4, 2, 4>(a, rb, re);
+      return MatmulQuantized<Avx2Vec, Q5_1Traits2, 4, 2, 4>(a, rb, re);
     case DType::kQ8_0:
-      return MatmulQuantized2<Q8_0Traits2, 4, 2, 4>(a, rb, re);
+      return MatmulQuantized<Avx2Vec, Q8_0Traits2, 4, 2, 4>(a, rb, re);
     case DType::kIQ4_NL:
-      return MatmulQuantized2<IQ4_NLTraits2, 4, 2, 4>(a, rb, re);
+      return MatmulQuantized<Avx2Vec, IQ4_NLTraits2, 4, 2, 4>(a, rb, re);
     default:
       return;
   }

@@ -67,6 +67,19 @@ STRATA_INLINE __m512 ReduceLanes(const __m512* v) {
   }
 }
 
+// The AVX-512 registers as the x86 matmul driver sees them (x86_matmul_driver.h).
+struct Avx512Vec {
+  using F = __m512;
+  using I = __m512i;
+  static constexpr int kLanes = 16;
+  STRATA_INLINE static F Zero() { return _mm512_setzero_ps(); }
+  template <int N>
+  STRATA_INLINE static F Sum(const F* v) {
+    return ReduceLanes<N>(v);
+  }
+  STRATA_INLINE static void StoreSums(float* out, F v) { _mm512_store_ps(out, v); }
+};
+
 // Mask of the first n (0..64) bytes / (0..16) dwords.
 STRATA_INLINE __mmask64 ByteMask(int64_t n) {
   return n >= 64 ? ~__mmask64{0} : n <= 0 ? __mmask64{0} : (__mmask64{1} << n) - 1;

@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/avx512_common.h"
 #include "kernels/cpu/avx512_internal.h"
+#include "kernels/cpu/x86_matmul_driver.h"
 #include "kernels/cpu/x86_unpack_q4.h"
 
 namespace strata::kernels::cpu {
@@ -42,85 +43,40 @@ STRATA_INLINE __m512 LoadW(const uint8_t* row, int64_t i) {
   }
 }
 
-template <DType kType, int R, int T>
-STRATA_INLINE void FloatTile(const uint8_t* const* rows, const float* const* xs, int64_t k,
-                             __m512* acc) {
-  for (int i = 0; i < R * T; ++i) acc[i] = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= k; i += 16) {
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const __m512 w = LoadW<kType>(rows[r], i);
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) {
-        acc[t * R + r] = _mm512_fmadd_ps(w, _mm512_loadu_ps(xs[t] + i), acc[t * R + r]);
-      }
-    }
-  }
-  if (i < k) {
-    const __mmask16 m = LaneMask(k - i);
-    for (int r = 0; r < R; ++r) {
-      const __m512 w = LoadW<kType>(rows[r], i, m);
-      for (int t = 0; t < T; ++t) {
-        acc[t * R + r] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m, xs[t] + i), acc[t * R + r]);
-      }
-    }
-  }
-}
-
-template <int R, int T>
-STRATA_INLINE void StoreSums(const __m512* acc, int nr, int nt, float* y, int64_t y_stride) {
-  constexpr int N = R * T <= 1 ? 1 : R * T <= 2 ? 2 : R * T <= 4 ? 4 : R * T <= 8 ? 8 : 16;
-  __m512 v[N];
-  for (int j = 0; j < N; ++j) v[j] = j < R * T ? acc[j] : _mm512_setzero_ps();
-  alignas(64) float sums[16];
-  _mm512_store_ps(sums, ReduceLanes<N>(v));
-  for (int t = 0; t < nt; ++t) {
-    for (int r = 0; r < nr; ++r) y[t * y_stride + r] = sums[t * R + r];
-  }
-}
-
-template <DType kType, int R, int T>
-void FloatMatmul(const MatmulArgs& a, int64_t rb, int64_t re) {
-  const uint8_t* w = static_cast<const uint8_t*>(a.w);
-  const uint8_t* x = static_cast<const uint8_t*>(a.xq);
-  for (int64_t t0 = 0; t0 < a.n_tok; t0 += T) {
-    const int nt = static_cast<int>(std::min<int64_t>(T, a.n_tok - t0));
-    const float* xs[T];
-    for (int t = 0; t < T; ++t) {
-      xs[t] = reinterpret_cast<const float*>(x + (t0 + std::min(t, nt - 1)) * a.xq_row_bytes);
-    }
-    for (int64_t r0 = rb; r0 < re; r0 += R) {
-      const int nr = static_cast<int>(std::min<int64_t>(R, re - r0));
-      const uint8_t* rows[R];
-      for (int r = 0; r < R; ++r) rows[r] = w + (r0 + std::min(r, nr - 1)) * a.w_row_bytes;
-      __m512 acc[R * T];
-      FloatTile<kType, R, T>(rows, xs, a.k, acc);
-      StoreSums<R, T>(acc, nr, nt, a.y + t0 * a.y_stride + r0, a.y_stride);
-    }
-  }
-}
-
+// The inner loop of x86_matmul_driver.h's FloatMatmul.
 template <DType kType>
-void FloatMatmulAny(const MatmulArgs& a, int64_t rb, int64_t re) {
-  if (a.n_tok == 1) {
-    FloatMatmul<kType, 8, 1>(a, rb, re);
-  } else {
-    FloatMatmul<kType, 4, 4>(a, rb, re);
+struct FloatTile {
+  template <int R, int T>
+  STRATA_INLINE static void Run(const uint8_t* const* rows, const float* const* xs, int64_t k,
+                                __m512* acc) {
+    for (int i = 0; i < R * T; ++i) acc[i] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const __m512 w = LoadW<kType>(rows[r], i);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          acc[t * R + r] = _mm512_fmadd_ps(w, _mm512_loadu_ps(xs[t] + i), acc[t * R + r]);
+        }
+      }
+    }
+    if (i < k) {
+      const __mmask16 m = LaneMask(k - i);
+      for (int r = 0; r < R; ++r) {
+        const __m512 w = LoadW<kType>(rows[r], i, m);
+        for (int t = 0; t < T; ++t) {
+          acc[t * R + r] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m, xs[t] + i), acc[t * R + r]);
+        }
+      }
+    }
   }
-}
+};
 
 }  // namespace
 
 void Avx512MatmulFloat(const MatmulArgs& a, int64_t rb, int64_t re) {
-  switch (a.wtype) {
-    case DType::kF32:
-      return FloatMatmulAny<DType::kF32>(a, rb, re);
-    case DType::kF16:
-      return FloatMatmulAny<DType::kF16>(a, rb, re);
-    default:
-      return FloatMatmulAny<DType::kBF16>(a, rb, re);
-  }
+  FloatMatmulAnyType<Avx512Vec, FloatTile, 8, 4, 4>(a, rb, re);
 }
 
 namespace {

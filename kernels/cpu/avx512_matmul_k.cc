@@ -8,8 +8,9 @@
 // mins and offsets only need the Q8_K block sums (bsums), one vpmaddwd per (row, token,
 // super-block). IQ4_XS's grid values are signed up to 127, so it takes vpdpbusd on the
 // grid value + 128 instead, with per-lane float scales.
-#include "kernels/cpu/avx512_matmul_driver.h"
+#include "kernels/cpu/avx512_common.h"
 #include "kernels/cpu/block_math.h"
+#include "kernels/cpu/x86_matmul_driver.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -346,22 +347,22 @@ struct IQ4_XSTraits {
 }  // namespace
 
 void Avx512MatmulQ4_K(const MatmulArgs& a, int64_t rb, int64_t re) {
-  MatmulQuantized<Q4_KTraits, 8, 2, 4>(a, rb, re);
+  MatmulQuantized<Avx512Vec, Q4_KTraits, 8, 2, 4>(a, rb, re);
 }
 void Avx512MatmulQ6_K(const MatmulArgs& a, int64_t rb, int64_t re) {
-  MatmulQuantized<Q6_KTraits, 8, 2, 4>(a, rb, re);
+  MatmulQuantized<Avx512Vec, Q6_KTraits, 8, 2, 4>(a, rb, re);
 }
 void Avx512MatmulQ2_K(const MatmulArgs& a, int64_t rb, int64_t re) {
-  MatmulQuantized<Q2_KTraits, 8, 2, 4>(a, rb, re);
+  MatmulQuantized<Avx512Vec, Q2_KTraits, 8, 2, 4>(a, rb, re);
 }
 void Avx512MatmulQ3_K(const MatmulArgs& a, int64_t rb, int64_t re) {
-  MatmulQuantized<Q3_KTraits, 8, 2, 4>(a, rb, re);
+  MatmulQuantized<Avx512Vec, Q3_KTraits, 8, 2, 4>(a, rb, re);
 }
 void Avx512MatmulQ5_K(const MatmulArgs& a, int64_t rb, int64_t re) {
-  MatmulQuantized<Q5_KTraits, 8, 2, 4>(a, rb, re);
+  MatmulQuantized<Avx512Vec, Q5_KTraits, 8, 2, 4>(a, rb, re);
 }
 void Avx512MatmulIQ4_XS(const MatmulArgs& a, int64_t rb, int64_t re) {
-  MatmulQuantized<IQ4_XSTraits, 8, 2, 4>(a, rb, re);
+  MatmulQuantized<Avx512Vec, IQ4_XSTraits, 8, 2, 4>(a, rb, re);
 }
 
 }  // namespace strata::kernels::cpu

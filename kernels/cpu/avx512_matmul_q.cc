@@ -10,7 +10,8 @@
 // and their -8 offset is folded into the correction (Q5 codes 0..31 and -16 alike); signed
 // Q8_0 weights are biased by +128 (xor 0x80) with -128*sum(x) as correction, and IQ4_NL's
 // codes look up their grid value plus 128 directly.
-#include "kernels/cpu/avx512_matmul_driver.h"
+#include "kernels/cpu/avx512_common.h"
+#include "kernels/cpu/x86_matmul_driver.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -309,22 +310,22 @@ struct Q5_1Traits {
 }  // namespace
 
 void Avx512MatmulQ4_0(const MatmulArgs& a, int64_t rb, int64_t re) {
-  MatmulQuantized<Q4_0Traits, 8, 4, 4>(a, rb, re);
+  MatmulQuantized<Avx512Vec, Q4_0Traits, 8, 4, 4>(a, rb, re);
 }
 void Avx512MatmulQ4_1(const MatmulArgs& a, int64_t rb, int64_t re) {
-  MatmulQuantized<Q4_1Traits, 8, 3, 4>(a, rb, re);
+  MatmulQuantized<Avx512Vec, Q4_1Traits, 8, 3, 4>(a, rb, re);
 }
 void Avx512MatmulQ8_0(const MatmulArgs& a, int64_t rb, int64_t re) {
-  MatmulQuantized<Q8_0Traits, 8, 4, 4>(a, rb, re);
+  MatmulQuantized<Avx512Vec, Q8_0Traits, 8, 4, 4>(a, rb, re);
 }
 void Avx512MatmulQ5_0(const MatmulArgs& a, int64_t rb, int64_t re) {
-  MatmulQuantized<Q5_0Traits, 8, 4, 4>(a, rb, re);
+  MatmulQuantized<Avx512Vec, Q5_0Traits, 8, 4, 4>(a, rb, re);
 }
 void Avx512MatmulQ5_1(const MatmulArgs& a, int64_t rb, int64_t re) {
-  MatmulQuantized<Q5_1Traits, 8, 3, 4>(a, rb, re);
+  MatmulQuantized<Avx512Vec, Q5_1Traits, 8, 3, 4>(a, rb, re);
 }
 void Avx512MatmulIQ4_NL(const MatmulArgs& a, int64_t rb, int64_t re) {
-  MatmulQuantized<IQ4_NLTraits, 8, 4, 4>(a, rb, re);
+  MatmulQuantized<Avx512Vec, IQ4_NLTraits, 8, 4, 4>(a, rb, re);
 }
 
 }  // namespace strata::kernels::cpu
