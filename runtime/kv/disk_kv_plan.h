@@ -9,9 +9,9 @@
 // left. The plan refuses a budget below its minimum (the fixed part plus M slots per layer)
 // and says what that minimum is.
 //
-// Not in the budget: transient prefill staging (a pass over n>1 new tokens reads each
-// layer's earlier records back for exact attention, see DiskKv) and the predictor's scratch,
-// shared by all sequences. Both are reported by the counters.
+// Not in the budget: the predictor's scratch, shared by all sequences. A pass over n > 1 new
+// tokens (prefill) stages the earlier records it reads back for exact attention in the
+// memory of the reuse slots, so it stays inside the budget too (see DiskKv).
 //
 // A plain value; any thread.
 #pragma once

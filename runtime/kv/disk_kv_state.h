@@ -1,15 +1,26 @@
-// Internal to the disk KV policy (disk_kv.cc and disk_kv_prefill.cc): the per-sequence
-// state and the constants both halves share. Same threading as DiskKv.
+// The disk KV policy's per-sequence state (internal to runtime/kv: disk_kv*.cc), shared by
+// its parts:
+//   * DiskKvStore (disk_kv_store.h) allocates a sequence's arena and carves it into the
+//     pointers below, and moves records between them and the store file;
+//   * DiskKvSelector (disk_kv_select.h) fills a layer's selection and placements;
+//   * disk_kv_view.h turns a layer's state into the spans attention reads;
+//   * DiskKv (disk_kv.h) runs the pass and owns the sequences.
+// Plain data: same threading as DiskKv.
 #pragma once
 
 #include <sys/mman.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <vector>
 
-#include "runtime/kv/disk_kv.h"
+#include "common/status.h"
+#include "kernels/kernels.h"
 #include "runtime/kv/reuse_buffer.h"
+#include "storage/block_store.h"
 
-namespace strata::disk_kv_internal {
+namespace strata::disk_kv {
 
 // Large contiguous transfers (prefill read-back and writes) go in pieces of this size so
 // several run in parallel on the device's queues.
@@ -30,11 +41,24 @@ inline LoadTarget FromLoadTag(uint64_t tag) {
   return {int32_t(tag >> 40), int32_t((tag >> 20) & 0xFFFFF), int32_t(tag & 0xFFFFF)};
 }
 
-}  // namespace strata::disk_kv_internal
+// When each layer's groups are selected in a decode step (kv.refine). Without refinement,
+// Prepare(l + 1, x_l) guesses layer l + 1 from layer l's input. With it, that call also
+// selects layer l again from its exact query, and the guess did most of the I/O early.
+struct RefineSchedule {
+  bool refine = false;
+  int32_t n_layer = 0;
+  // Whether layer's groups are guessed early: not layer 1's, whose guess would come from
+  // the embedding alone, when it is refined (the last layer is not: no call follows it).
+  bool HasGuess(int32_t layer) const { return !(refine && layer == 1 && n_layer > 2); }
+  // Whether layer's selection is made again from its exact query: layers 1 .. n_layer - 2
+  // (layer 0's guess is already exact, and the last layer has no later call).
+  bool Refined(int32_t layer) const { return refine && layer >= 1 && layer + 2 <= n_layer; }
+  // Whether this is layer's first selection of the step (the guess, or a refinement with no
+  // guess before it): it starts the step's read-through and counts reuse.
+  bool FirstSelection(int32_t layer, bool refining) const { return !refining || !HasGuess(layer); }
+};
 
-namespace strata {
-
-struct DiskKv::Layer {
+struct Layer {
   ReuseBuffer reuse;
   std::byte* slots = nullptr;  // C records
   std::byte* ring = nullptr;   // recent + 1 records: group g at g % (recent + 1)
@@ -58,7 +82,7 @@ struct DiskKv::Layer {
 // buffers (layer l reads into readback[l % 2] while l - 1 computes), else in windows of
 // window_records records: window 0 read ahead like the whole prefix, the later ones read one
 // ahead of the window being attended, alternating between readback[2] and the layer's own.
-struct DiskKv::Staging {
+struct Staging {
   std::byte* readback[3] = {};
   int32_t window_records = 0;  // records a readback buffer holds (the whole prefix, or less)
   int32_t windows = 1;         // windows a layer's earlier records come in
@@ -75,7 +99,8 @@ struct DiskKv::Staging {
   storage::IoBatch window_read;
 };
 
-struct DiskKv::Sequence {
+struct Sequence {
+  int32_t id = -1;     // the policy's SeqId, for messages
   int32_t region = 0;  // which part of the store file holds its records
   int32_t length = 0;
   int32_t pending = 0;
@@ -89,14 +114,28 @@ struct DiskKv::Sequence {
   // The read-through buffers: 2 x T records after the layers' arenas; layer l uses the
   // half l % 2 (its reads land while layer l-1 runs, when layer l-2 is done with it).
   std::byte* transient = nullptr;
+  int32_t transient_groups = 0;  // T
+  uint32_t record_bytes = 0;
   void* klr_map = nullptr;
   size_t klr_map_bytes = 0;
   std::vector<Layer> layers;
   std::unique_ptr<Staging> staging;
 
+  Sequence() = default;
+  Sequence(const Sequence&) = delete;
+  Sequence& operator=(const Sequence&) = delete;
   ~Sequence() {
     if (klr_map) munmap(klr_map, klr_map_bytes);
   }
+
+  // Where slot `slot` of layer's reuse buffer (persistent or read-through) lives.
+  std::byte* SlotRecord(int32_t layer, int32_t slot) const {
+    const Layer& L = layers[size_t(layer)];
+    if (!L.reuse.is_transient(slot)) return L.slots + size_t(slot) * record_bytes;
+    return transient +
+           (size_t(layer % 2) * size_t(transient_groups) + size_t(slot - L.reuse.capacity())) *
+               record_bytes;
+  }
 };
 
-}  // namespace strata
+}  // namespace strata::disk_kv
