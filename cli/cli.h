@@ -38,11 +38,15 @@ struct CommonFlags {
   CLI::Option* kv_budget_opt = nullptr;
 };
 void AddCommonFlags(CLI::App* app, CommonFlags* f);
-// Loads the config file (if any) and applies the flags given on the command line. Flags that
-// do not apply to the configured KV policy are errors.
-Status ResolveConfig(const CommonFlags& f, Config* cfg);
-// A warning on stderr when the context asked for is beyond what the model was trained on.
-void WarnAboutContext(const Config& cfg, const Model& model);
+// Loads the config file (if any), applies its tuned entry nearest to `sequences` decoded
+// together and the context (--ctx, else context_hint when > 0, else the config's), then the
+// flags given on the command line. Flags that do not apply to the configured KV policy are
+// errors.
+Status ResolveConfig(const CommonFlags& f, Config* cfg, int32_t sequences = 1,
+                     int32_t context_hint = 0);
+// Warnings on stderr: a context beyond what the model was trained on; tuned settings
+// measured on another model or another machine.
+void WarnAboutConfig(const Config& cfg, const Model& model);
 // The model path: -m, else the config's `model`, else the default model in $STRATA_HOME.
 Status ResolveModelPath(const CommonFlags& f, const Config& cfg, std::string* path);
 Status LoadModel(const std::string& path, std::unique_ptr<Model>* model);
@@ -61,5 +65,6 @@ void AddPerplexityCommand(CLI::App* app);
 void AddBenchCommand(CLI::App* app);
 void AddCalibrateCommand(CLI::App* app);
 void AddConfigCommand(CLI::App* app);
+void AddTuneCommand(CLI::App* app);
 
 }  // namespace strata::cli

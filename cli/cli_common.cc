@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 
 #include "platforms/cuda_device.h"
+#include "platforms/platform.h"
 
 namespace strata::cli {
 
@@ -33,8 +34,14 @@ void AddCommonFlags(CLI::App* app, CommonFlags* f) {
       app->add_option("--kv-budget", f->kv_budget, "disk KV memory per sequence in bytes");
 }
 
-Status ResolveConfig(const CommonFlags& f, Config* cfg) {
+Status ResolveConfig(const CommonFlags& f, Config* cfg, int32_t sequences, int32_t context_hint) {
   if (!f.config.empty()) STRATA_RETURN_IF_ERROR(LoadConfigFile(f.config, cfg));
+  if (!cfg->tuned.empty()) {
+    const int32_t ctx = f.ctx_opt->count() ? f.ctx
+                        : context_hint > 0 ? context_hint
+                                           : cfg->engine.n_ctx;
+    STRATA_RETURN_IF_ERROR(SelectTuned(sequences, ctx, cfg));
+  }
   if (f.threads_opt->count()) cfg->engine.n_threads = f.threads;
   if (f.ctx_opt->count()) cfg->engine.n_ctx = f.ctx;
   if (f.batch_opt->count()) cfg->engine.n_batch = f.batch;
@@ -89,13 +96,30 @@ Status ResolveModelPath(const CommonFlags& f, const Config& cfg, std::string* pa
   return Status::OK();
 }
 
-void WarnAboutContext(const Config& cfg, const Model& model) {
+void WarnAboutConfig(const Config& cfg, const Model& model) {
   const int32_t train = model.hparams().n_ctx_train;
   if (train > 0 && cfg.engine.n_ctx > train)
     std::fprintf(stderr,
                  "strata: warning: a context of %d tokens is beyond the %d this model was "
                  "trained on; its output past %d tokens is unreliable\n",
                  cfg.engine.n_ctx, train, train);
+  if (cfg.tuned.empty()) return;
+  const TuneProvenance& p = cfg.provenance;
+  if (!p.model_identity.empty() && p.model_identity != model.identity_hex())
+    std::fprintf(stderr,
+                 "strata: warning: %s was tuned for another model (identity %s, %s); this one "
+                 "is %s: its settings may not suit it (run strata tune again)\n",
+                 cfg.source.c_str(), p.model_identity.c_str(), p.model_path.c_str(),
+                 model.identity_hex().c_str());
+  PlatformInfo platform;
+  if (!p.machine.empty() && DetectPlatform(&platform).ok()) {
+    const std::string here = MachineFingerprint(platform, BlockDeviceOf(cfg.engine.kv.disk.dir));
+    if (here != p.machine)
+      std::fprintf(stderr,
+                   "strata: warning: %s was tuned on another machine or KV device (%s); this is "
+                   "%s: its speed figures may not hold (run strata tune again)\n",
+                   cfg.source.c_str(), p.machine.c_str(), here.c_str());
+  }
 }
 
 Status LoadModel(const std::string& path, std::unique_ptr<Model>* model) {

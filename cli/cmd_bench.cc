@@ -27,7 +27,8 @@ using Clock = std::chrono::steady_clock;
 
 Status Bench(const BenchFlags& f) {
   Config cfg;
-  STRATA_RETURN_IF_ERROR(ResolveConfig(f.common, &cfg));
+  STRATA_RETURN_IF_ERROR(ResolveConfig(f.common, &cfg, std::max(1, f.seqs),
+                                       std::max(0, f.depth + std::max(f.pp, 1) + f.tg)));
   if (f.pp < 0 || f.tg < 0 || f.reps < 1 || f.depth < 0 || f.seqs < 1 || f.seqs > 4096)
     return Status::InvalidArgument(
         "--pp, --tg and --depth must be >= 0, --reps >= 1 and --seqs in [1, 4096]");
@@ -35,7 +36,7 @@ Status Bench(const BenchFlags& f) {
   STRATA_RETURN_IF_ERROR(ResolveModelPath(f.common, cfg, &path));
   std::unique_ptr<Model> model;
   STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
-  WarnAboutContext(cfg, *model);
+  WarnAboutConfig(cfg, *model);
   if (!f.common.ctx_opt->count()) cfg.engine.n_ctx = f.depth + std::max(f.pp, 1) + f.tg;
   // The context before the runs is prefilled in passes of 512, like llama-bench's batch.
   if (!f.common.batch_opt->count())
@@ -139,6 +140,7 @@ Status Bench(const BenchFlags& f) {
                      {"kv_budget_bytes", kv.budget_bytes},
                      {"kv_peak_staging_bytes", kv.peak_staging_bytes},
                      {"kernels", kernels::IsaName(kernels::ActiveIsa())}};
+    if (!cfg.tuned_choice.empty()) j["tuned"] = cfg.tuned_choice;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("model %s, %d threads, kernels %s, median of %d runs\n", path.c_str(),
@@ -147,6 +149,7 @@ Status Bench(const BenchFlags& f) {
     if (f.pp > 0) std::printf("| pp%-3d | %8.2f |\n", f.pp, median(pp_tps));
     if (f.tg > 0) std::printf("| tg%-3d | %8.2f |\n", f.tg, median(tg_tps));
     std::printf("peak RSS %.1f MiB\n", rss / 1048576.0);
+    if (!cfg.tuned_choice.empty()) std::printf("tuned entry: %s\n", cfg.tuned_choice.c_str());
     if (cfg.engine.cuda)
       std::printf("%s; GPU memory taken %.1f MiB\n", engine->forward().description().c_str(),
                   gpu_used / 1048576.0);

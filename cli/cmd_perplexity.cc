@@ -44,7 +44,7 @@ Status Perplexity(const PplFlags& f) {
   STRATA_RETURN_IF_ERROR(ResolveModelPath(f.common, cfg, &path));
   std::unique_ptr<Model> model;
   STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
-  WarnAboutContext(cfg, *model);
+  WarnAboutConfig(cfg, *model);
   std::vector<int32_t> ids;
   STRATA_RETURN_IF_ERROR(model->tokenizer().Encode(ss.str(), false, false, &ids));
   const int64_t n_windows = std::min<int64_t>(f.tokens, int64_t(ids.size())) / f.window;

@@ -45,9 +45,10 @@ bool PrintPiece(int32_t, std::string_view text) {
   return true;
 }
 
-void PrintStats(const RunFlags& f, const GenerationStats& s, const Engine& e) {
+void PrintStats(const RunFlags& f, const Config& cfg, const GenerationStats& s, const Engine& e) {
   if (!f.stats) return;
   nlohmann::json j = StatsJson(s);
+  if (!cfg.tuned_choice.empty()) j["tuned"] = cfg.tuned_choice;
   j["threads"] = e.options().n_threads;
   j["context"] = e.options().n_ctx;
   j["kv_policy"] = KvPolicyKindName(e.options().kv.policy);
@@ -58,7 +59,7 @@ void PrintStats(const RunFlags& f, const GenerationStats& s, const Engine& e) {
 
 Status Run(RunFlags& f) {
   Config cfg;
-  STRATA_RETURN_IF_ERROR(ResolveConfig(f.common, &cfg));
+  STRATA_RETURN_IF_ERROR(ResolveConfig(f.common, &cfg, std::max(1, f.parallel)));
   ApplyGenerateFlags(f, &cfg.generate);
   if (f.parallel < 1 || f.parallel > 4096)
     return Status::InvalidArgument("--parallel: " + std::to_string(f.parallel) +
@@ -86,7 +87,7 @@ Status Run(RunFlags& f) {
   STRATA_RETURN_IF_ERROR(ResolveModelPath(f.common, cfg, &path));
   std::unique_ptr<Model> model;
   STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
-  WarnAboutContext(cfg, *model);
+  WarnAboutConfig(cfg, *model);
   if (BeamSearchRequested(f.beams)) {
     // Beam search keeps its KV in its own prefix tree (with --beam-slow-dir for a disk tier).
     if (cfg.engine.kv.policy == KvPolicyKind::kDisk)
@@ -112,7 +113,7 @@ Status Run(RunFlags& f) {
     for (int32_t i = 0; i < f.parallel; ++i)
       std::printf("--- sequence %d (%s) ---\n%s%s\n", i, StopReasonName(reqs[i].stop_reason),
                   prompt.c_str(), reqs[i].text.c_str());
-    PrintStats(f, st, *engine);
+    PrintStats(f, cfg, st, *engine);
     return Status::OK();
   }
 
@@ -132,13 +133,13 @@ Status Run(RunFlags& f) {
     STRATA_RETURN_IF_ERROR(session->Generate(prompt, cfg.generate, echo_then_print, nullptr, &st));
     if (!echoed) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
     std::printf("\n");
-    PrintStats(f, st, *engine);
+    PrintStats(f, cfg, st, *engine);
     return Status::OK();
   }
   if (!interactive) {
     STRATA_RETURN_IF_ERROR(session->Chat(prompt, cfg.generate, PrintPiece, nullptr, &st));
     std::printf("\n");
-    PrintStats(f, st, *engine);
+    PrintStats(f, cfg, st, *engine);
     return Status::OK();
   }
   std::fprintf(stderr, "chat with %s (%s template); an empty line or Ctrl-D ends\n", path.c_str(),
@@ -156,7 +157,7 @@ Status Run(RunFlags& f) {
     }
     STRATA_RETURN_IF_ERROR(s);
     std::printf("\n");
-    PrintStats(f, st, *engine);
+    PrintStats(f, cfg, st, *engine);
   }
   return Status::OK();
 }

@@ -1,6 +1,11 @@
 #include "platforms/platform.h"
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
 
 #include <fstream>
 #include <sstream>
@@ -68,6 +73,26 @@ Status DetectPlatform(PlatformInfo* out) {
   p.isa = kernels::IsaName(kernels::ActiveIsa());
   *out = p;
   return Status::OK();
+}
+
+std::string BlockDeviceOf(const std::string& dir) {
+  struct stat sb {};
+  if (stat(dir.c_str(), &sb) != 0) return "";
+  const std::string sys =
+      "/sys/dev/block/" + std::to_string(major(sb.st_dev)) + ":" + std::to_string(minor(sb.st_dev));
+  std::error_code ec;
+  std::filesystem::path dev = std::filesystem::canonical(sys, ec);
+  if (ec) return "";
+  // A partition's sysfs directory sits inside its disk's and has a "partition" file.
+  if (std::filesystem::exists(dev / "partition", ec)) dev = dev.parent_path();
+  return dev.filename().string();
+}
+
+std::string MachineFingerprint(const PlatformInfo& p, const std::string& kv_device) {
+  const double gib = double(p.memory_total) / double(uint64_t(1) << 30);
+  return "cpu=" + p.cpu_model + "; cores=" + std::to_string(p.cores) +
+         "; memory_gib=" + std::to_string(int64_t(std::lround(gib))) + "; isa=" + p.isa +
+         "; kv_device=" + (kv_device.empty() ? "none" : kv_device);
 }
 
 Status ParseComputeDevice(const std::string& text, int32_t* cuda_device) {

@@ -28,4 +28,13 @@ struct PlatformInfo {
 
 Status DetectPlatform(PlatformInfo* out);
 
+// The block device that holds `dir` ("nvme0n1", "vda", "mmcblk0"; its whole-disk parent
+// when dir is on a partition), from sysfs; "" when there is none (tmpfs, overlay).
+std::string BlockDeviceOf(const std::string& dir);
+
+// What a profile measured on this machine depends on, as one line: the CPU model, cores,
+// memory (GiB, rounded), the instruction set and the KV device. A tuned configuration
+// records it and start-up compares it with the machine it runs on.
+std::string MachineFingerprint(const PlatformInfo& p, const std::string& kv_device);
+
 }  // namespace strata

@@ -469,6 +469,131 @@ int FlowDepth(std::string_view text) {
   return most;
 }
 
+const Setting* FindSetting(const std::string& key) {
+  const auto& schema = Schema();
+  auto s =
+      std::find_if(schema.begin(), schema.end(), [&](const Setting& x) { return x.key == key; });
+  return s == schema.end() ? nullptr : &*s;
+}
+
+// A tuned entry's settings, nested maps flattened to dotted keys; each is checked against
+// the schema on a scratch config so a bad value fails at load with its line.
+Status FlattenSettings(const YAML::Node& map, const std::string& prefix, const std::string& source,
+                       Config* scratch, std::vector<std::pair<std::string, std::string>>* out) {
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const std::string name = it->first.Scalar();
+    const std::string key = prefix.empty() ? name : prefix + "." + name;
+    const Where w{source, it->first.Mark().line + 1, key};
+    const YAML::Node value = it->second;
+    if (value.IsMap()) {
+      STRATA_RETURN_IF_ERROR(FlattenSettings(value, key, source, scratch, out));
+      continue;
+    }
+    const Setting* s = FindSetting(key);
+    if (!s) return UnknownKey(key, w);
+    if (key == "model")
+      return Status::InvalidArgument(w.str() + ": a tuned entry cannot change the model");
+    STRATA_RETURN_IF_ERROR(s->set(value, w, scratch));
+    for (const auto& [k, v] : *out)
+      if (k == key) return Status::InvalidArgument(w.str() + ": given twice in this entry");
+    out->emplace_back(key, value.Scalar());
+  }
+  return Status::OK();
+}
+
+Status ParseTuned(const YAML::Node& list, const Where& w, Config* cfg) {
+  if (list.IsNull()) return Status::OK();
+  if (!list.IsSequence())
+    return Status::InvalidArgument(w.str() +
+                                   ": needs a list of entries (batch, context, settings)");
+  std::vector<TunedEntry> entries;
+  for (const YAML::Node& e : list) {
+    const Where at{w.source, e.Mark().line + 1, "tuned"};
+    if (!e.IsMap())
+      return Status::InvalidArgument(at.str() + ": an entry needs batch, context and settings");
+    TunedEntry t;
+    t.line = at.line;
+    bool has_batch = false, has_context = false;
+    for (auto it = e.begin(); it != e.end(); ++it) {
+      const std::string name = it->first.Scalar();
+      const Where f{w.source, it->first.Mark().line + 1, "tuned." + name};
+      const YAML::Node v = it->second;
+      auto number = [&](double lo, double hi, double* out) -> Status {
+        STRATA_RETURN_IF_ERROR(Expect(v, f, "a number"));
+        double x;
+        if (!YAML::convert<double>::decode(v, x) || !std::isfinite(x))
+          return Status::InvalidArgument(f.str() + ": '" + v.Scalar() + "' is not a number");
+        if (x < lo || x > hi)
+          return Status::OutOfRange(f.str() + ": " + v.Scalar() + " is out of range [" +
+                                    Bound(int64_t(lo)) + ", " + Bound(int64_t(hi)) + "]");
+        *out = x;
+        return Status::OK();
+      };
+      double x = 0;
+      if (name == "batch" || name == "context") {
+        STRATA_RETURN_IF_ERROR(number(1, name == "batch" ? 4096 : double(1 << 24), &x));
+        if (x != std::floor(x))
+          return Status::InvalidArgument(f.str() + ": '" + v.Scalar() + "' is not an integer");
+        (name == "batch" ? t.batch : t.context) = int32_t(x);
+        (name == "batch" ? has_batch : has_context) = true;
+      } else if (name == "settings") {
+        if (!v.IsMap() && !v.IsNull())
+          return Status::InvalidArgument(f.str() + ": needs a map of settings");
+        Config scratch = *cfg;
+        if (v.IsMap())
+          STRATA_RETURN_IF_ERROR(FlattenSettings(v, "", w.source, &scratch, &t.settings));
+      } else if (name == "predicted_tokens_per_second") {
+        STRATA_RETURN_IF_ERROR(number(0, 1e12, &t.predicted_tokens_per_second));
+      } else if (name == "measured_tokens_per_second") {
+        STRATA_RETURN_IF_ERROR(number(0, 1e12, &t.measured_tokens_per_second));
+      } else if (name == "ppl_loss") {
+        STRATA_RETURN_IF_ERROR(number(-1, 1e6, &t.ppl_loss));
+      } else if (name == "agreement") {
+        STRATA_RETURN_IF_ERROR(number(0, 1, &t.agreement));
+      } else {
+        return Status::InvalidArgument(f.str() +
+                                       ": unknown key in a tuned entry (batch, context, "
+                                       "settings, predicted_tokens_per_second, "
+                                       "measured_tokens_per_second, ppl_loss, agreement)");
+      }
+    }
+    if (!has_batch || !has_context)
+      return Status::InvalidArgument(at.str() + ": an entry needs both batch and context");
+    for (const TunedEntry& o : entries)
+      if (o.batch == t.batch && o.context == t.context)
+        return Status::InvalidArgument(
+            at.str() + ": a second entry for batch " + std::to_string(t.batch) + ", context " +
+            std::to_string(t.context) + " (first on line " + std::to_string(o.line) + ")");
+    entries.push_back(std::move(t));
+  }
+  cfg->tuned = std::move(entries);
+  return Status::OK();
+}
+
+Status ParseProvenance(const YAML::Node& map, const Where& w, TuneProvenance* p) {
+  if (map.IsNull()) return Status::OK();
+  if (!map.IsMap()) return Status::InvalidArgument(w.str() + ": needs a map");
+  const std::vector<std::pair<const char*, std::string*>> fields = {
+      {"model_identity", &p->model_identity},
+      {"model_path", &p->model_path},
+      {"machine", &p->machine},
+      {"strata_version", &p->strata_version},
+      {"date", &p->date},
+      {"command", &p->command},
+      {"read_curve", &p->read_curve}};
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const std::string name = it->first.Scalar();
+    const Where f{w.source, it->first.Mark().line + 1, "provenance." + name};
+    auto field =
+        std::find_if(fields.begin(), fields.end(), [&](const auto& x) { return name == x.first; });
+    if (field == fields.end())
+      return Status::InvalidArgument(f.str() + ": unknown key in provenance");
+    STRATA_RETURN_IF_ERROR(Expect(it->second, f, "a string"));
+    *field->second = it->second.Scalar();
+  }
+  return Status::OK();
+}
+
 Status Walk(const YAML::Node& map, const std::string& prefix, const std::string& source,
             Config* cfg) {
   std::map<std::string, int> seen;  // key -> line, to refuse a key given twice
@@ -481,6 +606,14 @@ Status Walk(const YAML::Node& map, const std::string& prefix, const std::string&
       return Status::InvalidArgument(w.str() + ": given twice (first on line " +
                                      std::to_string(first->second) + ")");
     const YAML::Node value = it->second;  // a copy: the iterator yields temporaries
+    if (key == "tuned") {
+      STRATA_RETURN_IF_ERROR(ParseTuned(value, w, cfg));
+      continue;
+    }
+    if (key == "provenance") {
+      STRATA_RETURN_IF_ERROR(ParseProvenance(value, w, &cfg->provenance));
+      continue;
+    }
     if (IsSection(key)) {
       if (value.IsNull()) continue;  // an empty section keeps the defaults
       if (!value.IsMap())
@@ -533,6 +666,7 @@ Status ParseConfig(std::string_view yaml_text, const std::string& source, Config
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument(source + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }
+  c.source = source;
   *cfg = std::move(c);
   return Status::OK();
 }
@@ -556,7 +690,74 @@ std::string ConfigToYaml(const Config& cfg) {
     }
     out += (sec.empty() ? "" : "  ") + leaf + ": " + s.get(cfg) + "  # " + s.help + "\n";
   }
+  if (!cfg.tuned.empty()) {
+    out += "# Per (batch, context), applied at start-up over the settings above (nearest entry):\n";
+    out += "tuned:\n";
+    for (const TunedEntry& t : cfg.tuned) {
+      out += "  - batch: " + std::to_string(t.batch) + "\n";
+      out += "    context: " + std::to_string(t.context) + "\n";
+      out += "    settings:";
+      if (t.settings.empty()) out += " {}";
+      out += "\n";
+      for (const auto& [k, v] : t.settings) out += "      " + k + ": " + Quote(v) + "\n";
+      auto num = [](double x) {
+        std::ostringstream ss;
+        ss.precision(6);
+        ss << x;
+        return ss.str();
+      };
+      out += "    predicted_tokens_per_second: " + num(t.predicted_tokens_per_second) + "\n";
+      out += "    measured_tokens_per_second: " + num(t.measured_tokens_per_second) + "\n";
+      out += "    ppl_loss: " + num(t.ppl_loss) + "\n";
+      out += "    agreement: " + num(t.agreement) + "\n";
+    }
+  }
+  const TuneProvenance& p = cfg.provenance;
+  if (!p.model_identity.empty() || !p.machine.empty()) {
+    out += "provenance:\n";
+    const std::vector<std::pair<const char*, const std::string*>> fields = {
+        {"model_identity", &p.model_identity},
+        {"model_path", &p.model_path},
+        {"machine", &p.machine},
+        {"strata_version", &p.strata_version},
+        {"date", &p.date},
+        {"command", &p.command},
+        {"read_curve", &p.read_curve}};
+    for (const auto& [k, v] : fields)
+      if (!v->empty()) out += std::string("  ") + k + ": " + Quote(*v) + "\n";
+  }
   return out;
+}
+
+const TunedEntry* NearestTuned(const Config& cfg, int32_t batch, int32_t context) {
+  const TunedEntry* best = nullptr;
+  double best_d = 0;
+  for (const TunedEntry& t : cfg.tuned) {
+    const double d = std::fabs(std::log2(double(std::max(batch, 1)) / t.batch)) +
+                     std::fabs(std::log2(double(std::max(context, 1)) / t.context));
+    if (!best || d < best_d - 1e-9 ||
+        (std::fabs(d - best_d) <= 1e-9 && t.context > best->context)) {
+      best = &t;
+      best_d = d;
+    }
+  }
+  return best;
+}
+
+Status SelectTuned(int32_t batch, int32_t context, Config* cfg) {
+  const TunedEntry* t = NearestTuned(*cfg, batch, context);
+  if (!t) return Status::OK();
+  Config c = *cfg;
+  for (const auto& [key, value] : t->settings) {
+    const Setting* s = FindSetting(key);
+    const Where w{cfg->source, t->line, key};
+    if (!s) return UnknownKey(key, w);
+    STRATA_RETURN_IF_ERROR(s->set(YAML::Node(value), w, &c));
+  }
+  c.tuned_choice = "batch " + std::to_string(t->batch) + ", context " + std::to_string(t->context) +
+                   " (" + cfg->source + ":" + std::to_string(t->line) + ")";
+  *cfg = std::move(c);
+  return Status::OK();
 }
 
 std::vector<std::string> ConfigKeys() {

@@ -10,6 +10,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -17,11 +18,49 @@
 
 namespace strata {
 
+// One entry of the `tuned:` table `strata tune` writes: the settings it chose for one
+// (batch, context), what it predicted and what it measured.
+struct TunedEntry {
+  int32_t batch = 1;    // sequences decoded together
+  int32_t context = 0;  // tokens
+  // Schema keys and their values as YAML scalars ({"kv.group_size", "8"}, ...).
+  std::vector<std::pair<std::string, std::string>> settings;
+  double predicted_tokens_per_second = 0;
+  double measured_tokens_per_second = 0;
+  double ppl_loss = 0;   // perplexity against full KV, minus 1
+  double agreement = 1;  // top-1 agreement with full KV
+  int line = 0;          // where the entry starts in its file (for messages)
+};
+
+// Where a tuned configuration comes from: the model and machine it was measured on.
+struct TuneProvenance {
+  std::string model_identity;  // Model::identity_hex()
+  std::string model_path;
+  std::string machine;  // MachineFingerprint()
+  std::string strata_version;
+  std::string date;
+  std::string command;
+  std::string read_curve;  // the KV device's measured curve, as text
+};
+
 struct Config {
   std::string model;  // path of the GGUF file ("" = none given)
   EngineOptions engine;
   GenerateParams generate;
+  // Written by `strata tune`: settings per (batch, context), applied by SelectTuned at
+  // start-up over the settings above (command-line flags still override them).
+  std::vector<TunedEntry> tuned;
+  TuneProvenance provenance;
+  std::string source;        // the file the settings came from ("" = defaults)
+  std::string tuned_choice;  // which entry SelectTuned applied, for --stats ("" = none)
 };
+
+// The tuned entry nearest to (batch, context): the smallest distance in log2 of each,
+// ties to the larger context (a plan for more tokens also holds fewer). Null when there are
+// none.
+const TunedEntry* NearestTuned(const Config& cfg, int32_t batch, int32_t context);
+// Applies the entry nearest to (batch, context) over *cfg and notes it in tuned_choice.
+Status SelectTuned(int32_t batch, int32_t context, Config* cfg);
 
 // Applies the settings in `yaml_text` on top of *cfg (which holds defaults or earlier
 // settings). `source` names the text in errors (usually its file path).

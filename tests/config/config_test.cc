@@ -250,6 +250,91 @@ TEST(ConfigTest, ListedRangesAreTheCheckedOnes) {
   EXPECT_TRUE(Parse("context: 16777216\n", &c).ok());
 }
 
+constexpr char kTuned[] =
+    "kv:\n  dir: /kv\ncontext: 8192\n"
+    "tuned:\n"
+    "  - batch: 1\n    context: 2048\n    settings: {kv.policy: memory}\n"
+    "  - batch: 1\n    context: 8192\n"
+    "    settings:\n      kv.policy: disk\n      kv: {group_size: 8, ratio: 4}\n"
+    "    predicted_tokens_per_second: 50.5\n    measured_tokens_per_second: 48\n"
+    "    ppl_loss: 0.021\n    agreement: 0.97\n"
+    "  - batch: 8\n    context: 8192\n    settings: {kv.policy: disk, kv.budget_bytes: 1000000}\n"
+    "provenance:\n  model_identity: 00ff\n  machine: \"cpu=x; cores=2\"\n  date: 2026-11-26\n";
+
+TEST(ConfigTest, TunedEntriesApplyTheNearestOverTheSettings) {
+  Config c;
+  Status s = Parse(kTuned, &c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(c.tuned.size(), 3u);
+  EXPECT_EQ(c.tuned[1].context, 8192);
+  EXPECT_EQ(c.tuned[1].line, 8);
+  EXPECT_DOUBLE_EQ(c.tuned[1].predicted_tokens_per_second, 50.5);
+  EXPECT_DOUBLE_EQ(c.tuned[1].agreement, 0.97);
+  ASSERT_EQ(c.tuned[1].settings.size(), 3u);  // nested maps become dotted keys
+  EXPECT_EQ(c.tuned[1].settings[1].first, "kv.group_size");
+  EXPECT_EQ(c.provenance.model_identity, "00ff");
+  EXPECT_EQ(c.provenance.machine, "cpu=x; cores=2");
+  // Nothing is applied at load: the base settings are as written.
+  EXPECT_EQ(c.engine.kv.policy, KvPolicyKind::kMemory);
+  // Nearest in log2 of batch and context.
+  EXPECT_EQ(NearestTuned(c, 1, 8192), &c.tuned[1]);
+  EXPECT_EQ(NearestTuned(c, 1, 3000), &c.tuned[0]);
+  EXPECT_EQ(NearestTuned(c, 6, 4096), &c.tuned[2]);
+  EXPECT_EQ(NearestTuned(c, 1, 4096), &c.tuned[1]);  // a tie: the larger context
+  Config d = c;
+  ASSERT_TRUE(SelectTuned(1, 16384, &d).ok());
+  EXPECT_EQ(d.engine.kv.policy, KvPolicyKind::kDisk);
+  EXPECT_EQ(d.engine.kv.disk.group_size, 8);
+  EXPECT_EQ(d.engine.kv.disk.ratio, 4);
+  EXPECT_EQ(d.engine.kv.disk.dir, "/kv");  // what the entry does not set stays
+  EXPECT_EQ(d.tuned_choice, "batch 1, context 8192 (strata.yaml:8)");
+  d = c;
+  ASSERT_TRUE(SelectTuned(16, 8192, &d).ok());
+  EXPECT_EQ(d.engine.kv.disk.budget_bytes, 1000000);
+  EXPECT_EQ(d.engine.kv.disk.group_size, 0);
+  // Written and read back, entries and provenance are the same.
+  Config back;
+  s = Parse(ConfigToYaml(c), &back);
+  ASSERT_TRUE(s.ok()) << s.ToString() << "\n" << ConfigToYaml(c);
+  ASSERT_EQ(back.tuned.size(), c.tuned.size());
+  for (size_t i = 0; i < c.tuned.size(); ++i) {
+    EXPECT_EQ(back.tuned[i].batch, c.tuned[i].batch);
+    EXPECT_EQ(back.tuned[i].context, c.tuned[i].context);
+    EXPECT_EQ(back.tuned[i].settings, c.tuned[i].settings);
+    EXPECT_DOUBLE_EQ(back.tuned[i].ppl_loss, c.tuned[i].ppl_loss);
+  }
+  EXPECT_EQ(back.provenance.machine, c.provenance.machine);
+  EXPECT_EQ(back.provenance.date, c.provenance.date);
+}
+
+TEST(ConfigTest, BadTunedEntriesNameTheirLine) {
+  struct Case {
+    const char* yaml;
+    const char* message;
+  } cases[] = {
+      {"tuned:\n  - batch: 1\n    context: 64\n    settings: {kv.group_sise: 4}\n",
+       "strata.yaml:4: unknown key 'kv.group_sise' (did you mean 'kv.group_size'?)"},
+      {"tuned:\n  - batch: 1\n    context: 64\n    settings: {kv.group_size: 99999}\n",
+       "strata.yaml:4: kv.group_size: 99999 is out of range"},
+      {"tuned:\n  - batch: 1\n    settings: {}\n", "strata.yaml:2: tuned: an entry needs both"},
+      {"tuned:\n  - {batch: 1, context: 64}\n  - {batch: 1, context: 64}\n",
+       "strata.yaml:3: tuned: a second entry for batch 1, context 64 (first on line 2)"},
+      {"tuned:\n  - {batch: 0, context: 64}\n", "tuned.batch: 0 is out of range [1, 4096]"},
+      {"tuned:\n  - {batch: 1, context: 64, speed: 3}\n", "tuned.speed: unknown key"},
+      {"tuned:\n  - {batch: 1, context: 64, settings: {model: /x.gguf}}\n",
+       "cannot change the model"},
+      {"tuned: 3\n", "tuned: needs a list"},
+      {"provenance:\n  owner: me\n", "strata.yaml:2: provenance.owner: unknown key"},
+  };
+  for (const Case& k : cases) {
+    Config c;
+    Status s = Parse(k.yaml, &c);
+    EXPECT_FALSE(s.ok()) << k.yaml;
+    EXPECT_NE(s.message().find(k.message), std::string::npos) << s.message();
+    EXPECT_TRUE(c.tuned.empty());
+  }
+}
+
 TEST(ConfigTest, MissingFileIsAnErrorNamingIt) {
   Config c;
   Status s = LoadConfigFile("/nonexistent/strata.yaml", &c);
