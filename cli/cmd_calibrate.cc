@@ -28,12 +28,8 @@ Status Calibrate(CalibrateFlags& f) {
   f.options.ratios = f.ratios;
   f.options.query_aware = f.method == "query-aware";
   std::string out = f.output;
-  if (out.empty()) {
-    // Where the disk policy looks when kv.adapters is not set.
-    out = path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0
-              ? path.substr(0, path.size() - 5) + ".adapters"
-              : path + ".adapters";
-  }
+  // Where the disk policy looks when kv.adapters is not set.
+  if (out.empty()) out = Adapters::DefaultPath(path);
   Adapters a;
   STRATA_RETURN_IF_ERROR(strata::Calibrate(*model, f.options, &a, [](const std::string& line) {
     std::fprintf(stderr, "calibrate: %s\n", line.c_str());

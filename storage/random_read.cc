@@ -1,4 +1,4 @@
-#include "bench/storage/random_read.h"
+#include "storage/random_read.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,7 @@
 
 #include "storage/aligned_buffer.h"
 
-namespace strata::bench {
+namespace strata::storage {
 namespace {
 
 constexpr char kFillMarker[] = "strata bench_storage fill v1";
@@ -17,8 +17,8 @@ constexpr uint32_t kMarkerBytes = 4096;
 
 }  // namespace
 
-Status RunStoreRandomRead(storage::BlockStore& store, uint32_t block, uint32_t depth,
-                          double seconds, uint64_t seed, ReadPoint* out) {
+Status RunStoreRandomRead(BlockStore& store, uint32_t block, uint32_t depth, double seconds,
+                          uint64_t seed, ReadPoint* out) {
   using Clock = std::chrono::steady_clock;
   if (block == 0 || block % store.block_size() != 0) {
     return Status::InvalidArgument("block " + std::to_string(block) +
@@ -29,9 +29,9 @@ Status RunStoreRandomRead(storage::BlockStore& store, uint32_t block, uint32_t d
     return Status::InvalidArgument("depth " + std::to_string(depth) + " is outside [1, " +
                                    std::to_string(store.queue_depth()) + "]");
   }
-  std::unique_ptr<storage::BufferPool> pool;
-  STRATA_RETURN_IF_ERROR(storage::BufferPool::Create(block, depth, 4096, &pool));
-  const storage::MemoryRegion region = pool->region();
+  std::unique_ptr<BufferPool> pool;
+  STRATA_RETURN_IF_ERROR(BufferPool::Create(block, depth, 4096, &pool));
+  const MemoryRegion region = pool->region();
   STRATA_RETURN_IF_ERROR(store.RegisterBuffers({&region, 1}));
 
   const uint64_t slots = store.capacity() / block;
@@ -39,14 +39,14 @@ Status RunStoreRandomRead(storage::BlockStore& store, uint32_t block, uint32_t d
   auto random_offset = [&] { return (rng() % slots) * block; };
   // One single-request batch per queue slot, resubmitted as soon as it completes: the
   // depth stays constant, as with fio's iodepth.
-  std::vector<storage::IoBatch> batches(depth);
+  std::vector<IoBatch> batches(depth);
   for (uint32_t i = 0; i < depth; ++i) batches[i].AddRead(random_offset(), pool->slot(i), block);
 
-  const storage::CountersSnapshot before = store.counters();
+  const CountersSnapshot before = store.counters();
   const Clock::time_point start = Clock::now();
   const Clock::time_point end =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  for (storage::IoBatch& b : batches) STRATA_RETURN_IF_ERROR(store.Submit(b));
+  for (IoBatch& b : batches) STRATA_RETURN_IF_ERROR(store.Submit(b));
   uint64_t ios = 0;
   bool running = true;
   Status first_error;
@@ -56,7 +56,7 @@ Status RunStoreRandomRead(storage::BlockStore& store, uint32_t block, uint32_t d
     stop = Clock::now();
     running = stop < end;
     for (uint32_t i = 0; i < depth; ++i) {
-      storage::IoBatch& b = batches[i];
+      IoBatch& b = batches[i];
       if (!b.done()) continue;
       if (!b.FirstError().ok() && first_error.ok()) first_error = b.FirstError();
       ++ios;
@@ -66,12 +66,12 @@ Status RunStoreRandomRead(storage::BlockStore& store, uint32_t block, uint32_t d
     }
   }
   // Reads still in flight at the stop are neither counted nor timed.
-  for (storage::IoBatch& b : batches) STRATA_RETURN_IF_ERROR(store.Wait(b));
+  for (IoBatch& b : batches) STRATA_RETURN_IF_ERROR(store.Wait(b));
   const double elapsed = std::chrono::duration<double>(stop - start).count();
   STRATA_RETURN_IF_ERROR(first_error);
   STRATA_RETURN_IF_ERROR(store.RegisterBuffers({}));
 
-  const storage::HistogramSnapshot lat = store.counters().read_latency.Since(before.read_latency);
+  const HistogramSnapshot lat = store.counters().read_latency.Since(before.read_latency);
   out->block = block;
   out->depth = depth;
   out->seconds = elapsed;
@@ -85,10 +85,10 @@ Status RunStoreRandomRead(storage::BlockStore& store, uint32_t block, uint32_t d
   return Status::OK();
 }
 
-Status EnsureFilled(storage::BlockStore& store, bool* filled_now) {
+Status EnsureFilled(BlockStore& store, bool* filled_now) {
   *filled_now = false;
-  storage::AlignedBuffer marker;
-  STRATA_RETURN_IF_ERROR(storage::AlignedBuffer::Allocate(kMarkerBytes, 4096, &marker));
+  AlignedBuffer marker;
+  STRATA_RETURN_IF_ERROR(AlignedBuffer::Allocate(kMarkerBytes, 4096, &marker));
   const uint64_t marker_offset = store.capacity() - kMarkerBytes;
   STRATA_RETURN_IF_ERROR(store.Read(marker_offset, marker.data(), kMarkerBytes));
   if (std::memcmp(marker.data(), kFillMarker, sizeof(kFillMarker)) == 0) return Status::OK();
@@ -97,8 +97,8 @@ Status EnsureFilled(storage::BlockStore& store, bool* filled_now) {
   // layer below can recognise and skip them).
   constexpr uint32_t kChunk = 1 << 20;
   constexpr uint32_t kInFlight = 8;
-  storage::AlignedBuffer data;
-  STRATA_RETURN_IF_ERROR(storage::AlignedBuffer::Allocate(size_t{kChunk} * kInFlight, 4096, &data));
+  AlignedBuffer data;
+  STRATA_RETURN_IF_ERROR(AlignedBuffer::Allocate(size_t{kChunk} * kInFlight, 4096, &data));
   uint64_t x = 0x2545F4914F6CDD1Dull;
   for (size_t i = 0; i + 8 <= data.size(); i += 8) {
     x ^= x << 13;
@@ -106,7 +106,7 @@ Status EnsureFilled(storage::BlockStore& store, bool* filled_now) {
     x ^= x << 17;
     std::memcpy(data.data() + i, &x, 8);
   }
-  std::vector<storage::IoBatch> batches(kInFlight);
+  std::vector<IoBatch> batches(kInFlight);
   uint64_t offset = 0;
   while (offset < store.capacity()) {
     for (uint32_t i = 0; i < kInFlight && offset < store.capacity(); ++i) {
@@ -119,7 +119,7 @@ Status EnsureFilled(storage::BlockStore& store, bool* filled_now) {
       offset += n;
     }
   }
-  for (storage::IoBatch& b : batches) STRATA_RETURN_IF_ERROR(store.Wait(b));
+  for (IoBatch& b : batches) STRATA_RETURN_IF_ERROR(store.Wait(b));
   std::memset(marker.data(), 0, kMarkerBytes);
   std::memcpy(marker.data(), kFillMarker, sizeof(kFillMarker));
   STRATA_RETURN_IF_ERROR(store.Write(marker_offset, marker.data(), kMarkerBytes));
@@ -128,4 +128,4 @@ Status EnsureFilled(storage::BlockStore& store, bool* filled_now) {
   return Status::OK();
 }
 
-}  // namespace strata::bench
+}  // namespace strata::storage

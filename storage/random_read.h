@@ -1,5 +1,6 @@
-// One point of the random-read curve, measured on fio or on a Strata store, plus the driver
-// that produces it on a store: keep `depth` reads of `block` bytes in flight at uniformly
+// One point of a device's random-read curve, measured on fio or on a Strata store, plus the
+// driver that produces it on a store (used by bench_storage and by the tuner's device
+// profile): keep `depth` reads of `block` bytes in flight at uniformly
 // random block-aligned offsets for a fixed time, the same access pattern fio's randread uses.
 //
 // Single-threaded: the benchmark thread submits and reaps.
@@ -11,7 +12,7 @@
 #include "common/status.h"
 #include "storage/block_store.h"
 
-namespace strata::bench {
+namespace strata::storage {
 
 struct ReadPoint {
   std::string engine;  // "fio", "io_uring", "pread_pool"
@@ -28,12 +29,12 @@ struct ReadPoint {
 };
 
 // Random reads on an open store for `seconds`; the store's queue depth must be >= depth.
-Status RunStoreRandomRead(storage::BlockStore& store, uint32_t block, uint32_t depth,
-                          double seconds, uint64_t seed, ReadPoint* out);
+Status RunStoreRandomRead(BlockStore& store, uint32_t block, uint32_t depth, double seconds,
+                          uint64_t seed, ReadPoint* out);
 
 // Writes the whole data area once with non-zero bytes, so reads hit allocated, written
 // extents, and leaves a marker so later runs can reuse the file. Skips the work when the
 // marker is already there.
-Status EnsureFilled(storage::BlockStore& store, bool* filled_now);
+Status EnsureFilled(BlockStore& store, bool* filled_now);
 
-}  // namespace strata::bench
+}  // namespace strata::storage

@@ -192,7 +192,7 @@ Status RunMode(const Model& model, const Flags& f, char mode, bool emmc, int32_t
         STRATA_RETURN_IF_ERROR(RunFio(job, &fio));
         ReadPoint mine;
         STRATA_RETURN_IF_ERROR(
-            RunStoreRandomRead(store, job.block, job.depth, f.fio_seconds, 7, &mine));
+            storage::RunStoreRandomRead(store, job.block, job.depth, f.fio_seconds, 7, &mine));
         std::snprintf(line, sizeof line,
                       "    bs %u depth %u: fio %.0f IOPS (%.1f MB/s), store random reads %.0f IOPS "
                       "= %.0f%% of fio; trace replay at mean request %.1f KiB = %.0f%% of fio's "

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "bench/storage/fio_runner.h"
-#include "bench/storage/random_read.h"
 #include "storage/block_store.h"
+#include "storage/random_read.h"
 
 namespace strata::bench {
 namespace {
@@ -113,7 +113,7 @@ Status MeasureStore(const Config& c, uint64_t capacity, storage::BackendKind bac
   storage::StoreOptions o = StoreFor(c, capacity, backend, depth);
   o.mode = storage::OpenMode::kOpenExisting;
   STRATA_RETURN_IF_ERROR(storage::BlockStore::Open(o, &store));
-  STRATA_RETURN_IF_ERROR(RunStoreRandomRead(*store, block, depth, seconds, seed, out));
+  STRATA_RETURN_IF_ERROR(storage::RunStoreRandomRead(*store, block, depth, seconds, seed, out));
   out->engine = backend == storage::BackendKind::kUring ? "io_uring" : "pread_pool";
   return store->Close();
 }
@@ -193,7 +193,7 @@ int Run(Config c) {
     }
     const auto t0 = std::chrono::steady_clock::now();
     bool filled = false;
-    s = EnsureFilled(*store, &filled);
+    s = storage::EnsureFilled(*store, &filled);
     if (!s.ok()) {
       std::fprintf(stderr, "bench_storage: filling %s: %s\n", store->path().c_str(),
                    s.ToString().c_str());

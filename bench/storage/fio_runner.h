@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <string>
 
-#include "bench/storage/random_read.h"
 #include "common/status.h"
+#include "storage/random_read.h"
 
 namespace strata::bench {
+
+using storage::ReadPoint;
 
 struct FioJob {
   std::string file;

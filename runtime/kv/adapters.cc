@@ -229,6 +229,14 @@ Status Adapters::Write(const std::string& path) const {
   return Status::OK();
 }
 
+std::string Adapters::DefaultPath(const std::string& model_path) {
+  const std::string ext = ".gguf";
+  if (model_path.size() > ext.size() &&
+      model_path.compare(model_path.size() - ext.size(), ext.size(), ext) == 0)
+    return model_path.substr(0, model_path.size() - ext.size()) + ".adapters";
+  return model_path + ".adapters";
+}
+
 Status Adapters::Read(const std::string& path, Adapters* out) {
   std::string s;
   const Status rs = ReadRegularFile(path, "adapters file", kMaxFileBytes, &s);

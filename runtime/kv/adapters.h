@@ -88,6 +88,9 @@ struct Adapters {
   // "8, 16, 32"
   std::string RatioList() const;
 
+  // Where a model's adapters live when kv.adapters is not set: its path with ".gguf"
+  // replaced by ".adapters" (appended when it has no ".gguf").
+  static std::string DefaultPath(const std::string& model_path);
   // Errors: missing file (NotFound), damage (Corruption: bad magic, version, sizes,
   // checksum), each naming the file and the field.
   static Status Read(const std::string& path, Adapters* out);

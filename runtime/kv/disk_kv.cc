@@ -15,14 +15,6 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-std::string DefaultAdaptersPath(const std::string& model_path) {
-  const std::string ext = ".gguf";
-  if (model_path.size() > ext.size() &&
-      model_path.compare(model_path.size() - ext.size(), ext.size(), ext) == 0)
-    return model_path.substr(0, model_path.size() - ext.size()) + ".adapters";
-  return model_path + ".adapters";
-}
-
 }  // namespace
 
 DiskKv::DiskKv(const Model& model, const DiskKvOptions& options, const KvShape& shape)
@@ -50,7 +42,7 @@ Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t 
     STRATA_RETURN_IF_ERROR(RankForRatio(shape.row(), options.ratio, &rank).WithContext("kv.ratio"));
   }
   const std::string adapters =
-      options.adapters.empty() ? DefaultAdaptersPath(model.path()) : options.adapters;
+      options.adapters.empty() ? Adapters::DefaultPath(model.path()) : options.adapters;
   STRATA_RETURN_IF_ERROR(Adapters::Read(adapters, &kv->adapters_));
   STRATA_RETURN_IF_ERROR(kv->adapters_.CheckModel(model, adapters));
   if (options.ratio > 0 && !kv->adapters_.Find(options.ratio))

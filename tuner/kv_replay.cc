@@ -1,0 +1,126 @@
+#include "tuner/kv_replay.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/engine/engine.h"
+
+namespace strata {
+namespace {
+
+constexpr char kMagic[8] = {'S', 'T', 'R', 'K', 'V', 'C', 'A', 'P'};
+
+uint64_t Fnv64(const void* p, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+}  // namespace
+
+Status EvaluationTokens(const Model& model, const std::string& text_path, double skip_fraction,
+                        std::vector<int32_t>* out) {
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) return Status::FromErrno("text " + text_path, errno);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const std::string all = ss.str();
+  size_t start = size_t(double(all.size()) * skip_fraction);
+  while (start > 0 && start < all.size() && all[start - 1] != '\n') --start;
+  return model.tokenizer().Encode(std::string_view(all).substr(start), false, false, out);
+}
+
+Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
+                     const std::string& cache_dir, int32_t threads, KvCapture* out,
+                     bool* computed) {
+  const HParams& hp = model.hparams();
+  KvCapture cap;
+  cap.n_layer = hp.n_layer;
+  cap.row = hp.n_head_kv * hp.head_dim;
+  cap.n_tokens = int32_t(tokens.size());
+  const uint64_t key = Fnv64(tokens.data(), tokens.size_bytes(), model.identity());
+  char name[64];
+  std::snprintf(name, sizeof name, "/%016llx.kvcap", (unsigned long long)key);
+  const std::string path = cache_dir + name;
+  const size_t values = size_t(cap.n_layer) * 2 * cap.n_tokens * cap.row;
+  *computed = false;
+  {
+    std::ifstream in(path, std::ios::binary);
+    char magic[8];
+    uint64_t stored_key = 0;
+    if (in && in.read(magic, 8) && std::equal(magic, magic + 8, kMagic) &&
+        in.read(reinterpret_cast<char*>(&stored_key), 8) && stored_key == key) {
+      cap.data.resize(values);
+      if (in.read(reinterpret_cast<char*>(cap.data.data()), std::streamsize(values * 2))) {
+        *out = std::move(cap);
+        return Status::OK();
+      }
+    }
+  }
+  EngineOptions eo;
+  eo.n_threads = threads;
+  eo.n_ctx = cap.n_tokens;
+  std::unique_ptr<Engine> e;
+  STRATA_RETURN_IF_ERROR(Engine::Create(model, eo, &e));
+  SeqId seq;
+  STRATA_RETURN_IF_ERROR(e->NewSequence(&seq));
+  std::vector<float> logits;
+  STRATA_RETURN_IF_ERROR(e->Prefill(seq, tokens, &logits));
+  cap.data.resize(values);
+  for (int32_t l = 0; l < cap.n_layer; ++l) {
+    std::span<const kernels::KvSpan> view;
+    STRATA_RETURN_IF_ERROR(e->kv().View(l, seq, &view));
+    if (view.size() != 1 || view[0].n_tokens != cap.n_tokens || view[0].stride != cap.row)
+      return Status::Internal("capture: the memory policy's view is not one full span");
+    const size_t n = size_t(cap.n_tokens) * cap.row;
+    std::copy(view[0].k, view[0].k + n, cap.data.begin() + ptrdiff_t(2 * l * n));
+    std::copy(view[0].v, view[0].v + n, cap.data.begin() + ptrdiff_t((2 * l + 1) * n));
+  }
+  mkdir(cache_dir.c_str(), 0755);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
+    o.write(kMagic, 8);
+    o.write(reinterpret_cast<const char*>(&key), 8);
+    o.write(reinterpret_cast<const char*>(cap.data.data()), std::streamsize(values * 2));
+    if (!o) return Status::FromErrno("capture: writing " + tmp, errno);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return Status::FromErrno("capture: renaming " + tmp, errno);
+  *computed = true;
+  *out = std::move(cap);
+  return Status::OK();
+}
+
+Status ReplayPrefix(KvPolicy& kv, SeqId seq, const KvCapture& cap, int32_t n) {
+  if (n > cap.n_tokens || kv.Length(seq) != 0)
+    return Status::InvalidArgument("replay: prefix longer than the capture or sequence not empty");
+  // In passes the policy can take (the disk policy stages a pass inside its budget).
+  const int32_t most = std::max(1, kv.max_pass_tokens());
+  std::vector<float> k, v;
+  for (int32_t p0 = 0; p0 < n; p0 += most) {
+    const int32_t m = std::min(most, n - p0);
+    BatchSeq b{seq, p0, m};
+    STRATA_RETURN_IF_ERROR(kv.BeginBatch({&b, 1}));
+    k.resize(size_t(m) * cap.row);
+    v.resize(size_t(m) * cap.row);
+    for (int32_t l = 0; l < cap.n_layer; ++l) {
+      kernels::F16ToF32Row(cap.k(l) + size_t(p0) * cap.row, k.data(), int64_t(k.size()));
+      kernels::F16ToF32Row(cap.v(l) + size_t(p0) * cap.row, v.data(), int64_t(v.size()));
+      Status st = kv.Append(l, seq, k.data(), v.data());
+      if (!st.ok()) {
+        kv.AbortBatch();
+        return st;
+      }
+    }
+    STRATA_RETURN_IF_ERROR(kv.EndBatch());
+  }
+  return Status::OK();
+}
+
+}  // namespace strata

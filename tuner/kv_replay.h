@@ -1,0 +1,52 @@
+// Evaluation text and replayed KV prefixes, for the tuner's quality runs and the KV
+// benchmarks: the tokens of the part of a text that calibration did not see, a capture of a
+// prefix's post-RoPE K/V computed once with the memory policy (cached on disk), and replaying
+// a captured prefix into any policy.
+//
+// Why a capture: quality and speed runs need the same long prefixes under many policies.
+// Prefill is exact under every policy (the disk policy reads earlier records back for it),
+// so the K/V a prefix leaves behind does not depend on the policy; computing it once and
+// appending it through the KvPolicy interface gives every policy the state its own prefill
+// would, at a fraction of the cost.
+//
+// Single-threaded (the caller's thread), apart from the engine's own pool.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/kv/kv_policy.h"
+#include "runtime/model/model.h"
+
+namespace strata {
+
+// Tokens of the part of `text_path` after the first `skip_fraction` of its bytes (cut at a
+// line end): the evaluation half when calibration used the first half.
+Status EvaluationTokens(const Model& model, const std::string& text_path, double skip_fraction,
+                        std::vector<int32_t>* out);
+
+// F16 K and V of every layer for n tokens at positions 0..n-1: data is [layer][K|V][n][row].
+struct KvCapture {
+  int32_t n_layer = 0;
+  int32_t row = 0;
+  int32_t n_tokens = 0;
+  std::vector<uint16_t> data;
+  const uint16_t* k(int32_t layer) const {
+    return data.data() + (size_t(2 * layer) * n_tokens) * row;
+  }
+  const uint16_t* v(int32_t layer) const { return k(layer) + size_t(n_tokens) * row; }
+};
+
+// Loads the capture of `tokens` from cache_dir, or computes it (memory policy, `threads`
+// workers) and stores it there. *computed tells which.
+Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
+                     const std::string& cache_dir, int32_t threads, KvCapture* out, bool* computed);
+
+// Appends the first n tokens of cap to the empty sequence seq through Append calls, in as
+// few passes as the policy takes (KvPolicy::max_pass_tokens).
+Status ReplayPrefix(KvPolicy& kv, SeqId seq, const KvCapture& cap, int32_t n);
+
+}  // namespace strata
