@@ -1,4 +1,5 @@
-// The `strata` command: run (generate or chat), info, perplexity, bench, calibrate, config.
+// The `strata` command: run (generate or chat), info, perplexity, bench, calibrate, config,
+// tune.
 #include <CLI/CLI.hpp>
 
 #include "cli/cli.h"
@@ -13,6 +14,7 @@ int main(int argc, char** argv) {
   strata::cli::AddBenchCommand(&app);
   strata::cli::AddCalibrateCommand(&app);
   strata::cli::AddConfigCommand(&app);
+  strata::cli::AddTuneCommand(&app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -97,6 +97,19 @@ Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
   return Status::OK();
 }
 
+Status CreateRunEngine(const Model& model, int32_t threads, int32_t n_ctx, int32_t max_sequences,
+                       const DiskKvOptions* disk, std::unique_ptr<Engine>* out) {
+  EngineOptions eo;
+  eo.n_threads = threads;
+  eo.n_ctx = n_ctx;
+  eo.max_sequences = max_sequences;
+  if (disk) {
+    eo.kv.policy = KvPolicyKind::kDisk;
+    eo.kv.disk = *disk;
+  }
+  return Engine::Create(model, eo, out);
+}
+
 Status ReplayPrefix(KvPolicy& kv, SeqId seq, const KvCapture& cap, int32_t n) {
   if (n > cap.n_tokens || kv.Length(seq) != 0)
     return Status::InvalidArgument("replay: prefix longer than the capture or sequence not empty");

@@ -13,11 +13,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "runtime/engine/engine.h"
+#include "runtime/kv/kv_options.h"
 #include "runtime/kv/kv_policy.h"
 #include "runtime/model/model.h"
 
@@ -44,6 +47,11 @@ struct KvCapture {
 // workers) and stores it there. *computed tells which.
 Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
                      const std::string& cache_dir, int32_t threads, KvCapture* out, bool* computed);
+
+// An engine for the tuner's runs: `threads` workers, n_ctx tokens, up to max_sequences
+// sequences, full KV in memory or the disk policy `disk` (when not null).
+Status CreateRunEngine(const Model& model, int32_t threads, int32_t n_ctx, int32_t max_sequences,
+                       const DiskKvOptions* disk, std::unique_ptr<Engine>* out);
 
 // Appends the first n tokens of cap to the empty sequence seq through Append calls, in as
 // few passes as the policy takes (KvPolicy::max_pass_tokens).

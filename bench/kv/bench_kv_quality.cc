@@ -28,6 +28,7 @@
 #include "bench/kv/kv_bench_util.h"
 #include "runtime/engine/engine.h"
 #include "runtime/kv/disk_kv.h"
+#include "tuner/quality.h"
 
 namespace strata::bench {
 namespace {
@@ -77,20 +78,12 @@ struct Score {
 constexpr float kClearMargin = 0.5f;
 
 void Accumulate(const float* logits, int32_t n_vocab, int32_t target, Score* s) {
-  const float* e = logits + n_vocab;
-  const float* best = std::max_element(logits, e);
-  const float mx = *best;
-  double z = 0;
-  for (const float* p = logits; p < e; ++p) z += std::exp(double(*p - mx));
-  s->nll += std::log(z) - double(logits[target] - mx);
-  float second = -INFINITY;
-  for (const float* p = logits; p < e; ++p)
-    if (p != best && *p > second) second = *p;
-  s->argmax.push_back(int32_t(best - logits));
-  s->margin.push_back(*best - second);
+  const PositionScore p = ScorePosition(logits, n_vocab, target);
+  s->nll += p.nll;
+  s->argmax.push_back(p.argmax);
+  s->margin.push_back(p.margin);
   ++s->n;
 }
-
 // Decodes the scored tokens of `win` one per pass, teacher-forced, after a replayed prefix.
 Status DecodeScored(Engine* e, SeqId seq, const Flags& f, const std::vector<int32_t>& win,
                     int32_t n_vocab, Score* s) {

@@ -1,0 +1,151 @@
+// strata tune: profile this machine and the model, choose the KV settings per (batch,
+// context), check them by running them, and write strata.yaml (see tuner/tune.h).
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "cli/cli.h"
+#include "tuner/tune.h"
+
+namespace strata::cli {
+namespace {
+
+struct TuneFlags {
+  std::string model;
+  std::string output = "strata.yaml";
+  bool force = false;
+  std::string memory;
+  TuneOptions options;
+};
+
+// "512M", "2G", "1048576": bytes.
+Status ParseBytes(const std::string& text, int64_t* out) {
+  if (text.empty()) return Status::InvalidArgument("--memory: empty");
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return Status::InvalidArgument("--memory: '" + text + "' is not a size (e.g. 512M, 2G)");
+  }
+  const std::string unit = text.substr(used);
+  const double mul = unit.empty() || unit == "B"    ? 1
+                     : unit == "K" || unit == "KiB" ? 1024.0
+                     : unit == "M" || unit == "MiB" ? 1048576.0
+                     : unit == "G" || unit == "GiB" ? 1073741824.0
+                                                    : -1;
+  if (mul < 0 || !(v > 0) || v * mul > 9.0e18)
+    return Status::InvalidArgument("--memory: '" + text +
+                                   "' is not a positive size (bytes, or with K, M, G)");
+  *out = int64_t(v * mul);
+  return Status::OK();
+}
+
+std::string Join(const std::vector<int32_t>& v) {
+  std::string s;
+  for (int32_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+// What was asked, for the provenance (the settings that decide the result).
+std::string CommandOf(const TuneFlags& f) {
+  const TuneOptions& o = f.options;
+  char loss[32];
+  std::snprintf(loss, sizeof loss, "%g", o.max_ppl_loss);
+  std::string c = "strata tune --text " + o.text_path + " --batches " + Join(o.batches) +
+                  " --contexts " + Join(o.contexts) + " --max-ppl-loss " + loss + " --kv-dir " +
+                  o.kv_dir;
+  if (!f.memory.empty()) c += " --memory " + f.memory;
+  if (o.emulate_emmc) c += " --emmc";
+  if (o.quick) c += " --quick";
+  return c;
+}
+
+Status Tune(TuneFlags& f) {
+  CommonFlags flags;
+  flags.model = f.model;
+  std::string path;
+  STRATA_RETURN_IF_ERROR(ResolveModelPath(flags, Config(), &path));
+  if (!f.force && std::filesystem::exists(f.output))
+    return Status::InvalidArgument("tune: " + f.output +
+                                   " exists; give another -o or --force to replace it");
+  if (!f.memory.empty()) STRATA_RETURN_IF_ERROR(ParseBytes(f.memory, &f.options.memory_bytes));
+  std::unique_ptr<Model> model;
+  STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
+  TuneOptions& o = f.options;
+  o.model_path = path;
+  o.command = CommandOf(f);
+  if (o.work_dir.empty()) {
+    const char* home = std::getenv("HOME");
+    o.work_dir = std::string(home ? home : ".") + "/.cache/strata/tune/" + model->identity_hex();
+  }
+  std::fprintf(stderr, "tune: results kept in %s (a rerun resumes there)\n", o.work_dir.c_str());
+  TuneReport report;
+  STRATA_RETURN_IF_ERROR(strata::Tune(
+      *model, o, [](const std::string& line) { std::fprintf(stderr, "tune: %s\n", line.c_str()); },
+      &report));
+  const Config tuned = TunedConfig(*model, o, report);
+  const std::string yaml = ConfigToYaml(tuned);
+  // Checked by the reader before anything is written: what start-up will read must parse.
+  Config check;
+  STRATA_RETURN_IF_ERROR(ParseConfig(yaml, f.output, &check).WithContext("tune: the result"));
+  const std::string tmp = f.output + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << yaml;
+    if (!out) return Status::FromErrno("tune: writing " + tmp, errno);
+  }
+  if (std::rename(tmp.c_str(), f.output.c_str()) != 0)
+    return Status::FromErrno("tune: renaming " + tmp + " to " + f.output, errno);
+  std::printf(
+      "| batch | context | policy | predicted tok/s | measured tok/s | ppl loss | agreement |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const TunedChoice& c : report.choices)
+    std::printf("| %d | %d | %s | %.1f | %.1f | %+.2f%% | %.1f%% |\n", c.batch, c.context,
+                c.disk ? "disk" : "memory", c.predicted.tokens_per_second,
+                c.measured_tokens_per_second, c.ppl_loss * 100, c.agreement * 100);
+  std::printf("wrote %s\n", f.output.c_str());
+  return Status::OK();
+}
+
+}  // namespace
+
+void AddTuneCommand(CLI::App* app) {
+  auto f = std::make_shared<TuneFlags>();
+  CLI::App* cmd = app->add_subcommand(
+      "tune", "measure this machine and the model, choose KV settings, write strata.yaml");
+  cmd->add_option("-m,--model", f->model, "GGUF model file (default: as for run)");
+  cmd->add_option("-o,--output", f->output, "the strata.yaml to write");
+  cmd->add_flag("--force", f->force, "replace the output file if it exists");
+  cmd->add_option("--text", f->options.text_path,
+                  "evaluation text (UTF-8; its second half, which calibration did not use)")
+      ->required();
+  cmd->add_option("--batches", f->options.batches, "sequences decoded together, comma separated")
+      ->delimiter(',');
+  cmd->add_option("--contexts", f->options.contexts, "context lengths, comma separated")
+      ->delimiter(',');
+  cmd->add_option("--memory", f->memory,
+                  "KV memory for a whole batch (e.g. 512M); default: what is free now");
+  cmd->add_option("--max-ppl-loss", f->options.max_ppl_loss,
+                  "largest perplexity loss against full KV a disk plan may have (0.03 = 3%)");
+  cmd->add_option("--kv-dir", f->options.kv_dir, "directory of the disk KV store to profile");
+  cmd->add_flag("--emmc", f->options.emulate_emmc, "profile and tune under the eMMC emulation");
+  cmd->add_option("--adapters", f->options.adapters, "adapters file (default: MODEL.adapters)");
+  cmd->add_option("--work-dir", f->options.work_dir,
+                  "where captures and quality results are kept (default: "
+                  "~/.cache/strata/tune/MODEL_IDENTITY)");
+  cmd->add_option("--windows", f->options.windows, "quality windows per context");
+  cmd->add_option("--scored", f->options.scored, "scored positions per window");
+  cmd->add_option("--verify-steps", f->options.verify_steps, "decode steps of each check run");
+  cmd->add_option("--max-candidates", f->options.max_candidates,
+                  "disk plans whose quality is measured per (batch, context), at most");
+  cmd->add_option("-t,--threads", f->options.threads, "worker threads (0 = all cores)");
+  cmd->add_flag("--quick", f->options.quick, "shorter device and compute profiles");
+  cmd->callback([f] {
+    Status s = Tune(*f);
+    if (!s.ok()) ExitCode() = ReportError("tune", s);
+  });
+}
+
+}  // namespace strata::cli

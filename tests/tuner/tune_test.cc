@@ -1,0 +1,301 @@
+// strata tune's parts and the whole on a tiny synthetic model: the read curve and the cost
+// model, quality runs that resume from their file, and Tune's choice between full KV in
+// memory and a disk plan within the perplexity bound, written as a config that loads.
+#include "tuner/tune.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "runtime/config/config.h"
+#include "tests/kv/disk_kv_test_util.h"
+#include "tests/testing/test_model.h"
+#include "tuner/cost_model.h"
+#include "tuner/device_profile.h"
+#include "tuner/quality.h"
+
+namespace strata {
+namespace {
+
+using testing::KvTempDir;
+
+DeviceProfile Curve() {
+  DeviceProfile d;
+  // 10K IOPS at depth 1 (100 us), 80K at depth 16 (200 us), 4 KiB; a quarter of the request
+  // rate at 64 KiB.
+  d.reads = {{4096, 1, 10000, 100},
+             {4096, 16, 80000, 200},
+             {65536, 1, 2500, 400},
+             {65536, 16, 20000, 800}};
+  return d;
+}
+
+TEST(DeviceProfileTest, ReadSecondsFollowTheCurve) {
+  const DeviceProfile d = Curve();
+  // On the curve's points.
+  EXPECT_NEAR(d.ReadSeconds(1000, 4096, 16), 1000 / 80000.0, 1e-6);
+  EXPECT_NEAR(d.ReadSeconds(1000, 4096, 1), 1000 / 10000.0, 1e-6);
+  // Fewer requests than the depth allows run at their own depth, and pay a latency at least.
+  EXPECT_NEAR(d.ReadSeconds(1, 4096, 16), 100e-6, 1e-9);
+  // Between points: monotone in size and depth.
+  const double mid_size = d.ReadSeconds(1000, 16384, 16);
+  EXPECT_GT(mid_size, d.ReadSeconds(1000, 4096, 16));
+  EXPECT_LT(mid_size, d.ReadSeconds(1000, 65536, 16));
+  const double mid_depth = d.ReadSeconds(1000, 4096, 4);
+  EXPECT_LT(mid_depth, d.ReadSeconds(1000, 4096, 1));
+  EXPECT_GT(mid_depth, d.ReadSeconds(1000, 4096, 16));
+  // Beyond the largest block the bytes per second hold.
+  EXPECT_NEAR(d.ReadSeconds(1000, 131072, 16), 2 * d.ReadSeconds(1000, 65536, 16), 1e-9);
+  EXPECT_EQ(d.ReadSeconds(0, 4096, 16), 0);
+}
+
+TEST(CostModelTest, ReadsHideUnderComputeUntilTheyDoNot) {
+  const DeviceProfile d = Curve();
+  ComputeProfile c;
+  c.batches = {1, 8};
+  c.dense_seconds = {0.010, 0.030};
+  c.attention_seconds_per_token = 1e-7;
+  c.ranks = {16, 64};
+  c.score_seconds_per_row = {1e-9, 4e-9};
+  EXPECT_NEAR(c.DenseSeconds(4), 0.010 + 3 * 0.020 / 7, 1e-12);
+  EXPECT_NEAR(c.DenseSeconds(16), 0.030 + 8 * 0.020 / 7, 1e-12);
+  EXPECT_NEAR(c.ScoreSecondsPerRow(32), 2e-9, 1e-15);
+  DiskStepShape s;
+  s.n_layer = 10;
+  s.attended_tokens = 1000;
+  s.summary_rows = 8192;
+  s.rank = 16;
+  s.selections = 18;
+  s.queue_depth = 16;
+  s.bytes = 0;
+  const StepPrediction none = PredictDiskStep(d, c, s);
+  EXPECT_NEAR(none.compute_seconds, 0.010 + 1000 * 1e-7, 1e-12);
+  EXPECT_NEAR(none.select_seconds, 18 * 8192 * 1e-9, 1e-12);
+  EXPECT_NEAR(none.step_seconds, none.compute_seconds + none.select_seconds, 1e-12);
+  // 100 reads of 4 KiB a step (10 a layer at depth 10): hidden under the layers' compute.
+  s.requests = 100;
+  s.bytes = 100 * 4096.0;
+  const StepPrediction few = PredictDiskStep(d, c, s);
+  EXPECT_GT(few.read_seconds, 0);
+  EXPECT_NEAR(few.step_seconds, none.step_seconds, 1e-12);
+  // 20000 a step: the device is the bound, and the step is its time plus the selection.
+  s.requests = 20000;
+  s.bytes = 20000 * 4096.0;
+  const StepPrediction many = PredictDiskStep(d, c, s);
+  EXPECT_GT(many.read_seconds, many.compute_seconds);
+  EXPECT_NEAR(many.step_seconds, many.select_seconds + many.read_seconds, 1e-9);
+  EXPECT_NEAR(many.tokens_per_second, 1.0 / many.step_seconds, 1e-9);
+  const StepPrediction mem = PredictMemoryStep(c, 8, 4096);
+  EXPECT_NEAR(mem.step_seconds, 0.030 + 8 * 4096 * 1e-7, 1e-12);
+  EXPECT_NEAR(mem.tokens_per_second, 8 / mem.step_seconds, 1e-9);
+}
+
+TEST(DeviceProfileTest, MeasuresTheKvDirectoryThroughTheStore) {
+  KvTempDir dir;
+  DeviceProfileOptions o;
+  o.kv_dir = dir.path();
+  o.blocks = {4096, 65536};
+  o.depths = {1, 8};
+  o.seconds_per_point = 0.05;
+  o.file_bytes = uint64_t(16) << 20;
+  o.stream_bytes = uint64_t(16) << 20;
+  o.threads = 1;
+  DeviceProfile p;
+  STRATA_ASSERT_OK(ProfileDevice(o, &p));
+  ASSERT_EQ(p.reads.size(), 4u);
+  for (const ReadCurvePoint& r : p.reads) {
+    EXPECT_GT(r.iops, 0) << r.block << " x" << r.depth;
+    EXPECT_GT(r.mean_us, 0) << r.block << " x" << r.depth;
+  }
+  EXPECT_GT(p.memory_gb_per_s, 0);
+  EXPECT_GT(p.platform.cores, 0);
+  EXPECT_NE(p.Fingerprint().find("cores="), std::string::npos);
+  // The probe file is gone.
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+  o.kv_dir = dir.path() + "/missing";
+  EXPECT_FALSE(ProfileDevice(o, &p).ok());
+}
+
+// A synthetic model with a context of 1024, its identity adapters, and a text long enough
+// for two evaluation windows of 1024 tokens in its second half.
+class TuneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SyntheticModelSpec spec;
+    spec.n_ctx_train = 2048;
+    STRATA_ASSERT_OK(testing::LoadSyntheticModel(spec, dir_.path(), "m", &model_));
+    adapters_ = dir_.path() + "/m.adapters";
+    STRATA_ASSERT_OK(testing::WriteIdentityAdapters(*model_, {1, 2, 4}, adapters_));
+    text_ = dir_.path() + "/text.txt";
+    std::ofstream t(text_);
+    for (int i = 0; i < 400; ++i) t << SyntheticTrainingText() << "\n";
+  }
+
+  TuneOptions Options() {
+    TuneOptions o;
+    o.model_path = dir_.path() + "/m.gguf";
+    o.adapters = adapters_;
+    o.text_path = text_;
+    o.work_dir = dir_.path() + "/work";
+    o.kv_dir = kv_dir_.path();
+    o.batches = {1};
+    o.contexts = {1024};
+    o.threads = 2;
+    o.windows = 2;
+    o.scored = 16;
+    o.verify_steps = 4;
+    o.max_candidates = 4;
+    o.quick = true;
+    return o;
+  }
+
+  KvTempDir dir_, kv_dir_;
+  std::unique_ptr<Model> model_;
+  std::string adapters_, text_;
+};
+
+TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
+  QualityOptions qo;
+  qo.text_path = text_;
+  qo.scored = 8;
+  qo.windows = 2;
+  qo.cache_dir = dir_.path() + "/work";
+  qo.threads = 2;
+  DiskKvOptions d;
+  d.dir = kv_dir_.path();
+  d.adapters = adapters_;
+  // Every group, F16 records: the same keys as full KV.
+  d.group_size = 4;
+  d.groups_per_step = 512 / 4;
+  d.record_type = KvRecordType::kF16;
+  d.budget_bytes = int64_t(64) << 20;
+  QualitySummary first, again;
+  int32_t ran = 0;
+  {
+    std::unique_ptr<QualityProfiler> q;
+    STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
+    EXPECT_GE(q->WindowsAvailable(512), 2);
+    STRATA_ASSERT_OK(q->Measure(d, "all", 512, &first, &ran));
+    EXPECT_EQ(ran, 2);
+  }
+  EXPECT_EQ(first.windows, 2);
+  EXPECT_EQ(first.sum.positions, 16);
+  EXPECT_NEAR(first.ppl_loss(), 0.0, 2e-3);
+  EXPECT_GT(first.agreement(), 0.9);
+  EXPECT_GT(first.sum.steps, 0);
+  // An interrupted run leaves a line cut short: it is ignored, the rest is kept.
+  { std::ofstream(qo.cache_dir + "/quality.jsonl", std::ios::app) << "{\"key\": \"cut"; }
+  std::unique_ptr<QualityProfiler> q;
+  STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
+  STRATA_ASSERT_OK(q->Measure(d, "all", 512, &again, &ran));
+  EXPECT_EQ(ran, 0);
+  EXPECT_EQ(again.sum.nll, first.sum.nll);
+  EXPECT_EQ(again.sum.reads, first.sum.reads);
+  EXPECT_EQ(again.full_nll, first.full_nll);
+  // Another configuration is measured.
+  d.groups_per_step = 2;
+  STRATA_ASSERT_OK(q->Measure(d, "two", 512, &again, &ran));
+  EXPECT_EQ(ran, 2);
+}
+
+TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFit) {
+  TuneOptions o = Options();
+  o.memory_bytes = int64_t(1) << 30;
+  // No disk plan measured: full KV, which fits, is the choice.
+  o.max_candidates = 0;
+  TuneReport mem;
+  STRATA_ASSERT_OK(Tune(*model_, o, nullptr, &mem));
+  ASSERT_EQ(mem.choices.size(), 1u);
+  EXPECT_FALSE(mem.choices[0].disk);
+  EXPECT_EQ(mem.choices[0].quality_runs, 0);
+  EXPECT_GT(mem.choices[0].measured_tokens_per_second, 0);
+  const StepPrediction full = PredictMemoryStep(mem.compute, 1, 1024);
+  EXPECT_DOUBLE_EQ(mem.choices[0].predicted.tokens_per_second, full.tokens_per_second);
+  // With plans measured, a disk plan is chosen over full KV only when it is predicted
+  // faster and keeps the bound.
+  o.max_candidates = 4;
+  STRATA_ASSERT_OK(Tune(*model_, o, nullptr, &mem));
+  const TunedChoice& m = mem.choices[0];
+  if (m.disk) {
+    EXPECT_GT(m.predicted.tokens_per_second,
+              PredictMemoryStep(mem.compute, 1, 1024).tokens_per_second);
+    EXPECT_LE(m.ppl_loss, o.max_ppl_loss);
+  }
+
+  // Full KV of 1024 tokens takes 2 layers x 1024 x 32 x 2 x 2 bytes = 256 KiB.
+  o.max_ppl_loss = 0.03;
+  o.memory_bytes = 240 << 10;
+  TuneReport disk;
+  STRATA_ASSERT_OK(Tune(*model_, o, nullptr, &disk));
+  ASSERT_EQ(disk.choices.size(), 1u);
+  const TunedChoice& c = disk.choices[0];
+  EXPECT_TRUE(c.disk);
+  EXPECT_LE(c.ppl_loss, o.max_ppl_loss);
+  EXPECT_GT(c.quality_runs, 0);
+  EXPECT_LE(c.quality_runs, o.max_candidates);
+  EXPECT_LE(c.disk_options.budget_bytes, 240 << 10);
+  EXPECT_GT(c.disk_options.group_size, 0);  // resolved, not "auto"
+  EXPECT_GT(c.disk_options.ratio, 0);
+  EXPECT_GT(c.measured_tokens_per_second, 0);
+
+  // What is written loads, and start-up picks the entry and its settings.
+  const Config written = TunedConfig(*model_, o, disk);
+  Config loaded;
+  STRATA_ASSERT_OK(ParseConfig(ConfigToYaml(written), "strata.yaml", &loaded));
+  ASSERT_EQ(loaded.tuned.size(), 1u);
+  EXPECT_EQ(loaded.provenance.model_identity, model_->identity_hex());
+  EXPECT_EQ(loaded.provenance.machine, disk.device.Fingerprint());
+  EXPECT_EQ(loaded.engine.n_ctx, 1024);
+  Config start = loaded;
+  start.engine.kv.policy = KvPolicyKind::kMemory;
+  STRATA_ASSERT_OK(SelectTuned(1, 1024, &start));
+  EXPECT_EQ(start.engine.kv.policy, KvPolicyKind::kDisk);
+  EXPECT_EQ(start.engine.kv.disk.group_size, c.disk_options.group_size);
+  EXPECT_EQ(start.engine.kv.disk.ratio, c.disk_options.ratio);
+  EXPECT_EQ(start.engine.kv.disk.budget_bytes, c.disk_options.budget_bytes);
+  EXPECT_NE(start.tuned_choice.find("batch 1, context 1024"), std::string::npos);
+
+  // A rerun finds every quality result in its file: a plan measured before is not measured
+  // again (which plans a rerun visits may differ: the speed profile is measured afresh).
+  std::vector<std::string> first, second;
+  auto collect = [](std::vector<std::string>* out) {
+    return [out](const std::string& l) { out->push_back(l); };
+  };
+  TuneReport once, rerun;
+  STRATA_ASSERT_OK(Tune(*model_, o, collect(&first), &once));
+  STRATA_ASSERT_OK(Tune(*model_, o, collect(&second), &rerun));
+  std::set<std::string> measured;
+  for (const std::string& l : first)
+    if (l.find(": ppl") != std::string::npos) measured.insert(l.substr(0, l.find(": ppl")));
+  int cached = 0;
+  for (const std::string& l : second) {
+    if (l.find(": ppl") == std::string::npos) continue;
+    if (measured.count(l.substr(0, l.find(": ppl"))) == 0) continue;
+    EXPECT_NE(l.find("(cached)"), std::string::npos) << l;
+    ++cached;
+  }
+  EXPECT_GT(cached, 0);
+}
+
+TEST_F(TuneTest, NoPlanInTheMemoryIsAnErrorThatSaysSo) {
+  TuneOptions o = Options();
+  o.memory_bytes = 4 << 10;
+  TuneReport r;
+  Status st = Tune(*model_, o, nullptr, &r);
+  EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.ToString();
+  EXPECT_NE(st.message().find("--memory"), std::string::npos) << st.ToString();
+  o.memory_bytes = 0;
+  o.contexts = {1 << 20};
+  st = Tune(*model_, o, nullptr, &r);
+  EXPECT_FALSE(st.ok());
+  o.contexts = {1024};
+  o.text_path = dir_.path() + "/no-such-text";
+  st = Tune(*model_, o, nullptr, &r);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("no-such-text"), std::string::npos) << st.ToString();
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,217 @@
+#include "tuner/cost_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <random>
+
+#include "runtime/engine/engine.h"
+#include "runtime/kv/disk_kv.h"
+#include "runtime/kv/group_predictor.h"
+#include "tuner/kv_replay.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Seconds per decode step of `batch` sequences that already hold `context` tokens of
+// random K/V (imported through the policy, as a replayed prefix would be).
+Status TimeDecode(const Model& model, int32_t threads, int32_t batch, int32_t context,
+                  int32_t steps, const DiskKvOptions* disk, double* seconds,
+                  std::unique_ptr<Engine>* keep = nullptr) {
+  const HParams& hp = model.hparams();
+  std::unique_ptr<Engine> e;
+  STRATA_RETURN_IF_ERROR(CreateRunEngine(model, threads, context + steps + 2, batch, disk, &e));
+  const int64_t row = int64_t(hp.n_head_kv) * hp.head_dim;
+  std::vector<float> kv(size_t(context) * size_t(row));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  for (float& x : kv) x = dist(rng);
+  std::vector<SeqId> seqs(static_cast<size_t>(batch));
+  const int32_t most = std::max(1, e->kv().max_pass_tokens());
+  for (SeqId& s : seqs) {
+    STRATA_RETURN_IF_ERROR(e->NewSequence(&s));
+    for (int32_t p0 = 0; p0 < context; p0 += most) {
+      BatchSeq b{s, p0, std::min(most, context - p0)};
+      STRATA_RETURN_IF_ERROR(e->kv().BeginBatch({&b, 1}));
+      for (int32_t l = 0; l < hp.n_layer; ++l) {
+        const float* x = kv.data() + size_t(p0) * size_t(row);
+        Status st = e->kv().Append(l, s, x, x);
+        if (!st.ok()) {
+          e->kv().AbortBatch();
+          return st;
+        }
+      }
+      STRATA_RETURN_IF_ERROR(e->kv().EndBatch());
+    }
+  }
+  std::vector<float> logits;
+  ForwardBatch fb;
+  const int32_t token = 1;
+  double total = 0;
+  for (int32_t i = 0; i <= steps; ++i) {  // the first step warms up and is not counted
+    fb.Clear();
+    for (SeqId s : seqs) fb.Add(s, context + i, std::span<const int32_t>(&token, 1));
+    const auto t0 = Clock::now();
+    STRATA_RETURN_IF_ERROR(e->Evaluate(fb, &logits));
+    if (i > 0) total += Since(t0);
+  }
+  *seconds = total / steps;
+  if (keep) *keep = std::move(e);
+  return Status::OK();
+}
+
+double Interpolate(const std::vector<int32_t>& xs, const std::vector<double>& ys, double x) {
+  if (xs.empty()) return 0;
+  if (xs.size() == 1) return ys[0] * (xs[0] > 0 ? std::max(1.0, x / xs[0]) : 1.0);
+  size_t i = 1;
+  while (i + 1 < xs.size() && xs[i] < x) ++i;
+  const double x0 = xs[i - 1], x1 = xs[i];
+  const double t = (x - x0) / (x1 - x0);
+  return std::max(0.0, ys[i - 1] + t * (ys[i] - ys[i - 1]));
+}
+
+}  // namespace
+
+double ComputeProfile::DenseSeconds(int32_t batch) const {
+  return Interpolate(batches, dense_seconds, double(batch));
+}
+
+double ComputeProfile::ScoreSecondsPerRow(int32_t rank) const {
+  if (ranks.empty()) return 0;
+  if (rank <= ranks.front()) return score_seconds_per_row.front() * rank / ranks.front();
+  if (rank >= ranks.back()) return score_seconds_per_row.back() * rank / ranks.back();
+  return Interpolate(ranks, score_seconds_per_row, double(rank));
+}
+
+Status ProfileCompute(const Model& model, const Adapters& adapters, const ComputeProfileOptions& o,
+                      const DiskKvOptions* disk, ComputeProfile* out) {
+  if (o.batches.empty() || o.steps < 1 || o.attention_tokens < 64 || o.score_rows < 64)
+    return Status::InvalidArgument("compute profile: empty batch list or too few steps/tokens");
+  ComputeProfile p;
+  p.threads = o.threads;
+  constexpr int32_t kShortContext = 16;
+  for (int32_t b : o.batches) {
+    double sec = 0;
+    STRATA_RETURN_IF_ERROR(TimeDecode(model, o.threads, b, kShortContext, o.steps, nullptr, &sec));
+    p.batches.push_back(b);
+    p.dense_seconds.push_back(sec);
+  }
+  std::vector<size_t> order(p.batches.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return p.batches[a] < p.batches[b]; });
+  ComputeProfile sorted = p;
+  for (size_t i = 0; i < order.size(); ++i) {
+    sorted.batches[i] = p.batches[order[i]];
+    sorted.dense_seconds[i] = p.dense_seconds[order[i]];
+  }
+  p = sorted;
+  double at_long = 0;
+  STRATA_RETURN_IF_ERROR(
+      TimeDecode(model, o.threads, 1, o.attention_tokens, o.steps, nullptr, &at_long));
+  p.attention_seconds_per_token =
+      std::max(0.0, at_long - p.DenseSeconds(1)) / double(o.attention_tokens - kShortContext);
+
+  // One layer's selection over score_rows summary rows, per adapter set (rank).
+  ThreadPool pool(o.threads > 0 ? o.threads : 1);
+  const HParams& hp = model.hparams();
+  std::mt19937 rng(11);
+  for (const AdapterSet& set : adapters.sets) {
+    std::unique_ptr<GroupPredictor> gp;
+    STRATA_RETURN_IF_ERROR(GroupPredictor::Create(
+        model, set, GroupScoring::kSoftmax, kernels::ScoreType::kQ4, o.score_rows, 1, &pool, &gp));
+    std::vector<uint8_t> klr(
+        size_t(GroupPredictor::KlrBytes(o.score_rows, gp->rank(), kernels::ScoreType::kQ4)));
+    for (uint8_t& b : klr) b = uint8_t(rng());
+    std::vector<float> x(size_t(hp.n_embd)), q(size_t(hp.n_head) * size_t(gp->rank()));
+    for (float& v : x) v = float(int32_t(rng() % 200) - 100) / 100.f;
+    const int32_t pos = o.score_rows;
+    double query = 0;
+    for (int32_t i = 0; i <= o.steps; ++i) {
+      const auto t0 = Clock::now();
+      gp->LowRankQueries(0, x.data(), 1, &pos, q.data());
+      if (i > 0) query += Since(t0);
+    }
+    p.query_seconds = std::max(p.query_seconds, query / o.steps);
+    constexpr int32_t kGroup = 8;
+    const int32_t groups = o.score_rows / kGroup;
+    std::vector<int32_t> chosen;
+    double total = 0;
+    for (int32_t i = 0; i <= o.steps; ++i) {
+      const auto t0 = Clock::now();
+      gp->SelectGroups(q.data(), klr.data(), 0, groups, kGroup, std::max(1, groups / 13), &chosen);
+      if (i > 0) total += Since(t0);
+    }
+    p.ranks.push_back(gp->rank());
+    p.score_seconds_per_row.push_back(total / o.steps / double(o.score_rows));
+  }
+  // Ranks ascending for interpolation.
+  for (size_t i = 1; i < p.ranks.size(); ++i)
+    for (size_t j = i; j > 0 && p.ranks[j - 1] > p.ranks[j]; --j) {
+      std::swap(p.ranks[j - 1], p.ranks[j]);
+      std::swap(p.score_seconds_per_row[j - 1], p.score_seconds_per_row[j]);
+    }
+  if (disk) {
+    // The disk policy with every group resident (a budget of the whole cache): what its step
+    // costs beyond the modelled parts is its own bookkeeping.
+    DiskKvOptions d = *disk;
+    const int32_t context = std::max(256, o.attention_tokens / 2);
+    d.budget_bytes = int64_t(hp.n_layer) * context * hp.n_head_kv * hp.head_dim * 2 * 2 * 2;
+    d.record_type = KvRecordType::kF16;
+    double sec = 0;
+    std::unique_ptr<Engine> e;
+    STRATA_RETURN_IF_ERROR(TimeDecode(model, o.threads, 1, context, o.steps, &d, &sec, &e));
+    if (const auto* kv = dynamic_cast<const DiskKv*>(&e->kv())) {
+      const DiskKvPlan& plan = kv->plan();
+      DiskStepShape shape;
+      shape.n_layer = hp.n_layer;
+      shape.attended_tokens = context;
+      shape.summary_rows = plan.SummaryRows(context);
+      shape.rank = plan.rank;
+      shape.selections = hp.n_layer + (d.refine ? std::max(0, hp.n_layer - 2) : 0);
+      shape.tail_rows = plan.tail ? context : 0;
+      const StepPrediction modelled = PredictDiskStep(DeviceProfile(), p, shape);
+      p.disk_overhead_seconds = std::max(0.0, sec - modelled.step_seconds);
+    }
+  }
+  *out = std::move(p);
+  return Status::OK();
+}
+
+StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile& compute,
+                               const DiskStepShape& s) {
+  StepPrediction p;
+  const double layers = std::max(1, s.n_layer);
+  p.compute_seconds = compute.DenseSeconds(s.batch) + double(s.batch) * double(s.attended_tokens) *
+                                                          compute.attention_seconds_per_token;
+  const double per_row = compute.ScoreSecondsPerRow(s.rank);
+  p.select_seconds =
+      double(s.batch) *
+      (double(s.selections) * (compute.query_seconds + double(s.summary_rows) * per_row) +
+       double(s.n_layer) * double(s.tail_rows) * per_row);
+  const double requests_l = double(s.batch) * s.requests / layers;
+  const uint32_t request_bytes =
+      s.requests > 0 ? uint32_t(std::max(1.0, s.bytes / s.requests)) : 4096;
+  const double read_l = device.ReadSeconds(requests_l, request_bytes, s.queue_depth);
+  p.read_seconds = read_l * layers;
+  p.step_seconds = p.select_seconds + layers * std::max(p.compute_seconds / layers, read_l) +
+                   compute.disk_overhead_seconds;
+  p.tokens_per_second = p.step_seconds > 0 ? s.batch / p.step_seconds : 0;
+  return p;
+}
+
+StepPrediction PredictMemoryStep(const ComputeProfile& compute, int32_t batch, int32_t context) {
+  StepPrediction p;
+  p.compute_seconds = compute.DenseSeconds(batch) +
+                      double(batch) * double(context) * compute.attention_seconds_per_token;
+  p.step_seconds = p.compute_seconds;
+  p.tokens_per_second = p.step_seconds > 0 ? batch / p.step_seconds : 0;
+  return p;
+}
+
+}  // namespace strata

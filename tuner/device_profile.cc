@@ -1,0 +1,158 @@
+#include "tuner/device_profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+
+#include "common/thread_pool.h"
+#include "storage/block_store.h"
+#include "storage/random_read.h"
+
+namespace strata {
+namespace {
+
+storage::BackendKind BackendOf(const std::string& name) {
+  if (name == "io_uring") return storage::BackendKind::kUring;
+  if (name == "pread") return storage::BackendKind::kThreadPool;
+  return storage::BackendKind::kAuto;
+}
+
+// Interpolation weight of x between a and b in log space (0 at a, 1 at b, clamped).
+double LogWeight(double x, double a, double b) {
+  if (b <= a) return 0.0;
+  return std::clamp((std::log(x) - std::log(a)) / (std::log(b) - std::log(a)), 0.0, 1.0);
+}
+
+// The measured values bracketing v in sorted, unique `grid`.
+void Bracket(const std::vector<uint32_t>& grid, double v, uint32_t* lo, uint32_t* hi) {
+  *lo = grid.front();
+  *hi = grid.back();
+  for (uint32_t g : grid) {
+    if (g <= v) *lo = g;
+    if (g >= v) {
+      *hi = g;
+      break;
+    }
+  }
+}
+
+// Streams `bytes` of memory on every worker; GB/s of the slowest pass of three.
+double StreamGbPerSecond(uint64_t bytes, int32_t threads) {
+  ThreadPool pool(threads);
+  const size_t n = size_t(bytes / sizeof(uint64_t));
+  std::vector<uint64_t> buf(n);
+  for (size_t i = 0; i < n; ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;
+  std::vector<uint64_t> sums(size_t(pool.size()) + 1, 0);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t parts = std::max<int64_t>(1, pool.size());
+    pool.Run(parts, [&](int64_t p, int worker) {
+      const size_t b = n * size_t(p) / size_t(parts), e = n * size_t(p + 1) / size_t(parts);
+      uint64_t s = 0;
+      for (size_t i = b; i < e; ++i) s += buf[i];
+      sums[size_t(std::max(worker, 0))] += s;
+    });
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, double(bytes) / sec / 1e9);
+  }
+  // Keeps the sums alive so the loop is not removed.
+  if (std::accumulate(sums.begin(), sums.end(), uint64_t{0}) == 42) best += 1e-12;
+  return best;
+}
+
+}  // namespace
+
+double DeviceProfile::ReadSeconds(double requests, uint32_t block, uint32_t depth) const {
+  if (requests <= 0 || reads.empty()) return 0;
+  std::vector<uint32_t> blocks, depths;
+  for (const ReadCurvePoint& p : reads) {
+    blocks.push_back(p.block);
+    depths.push_back(p.depth);
+  }
+  std::sort(blocks.begin(), blocks.end());
+  blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+  std::sort(depths.begin(), depths.end());
+  depths.erase(std::unique(depths.begin(), depths.end()), depths.end());
+  const double d = std::max(1.0, std::min(double(depth), requests));
+  auto at = [&](uint32_t b, uint32_t q) -> const ReadCurvePoint* {
+    for (const ReadCurvePoint& p : reads)
+      if (p.block == b && p.depth == q) return &p;
+    return nullptr;
+  };
+  uint32_t b0, b1, q0, q1;
+  Bracket(blocks, double(block), &b0, &b1);
+  Bracket(depths, d, &q0, &q1);
+  const double wb = LogWeight(double(block), b0, b1), wq = LogWeight(d, q0, q1);
+  // Interpolates log(iops) and log(latency) over the four corners present.
+  double log_iops = 0, log_lat = 0, weight = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t b = i & 1 ? b1 : b0, q = i & 2 ? q1 : q0;
+    const ReadCurvePoint* p = at(b, q);
+    if (!p || p->iops <= 0) continue;
+    const double w = (i & 1 ? wb : 1 - wb) * (i & 2 ? wq : 1 - wq) + 1e-9;
+    log_iops += w * std::log(p->iops);
+    log_lat += w * std::log(std::max(p->mean_us, 1e-3));
+    weight += w;
+  }
+  if (weight == 0) return 0;
+  double iops = std::exp(log_iops / weight);
+  // Beyond the curve's largest block, throughput in bytes holds, not the request rate.
+  if (double(block) > b1) iops *= double(b1) / double(block);
+  const double latency = std::exp(log_lat / weight) * 1e-6;
+  return std::max(latency, requests / iops);
+}
+
+Status ProfileDevice(const DeviceProfileOptions& o, DeviceProfile* out) {
+  if (o.blocks.empty() || o.depths.empty() || o.seconds_per_point <= 0)
+    return Status::InvalidArgument("device profile: no request sizes, depths or time");
+  DeviceProfile p;
+  STRATA_RETURN_IF_ERROR(DetectPlatform(&p.platform));
+  p.kv_dir = o.kv_dir;
+  p.kv_device = BlockDeviceOf(o.kv_dir);
+  p.emulate_emmc = o.emulate_emmc;
+
+  storage::StoreOptions so;
+  so.directory = o.kv_dir;
+  so.mode = storage::OpenMode::kTemporary;
+  so.backend = BackendOf(o.backend);
+  so.file_name = "tune-probe";
+  so.capacity = o.file_bytes;
+  so.queue_depth = *std::max_element(o.depths.begin(), o.depths.end());
+  if (o.emulate_emmc) so.slow_disk = storage::SlowDiskOptions::Emmc();
+  std::unique_ptr<storage::BlockStore> store;
+  STRATA_RETURN_IF_ERROR(
+      storage::BlockStore::Open(so, &store).WithContext("device profile: the KV directory"));
+  p.backend = store->backend_name();
+  // Reads of never-written extents can be answered without touching the device.
+  bool filled = false;
+  STRATA_RETURN_IF_ERROR(storage::EnsureFilled(*store, &filled));
+  std::vector<uint32_t> blocks = o.blocks, depths = o.depths;
+  std::sort(blocks.begin(), blocks.end());
+  std::sort(depths.begin(), depths.end());
+  uint64_t seed = 1;
+  for (uint32_t block : blocks) {
+    if (block % store->block_size() != 0) continue;
+    for (uint32_t depth : depths) {
+      storage::ReadPoint rp;
+      STRATA_RETURN_IF_ERROR(
+          storage::RunStoreRandomRead(*store, block, depth, o.seconds_per_point, seed++, &rp));
+      p.reads.push_back({block, depth, rp.iops, rp.mean_us});
+    }
+  }
+  if (p.reads.empty())
+    return Status::InvalidArgument(
+        "device profile: no request size is a multiple of the "
+        "store's block size " +
+        std::to_string(store->block_size()));
+  store.reset();
+  const int32_t threads = o.threads > 0 ? o.threads : std::max(1, p.platform.cores);
+  p.memory_gb_per_s = StreamGbPerSecond(o.stream_bytes, threads);
+  *out = std::move(p);
+  return Status::OK();
+}
+
+}  // namespace strata

@@ -1,0 +1,108 @@
+// The quality half of the tuner's profile: what a disk KV configuration costs in accuracy
+// against full KV, on text the adapters were not computed from, and what its decode steps
+// read (requests and bytes a step, the reuse it finds), which the cost model needs.
+//
+// A window of `context` tokens: the first context - scored - 1 are a prefix replayed into
+// the policy (tuner/kv_replay.h), the last `scored` are decoded one per pass, teacher-forced,
+// as generation would; each position's next-token log-likelihood and top-1 token are
+// compared with full KV's on the same window. Perplexity loss = exp(mean NLL difference) - 1.
+//
+// Results are kept in a JSON-lines file, one line per (model, configuration, context,
+// window), so an interrupted tune resumes where it stopped and a rerun measures nothing
+// twice. A line is appended and flushed as soon as its window is done.
+//
+// Runs engines on the caller's thread plus their pools.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/kv/kv_options.h"
+#include "runtime/model/model.h"
+
+namespace strata {
+
+struct WindowQuality {
+  int32_t positions = 0;
+  double nll = 0;           // summed over positions
+  int32_t agree = 0;        // positions whose top-1 token is full KV's
+  int32_t clear = 0;        // positions where full KV's best two logits differ by >= 0.5
+  int32_t clear_agree = 0;  // ... and the configuration agrees
+  // Decode steps of the window (disk policy): what they read and reused.
+  int64_t steps = 0, reads = 0, bytes_read = 0, groups_selected = 0, reuse_hits = 0;
+  // Per position: the top-1 token and its margin over the second (full KV's are the
+  // reference the configurations are compared with).
+  std::vector<int32_t> argmax;
+  std::vector<float> margin;
+};
+
+// One decoded position: the loss of the true next token (-log softmax), the top-1 token and
+// its logit's margin over the second best.
+struct PositionScore {
+  double nll = 0;
+  int32_t argmax = 0;
+  float margin = 0;
+};
+PositionScore ScorePosition(const float* logits, int32_t n_vocab, int32_t target);
+
+// Sums of windows, and what they mean.
+struct QualitySummary {
+  WindowQuality sum;
+  double full_nll = 0;  // full KV's summed NLL over the same positions
+  int32_t windows = 0;
+  double ppl_loss() const;   // exp((nll - full_nll) / positions) - 1
+  double agreement() const;  // on clear positions (all positions when none is clear)
+  double requests_per_step() const;
+  double bytes_per_step() const;
+};
+
+struct QualityOptions {
+  std::string text_path;       // evaluation text
+  double skip_fraction = 0.5;  // the part calibration used (tuner/calibration.h)
+  int32_t scored = 32;         // decoded positions per window
+  int32_t windows = 2;         // windows per context
+  std::string cache_dir;       // replay captures and the results file live here
+  int32_t threads = 0;
+};
+
+class QualityProfiler {
+ public:
+  // Loads the text's evaluation tokens and the results file (cache_dir/quality.jsonl).
+  static Status Open(const Model& model, const QualityOptions& options,
+                     std::unique_ptr<QualityProfiler>* out);
+
+  // The quality of `disk` (a disk policy configuration; its `dir` is used for the store)
+  // at `context` over the options' windows, measuring only windows not in the results
+  // file. `key` names the configuration in that file (the same key must mean the same
+  // settings). *measured counts windows run now.
+  Status Measure(const DiskKvOptions& disk, const std::string& key, int32_t context,
+                 QualitySummary* out, int32_t* measured = nullptr);
+
+  // Windows of `context` the text holds.
+  int32_t WindowsAvailable(int32_t context) const;
+
+ private:
+  QualityProfiler(const Model& model, const QualityOptions& options)
+      : model_(model), options_(options) {}
+  std::string LineKey(const std::string& config, int32_t context, int32_t window) const;
+  // Window w of `context` under `disk`, or full KV (disk null).
+  Status Window(int32_t context, int32_t w, const DiskKvOptions* disk, WindowQuality* out);
+  // The cached result of `key`, or the window measured now and recorded.
+  Status Cached(const std::string& key, int32_t context, int32_t w, const DiskKvOptions* disk,
+                WindowQuality* out, bool* measured);
+  // Keeps a result and appends it to the results file, flushed.
+  Status Record(const std::string& key, const WindowQuality& q);
+
+  const Model& model_;
+  QualityOptions options_;
+  std::vector<int32_t> tokens_;
+  uint64_t text_hash_ = 0;
+  std::string results_path_;
+  std::map<std::string, WindowQuality> results_;
+};
+
+}  // namespace strata

@@ -1,0 +1,504 @@
+#include "tuner/tune.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <memory>
+
+#include "runtime/engine/engine.h"
+#include "runtime/kv/adapters.h"
+#include "runtime/kv/disk_kv_plan.h"
+#include "runtime/kv/disk_kv_store.h"
+#include "strata/strata.h"
+#include "tuner/kv_replay.h"
+#include "tuner/quality.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Leaves room for the weights, activations and the rest of the process when the memory
+// budget is what the machine has free.
+constexpr uint64_t kMemoryMargin = uint64_t(512) << 20;
+
+struct Candidate {
+  DiskKvOptions options;
+  DiskKvPlan plan;
+  std::string key;
+  StepPrediction optimistic;  // no reads: what the configuration cannot beat
+  bool automatic = false;     // every setting left to the runtime's rules
+};
+
+// What a plan selects and reads depends on these settings only: not on the device's speed
+// (kv.emulate_emmc) or the queue depth, so quality results serve every device.
+std::string KeyOf(const DiskKvOptions& o) {
+  return "disk:sigma=" + std::to_string(o.ratio) + ",G=" + std::to_string(o.group_size) +
+         ",record=" + KvRecordTypeName(o.record_type) + ",T=" + std::to_string(o.read_through) +
+         ",budget=" + std::to_string(o.budget_bytes) +
+         ",group_summary=" + AutoSwitchName(o.group_summary) +
+         ",calibrated=" + AutoSwitchName(o.calibrated_layers);
+}
+
+DiskStepShape ShapeOf(const DiskKvPlan& plan, const DiskKvOptions& o, int32_t batch,
+                      int32_t context, int32_t n_layer, double requests, double bytes) {
+  DiskStepShape s;
+  s.batch = batch;
+  s.n_layer = n_layer;
+  const int64_t G = plan.layout.group_size;
+  // With kv.attend_resident attention reads every group the slots hold, besides the sink,
+  // the read-through groups, the recent window and the rolling group.
+  const int64_t groups =
+      int64_t(plan.sink_groups) + plan.reuse_slots + plan.transient_groups + plan.recent_groups + 1;
+  s.attended_tokens = std::min<int64_t>(context, groups * G);
+  s.summary_rows = plan.SummaryRows(context);
+  s.rank = plan.rank;
+  s.selections = n_layer + (o.refine ? std::max(0, n_layer - 2) : 0);
+  s.tail_rows = plan.tail ? s.attended_tokens : 0;
+  s.requests = requests;
+  s.bytes = bytes;
+  s.queue_depth = uint32_t(o.queue_depth);
+  return s;
+}
+
+uint64_t FullKvBytes(const HParams& hp, int32_t context) {
+  return uint64_t(hp.n_layer) * uint64_t(context) * uint64_t(hp.n_head_kv) * uint64_t(hp.head_dim) *
+         2 * sizeof(uint16_t);
+}
+
+// Decode speed of a configuration: `batch` sequences hold a replayed prefix of the
+// evaluation text, then decode `steps` teacher-forced tokens together (one warm-up step
+// first, not timed).
+Status MeasureSpeed(const Model& model, const TuneOptions& o, const std::vector<int32_t>& tokens,
+                    int32_t batch, int32_t context, const DiskKvOptions* disk,
+                    double* tokens_per_second) {
+  const int32_t steps = std::max(1, o.verify_steps);
+  const int32_t prefix = context - steps - 2;
+  if (prefix < 1 || tokens.size() < size_t(context))
+    return Status::InvalidArgument("tune: the evaluation text is shorter than a context of " +
+                                   std::to_string(context) + " tokens");
+  KvCapture cap;
+  bool computed = false;
+  STRATA_RETURN_IF_ERROR(LoadOrCapture(model,
+                                       std::span<const int32_t>(tokens.data(), size_t(prefix)),
+                                       o.work_dir, o.threads, &cap, &computed));
+  std::unique_ptr<Engine> e;
+  STRATA_RETURN_IF_ERROR(CreateRunEngine(model, o.threads, context, batch, disk, &e));
+  std::vector<SeqId> seqs(static_cast<size_t>(batch));
+  for (SeqId& s : seqs) {
+    STRATA_RETURN_IF_ERROR(e->NewSequence(&s));
+    STRATA_RETURN_IF_ERROR(ReplayPrefix(e->kv(), s, cap, prefix));
+  }
+  std::vector<float> logits;
+  ForwardBatch fb;
+  double seconds = 0;
+  for (int32_t i = 0; i <= steps; ++i) {
+    fb.Clear();
+    for (SeqId s : seqs)
+      fb.Add(s, prefix + i, std::span<const int32_t>(&tokens[size_t(prefix + i)], 1));
+    const auto t0 = Clock::now();
+    STRATA_RETURN_IF_ERROR(e->Evaluate(fb, &logits));
+    if (i > 0) seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  *tokens_per_second = seconds > 0 ? double(batch) * steps / seconds : 0;
+  return Status::OK();
+}
+
+std::string Format(const char* fmt, double a, double b = 0, double c = 0) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, fmt, a, b, c);
+  return buf;
+}
+
+// The search for one (batch, context).
+struct Search {
+  const Model& model;
+  const TuneOptions& o;
+  const TuneReport& report;
+  QualityProfiler& quality;
+  const Adapters& adapters;
+  const std::string& adapters_path;
+  const std::vector<int32_t>& ratios;
+  uint32_t block;
+  const std::function<void(const std::string&)>& say;
+
+  // The disk plans of one budget: every sigma (0: the runtime's choice), G, record type and
+  // read-through; settings the plan resolves the same way are one candidate. The first is
+  // the runtime's own choice (every setting automatic), when its plan fits.
+  std::vector<Candidate> Plans(int32_t batch, int32_t context, int64_t budget) const {
+    const HParams& hp = model.hparams();
+    std::vector<int32_t> sigmas = {0};
+    sigmas.insert(sigmas.end(), ratios.begin(), ratios.end());
+    std::vector<Candidate> out;
+    for (int32_t ratio : sigmas)
+      for (int32_t g : {0, 4, 8, 16})
+        for (KvRecordType rt : {KvRecordType::kAuto, KvRecordType::kF16})
+          for (int32_t t : {-1, 0}) {
+            Candidate c;
+            c.options.dir = o.kv_dir;
+            c.options.adapters = adapters_path;
+            c.options.emulate_emmc = o.emulate_emmc;
+            c.options.ratio = ratio;
+            c.options.group_size = g;
+            c.options.record_type = rt;
+            c.options.read_through = t;
+            c.options.budget_bytes = budget;
+            if (!PlanDiskKv({hp.n_layer, hp.n_head_kv, hp.head_dim, context}, c.options, block,
+                            &c.plan, &adapters.profile, ratios, hp.n_head)
+                     .ok())
+              continue;
+            // The plan resolves the automatic choices: a candidate is what it runs.
+            c.options.group_size = c.plan.layout.group_size;
+            c.options.record_type = c.plan.layout.type == kernels::KvType::kQ8_0
+                                        ? KvRecordType::kQ8_0
+                                        : KvRecordType::kF16;
+            c.options.read_through = c.plan.transient_groups;
+            c.options.ratio = c.plan.ratio;
+            c.options.group_summary = c.plan.group_summary ? AutoSwitch::kOn : AutoSwitch::kOff;
+            c.options.calibrated_layers = c.plan.calibrated ? AutoSwitch::kOn : AutoSwitch::kOff;
+            c.key = KeyOf(c.options);
+            c.automatic = ratio == 0 && g == 0 && rt == KvRecordType::kAuto && t == -1;
+            bool dup = false;
+            for (const Candidate& x : out) dup = dup || x.key == c.key;
+            if (dup) continue;
+            c.optimistic =
+                PredictDiskStep(report.device, report.compute,
+                                ShapeOf(c.plan, c.options, batch, context, hp.n_layer, 0, 0));
+            out.push_back(std::move(c));
+          }
+    return out;
+  }
+
+  Status Entry(int32_t batch, int32_t context, uint64_t memory, TunedChoice* choice) {
+    const HParams& hp = model.hparams();
+    choice->batch = batch;
+    choice->context = context;
+    const uint64_t full = FullKvBytes(hp, context);
+    const uint64_t per_seq = memory / uint64_t(batch);
+    const bool memory_fits = full <= per_seq;
+    const StepPrediction mem = PredictMemoryStep(report.compute, batch, context);
+    // Budgets from all a sequence may have (when full KV does not fit) down to 1/34 of full
+    // KV: a smaller budget attends fewer groups (faster) and keeps fewer (worse quality).
+    std::vector<int64_t> budgets;
+    if (per_seq < full) budgets.push_back(int64_t(per_seq));
+    for (uint64_t div : {3u, 6u, 10u, 13u, 20u, 34u}) {
+      const int64_t b = int64_t(std::min(per_seq, full / div));
+      if (b > 0 && std::find(budgets.begin(), budgets.end(), b) == budgets.end())
+        budgets.push_back(b);
+    }
+    std::sort(budgets.rbegin(), budgets.rend());
+    std::vector<std::vector<Candidate>> plans;
+    size_t n_plans = 0;
+    for (int64_t b : budgets) {
+      plans.push_back(Plans(batch, context, b));
+      n_plans += plans.back().size();
+    }
+    if (n_plans == 0 && !memory_fits)
+      return Status::ResourceExhausted(
+          "tune: at batch " + std::to_string(batch) + " and context " + std::to_string(context) +
+          " neither full KV (" + std::to_string(full) +
+          " bytes a sequence) nor any disk plan "
+          "fits " +
+          std::to_string(per_seq) + " bytes of KV memory a sequence (--memory " +
+          std::to_string(memory) + " for the batch)");
+    say("  full KV " + std::to_string(full >> 10) + " KiB a sequence " +
+        (memory_fits ? "fits" : "does not fit") + " in " + std::to_string(per_seq >> 10) +
+        " KiB; " + std::to_string(n_plans) + " disk plans at " + std::to_string(budgets.size()) +
+        " budgets do");
+
+    const Candidate* best = nullptr;
+    StepPrediction best_pred;
+    QualitySummary best_q;
+    Candidate memory_policy;
+    memory_policy.key = "memory";
+    if (memory_fits) {
+      // Full KV is the first bound: exact, its speed from the profile alone.
+      best = &memory_policy;
+      best_pred = mem;
+      say(Format("  full KV in memory: %.1f tok/s predicted", mem.tokens_per_second));
+    }
+    double closest_loss = INFINITY;
+    std::string closest;
+    // Measures one disk plan; keeps it when it is within the bound and the fastest yet.
+    auto evaluate = [&](const Candidate& c, bool* within) -> Status {
+      QualitySummary q;
+      int32_t ran = 0;
+      // Quality and reads do not depend on the device's speed: measured at full speed.
+      DiskKvOptions fast = c.options;
+      fast.emulate_emmc = false;
+      STRATA_RETURN_IF_ERROR(quality.Measure(fast, c.key, context, &q, &ran));
+      ++choice->quality_runs;
+      const StepPrediction p =
+          PredictDiskStep(report.device, report.compute,
+                          ShapeOf(c.plan, c.options, batch, context, hp.n_layer,
+                                  q.requests_per_step(), q.bytes_per_step()));
+      say(Format("  budget %.0f KiB, sigma %.0f, ", double(c.options.budget_bytes >> 10),
+                 c.options.ratio) +
+          Format("G %.0f, ", c.options.group_size) + KvRecordTypeName(c.options.record_type) +
+          Format(", T %.0f: ppl %+.2f%%, ", c.options.read_through, q.ppl_loss() * 100) +
+          Format("agreement %.1f%%, %.1f tok/s predicted", q.agreement() * 100,
+                 p.tokens_per_second) +
+          (ran == 0 ? " (cached)" : ""));
+      if (q.ppl_loss() < closest_loss) {
+        closest_loss = q.ppl_loss();
+        closest = c.key;
+      }
+      *within = q.ppl_loss() <= o.max_ppl_loss;
+      if (*within && (!best || p.tokens_per_second > best_pred.tokens_per_second)) {
+        best = &c;
+        best_pred = p;
+        best_q = q;
+      }
+      return Status::OK();
+    };
+    // 1. The budget: the smallest at which the runtime's own choice keeps the bound, by
+    // bisection over the budgets (quality grows with the budget).
+    auto automatic = [&](size_t i) -> const Candidate* {
+      for (const Candidate& c : plans[i])
+        if (c.automatic) return &c;
+      return nullptr;
+    };
+    // lo: the smallest budget known to keep the bound (or not worth measuring: it cannot beat
+    // full KV, and a smaller one is faster); hi: the largest known not to, or past the end.
+    size_t lo = 0, hi = budgets.size();
+    // Returns whether the automatic plan of budget i keeps the bound; true unmeasured when it
+    // cannot beat the best so far.
+    auto keeps = [&](size_t i, bool* ok) -> Status {
+      const Candidate* c = automatic(i);
+      *ok = false;
+      if (!c) return Status::OK();
+      if (best && c->optimistic.tokens_per_second <= best_pred.tokens_per_second) {
+        *ok = true;
+        return Status::OK();
+      }
+      if (choice->quality_runs >= o.max_candidates) return Status::OK();
+      return evaluate(*c, ok);
+    };
+    if (!budgets.empty()) {
+      bool ok = false;
+      STRATA_RETURN_IF_ERROR(keeps(0, &ok));
+      if (!ok) hi = 0;
+      while (hi > lo + 1) {
+        const size_t mid = lo + (hi - lo) / 2;
+        STRATA_RETURN_IF_ERROR(keeps(mid, &ok));
+        (ok ? lo : hi) = mid;
+      }
+    }
+    // 2. The settings, at the budget found and the next smaller one (where another sigma or
+    // G may keep the bound the automatic plan missed): the candidates in order of their
+    // optimistic speed, until none left could beat the best within the bound.
+    std::vector<const Candidate*> rest;
+    for (size_t i = lo; i < budgets.size() && i <= lo + 1; ++i)
+      for (const Candidate& c : plans[i])
+        if (!c.automatic) rest.push_back(&c);
+    std::stable_sort(rest.begin(), rest.end(), [](const Candidate* a, const Candidate* b) {
+      return a->optimistic.tokens_per_second > b->optimistic.tokens_per_second;
+    });
+    for (const Candidate* c : rest) {
+      if (best && c->optimistic.tokens_per_second <= best_pred.tokens_per_second) break;
+      if (choice->quality_runs >= o.max_candidates) break;
+      bool within = false;
+      STRATA_RETURN_IF_ERROR(evaluate(*c, &within));
+    }
+    if (!best)
+      return Status::OutOfRange(
+          "tune: at batch " + std::to_string(batch) + ", context " + std::to_string(context) +
+          " no disk plan within " + std::to_string(per_seq) +
+          " bytes a sequence kept the perplexity loss within " +
+          Format("%.1f%%", o.max_ppl_loss * 100) +
+          " of full KV (closest: " + (closest.empty() ? std::string("none measured") : closest) +
+          Format(" at %+.2f%%); raise --memory or --max-ppl-loss", closest_loss * 100));
+    choice->disk = best != &memory_policy;
+    choice->predicted = best_pred;
+    if (choice->disk) {
+      choice->disk_options = best->options;
+      choice->description = best->plan.Describe();
+      choice->ppl_loss = best_q.ppl_loss();
+      choice->agreement = best_q.agreement();
+    } else {
+      choice->description = "full KV in memory";
+    }
+    return Status::OK();
+  }
+};
+
+}  // namespace
+
+Status Tune(const Model& model, const TuneOptions& o,
+            const std::function<void(const std::string&)>& progress, TuneReport* out) {
+  const std::function<void(const std::string&)> say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+  if (o.batches.empty() || o.contexts.empty())
+    return Status::InvalidArgument("tune: the batch and context lists must not be empty");
+  for (int32_t b : o.batches)
+    if (b < 1 || b > 4096)
+      return Status::OutOfRange("tune: batch " + std::to_string(b) + " is out of range [1, 4096]");
+  for (int32_t c : o.contexts)
+    if (c < 2 * (o.scored + 2) || c > (1 << 24))
+      return Status::OutOfRange("tune: context " + std::to_string(c) + " is out of range [" +
+                                std::to_string(2 * (o.scored + 2)) + ", 2^24]");
+  if (!(o.max_ppl_loss > 0)) return Status::OutOfRange("tune: --max-ppl-loss must be > 0");
+  if (o.work_dir.empty()) return Status::InvalidArgument("tune: no work directory");
+
+  const std::string adapters_path =
+      o.adapters.empty() ? Adapters::DefaultPath(model.path()) : o.adapters;
+  Adapters adapters;
+  STRATA_RETURN_IF_ERROR(Adapters::Read(adapters_path, &adapters)
+                             .WithContext("tune needs the model's adapters (strata calibrate)"));
+  STRATA_RETURN_IF_ERROR(adapters.CheckModel(model, adapters_path));
+
+  QualityOptions qo;
+  qo.text_path = o.text_path;
+  qo.scored = o.scored;
+  qo.windows = o.windows;
+  qo.cache_dir = o.work_dir;
+  qo.threads = o.threads;
+  std::unique_ptr<QualityProfiler> quality;
+  STRATA_RETURN_IF_ERROR(QualityProfiler::Open(model, qo, &quality));
+  std::vector<int32_t> tokens;
+  STRATA_RETURN_IF_ERROR(EvaluationTokens(model, o.text_path, 0.5, &tokens));
+  for (int32_t context : o.contexts)
+    if (quality->WindowsAvailable(context) < o.windows)
+      return Status::InvalidArgument("tune: the text " + o.text_path + " holds " +
+                                     std::to_string(quality->WindowsAvailable(context)) +
+                                     " evaluation windows of " + std::to_string(context) +
+                                     " tokens; --windows asks for " + std::to_string(o.windows));
+
+  TuneReport report;
+  say("profiling the KV device under " + o.kv_dir);
+  DeviceProfileOptions dpo;
+  dpo.kv_dir = o.kv_dir;
+  dpo.emulate_emmc = o.emulate_emmc;
+  dpo.threads = o.threads;
+  if (o.quick) {
+    dpo.blocks = {4096, 65536};
+    dpo.depths = {1, 16};
+    dpo.seconds_per_point = 0.1;
+    dpo.file_bytes = uint64_t(64) << 20;
+    dpo.stream_bytes = uint64_t(64) << 20;
+  }
+  STRATA_RETURN_IF_ERROR(ProfileDevice(dpo, &report.device));
+  for (const ReadCurvePoint& p : report.device.reads)
+    say(Format("  read %.0f KiB at depth %.0f: %.0f IOPS", p.block / 1024.0, p.depth, p.iops) +
+        Format(", %.0f us", p.mean_us));
+  say(Format("  memory %.1f GB/s", report.device.memory_gb_per_s));
+
+  say("profiling compute");
+  ComputeProfileOptions cpo;
+  cpo.threads = o.threads;
+  cpo.batches.clear();
+  for (int32_t b : {1, 2, 4, 8, 16, 32, 64})
+    if (b <= std::max(1, *std::max_element(o.batches.begin(), o.batches.end())))
+      cpo.batches.push_back(b);
+  if (cpo.batches.back() < *std::max_element(o.batches.begin(), o.batches.end()))
+    cpo.batches.push_back(*std::max_element(o.batches.begin(), o.batches.end()));
+  cpo.attention_tokens =
+      std::min(2048, std::max(256, *std::max_element(o.contexts.begin(), o.contexts.end())));
+  if (o.quick) {
+    cpo.steps = 3;
+    cpo.score_rows = 2048;
+  }
+  DiskKvOptions overhead_run;
+  overhead_run.dir = o.kv_dir;
+  overhead_run.adapters = adapters_path;
+  STRATA_RETURN_IF_ERROR(ProfileCompute(model, adapters, cpo, &overhead_run, &report.compute));
+  for (size_t i = 0; i < report.compute.batches.size(); ++i)
+    say(Format("  decode step at batch %.0f: %.2f ms", report.compute.batches[i],
+               report.compute.dense_seconds[i] * 1e3));
+  say(
+      Format("  attention %.3f us a token, low-rank query %.1f us, disk policy overhead "
+             "%.2f ms a step",
+             report.compute.attention_seconds_per_token * 1e6, report.compute.query_seconds * 1e6,
+             report.compute.disk_overhead_seconds * 1e3));
+
+  uint64_t memory = uint64_t(std::max<int64_t>(0, o.memory_bytes));
+  if (memory == 0) {
+    const uint64_t avail = report.device.platform.memory_available;
+    const uint64_t taken = model.weight_bytes() + kMemoryMargin;
+    memory = avail > taken ? avail - taken : 0;
+  }
+  uint32_t block = 0;
+  {
+    DiskKvOptions probe;
+    probe.dir = o.kv_dir;
+    STRATA_RETURN_IF_ERROR(DiskKvStore::ProbeBlockSize(probe, &block));
+  }
+  std::vector<int32_t> ratios;
+  for (const AdapterSet& a : adapters.sets) ratios.push_back(a.ratio);
+
+  Search search{model, o, report, *quality, adapters, adapters_path, ratios, block, say};
+  for (int32_t context : o.contexts) {
+    for (int32_t batch : o.batches) {
+      say("batch " + std::to_string(batch) + ", context " + std::to_string(context) + ":");
+      TunedChoice choice;
+      STRATA_RETURN_IF_ERROR(search.Entry(batch, context, memory, &choice));
+      STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, tokens, batch, context,
+                                          choice.disk ? &choice.disk_options : nullptr,
+                                          &choice.measured_tokens_per_second));
+      say(std::string("  chose the ") + (choice.disk ? "disk" : "memory") + " policy: " +
+          Format("%.1f tok/s predicted, %.1f measured", choice.predicted.tokens_per_second,
+                 choice.measured_tokens_per_second));
+      report.choices.push_back(std::move(choice));
+    }
+  }
+  *out = std::move(report);
+  return Status::OK();
+}
+
+Config TunedConfig(const Model& model, const TuneOptions& o, const TuneReport& r) {
+  Config c;
+  c.model = o.model_path;
+  c.engine.n_threads = o.threads;
+  c.engine.n_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
+  c.engine.max_sequences = *std::max_element(o.batches.begin(), o.batches.end());
+  c.engine.kv.disk.dir = o.kv_dir;
+  c.engine.kv.disk.emulate_emmc = o.emulate_emmc;
+  if (!o.adapters.empty()) c.engine.kv.disk.adapters = o.adapters;
+  for (const TunedChoice& t : r.choices) {
+    TunedEntry e;
+    e.batch = t.batch;
+    e.context = t.context;
+    e.settings.emplace_back("kv.policy", t.disk ? "disk" : "memory");
+    if (t.disk) {
+      const DiskKvOptions& d = t.disk_options;
+      e.settings.emplace_back("kv.ratio", std::to_string(d.ratio));
+      e.settings.emplace_back("kv.group_size", std::to_string(d.group_size));
+      e.settings.emplace_back("kv.record_type", KvRecordTypeName(d.record_type));
+      e.settings.emplace_back("kv.read_through", std::to_string(d.read_through));
+      e.settings.emplace_back("kv.budget_bytes", std::to_string(d.budget_bytes));
+      e.settings.emplace_back("kv.queue_depth", std::to_string(d.queue_depth));
+      e.settings.emplace_back("kv.group_summary", AutoSwitchName(d.group_summary));
+      e.settings.emplace_back("kv.calibrated_layers", AutoSwitchName(d.calibrated_layers));
+    }
+    e.predicted_tokens_per_second = t.predicted.tokens_per_second;
+    e.measured_tokens_per_second = t.measured_tokens_per_second;
+    e.ppl_loss = t.ppl_loss;
+    e.agreement = t.agreement;
+    c.tuned.push_back(std::move(e));
+  }
+  // The base settings are the batch-1 entry at the largest context, or the first one.
+  const TunedEntry* base = NearestTuned(c, 1, c.engine.n_ctx);
+  if (base) (void)SelectTuned(1, c.engine.n_ctx, &c);
+  c.tuned_choice.clear();
+  TuneProvenance& p = c.provenance;
+  p.model_identity = model.identity_hex();
+  p.model_path = o.model_path;
+  p.machine = r.device.Fingerprint();
+  p.strata_version = std::to_string(STRATA_VERSION_MAJOR) + "." +
+                     std::to_string(STRATA_VERSION_MINOR) + "." +
+                     std::to_string(STRATA_VERSION_PATCH);
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  p.date = date;
+  p.command = o.command;
+  for (const ReadCurvePoint& x : r.device.reads)
+    p.read_curve += (p.read_curve.empty() ? "" : "; ") + std::to_string(x.block / 1024) + " KiB x" +
+                    std::to_string(x.depth) + ": " + std::to_string(int64_t(std::lround(x.iops))) +
+                    " IOPS";
+  return c;
+}
+
+}  // namespace strata

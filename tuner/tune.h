@@ -1,0 +1,82 @@
+// `strata tune`: measure this machine and this model once, choose the KV settings for each
+// (batch, context) of a grid, check the choice by running it, and write strata.yaml.
+//
+// Steps (each reported through `progress`):
+//   1. Device profile (tuner/device_profile.h): the KV device's random-read curve through
+//      the block store, memory bandwidth.
+//   2. Compute profile (tuner/cost_model.h): decode step time by batch, attention per
+//      attended token, selection per summary row by adapter rank, through the engine.
+//   3. For each (batch, context): full KV in memory where it fits the memory a sequence
+//      has, and disk plans (sigma from the adapters, G, record type, read-through) at
+//      budgets from 1/34 of full KV up to what a sequence has. Candidates are taken in order
+//      of their optimistic speed (the cost model without reads); each disk plan's quality
+//      and reads are measured (tuner/quality.h, cached and resumable) until no untried
+//      candidate could beat the best one within the perplexity bound. Full KV is exact and
+//      is chosen only where it is also the fastest.
+//   4. The chosen configurations run for real (decode steps after a replayed prefix), and
+//      their measured speed is recorded beside the prediction.
+// Nothing of the user's is overwritten: the caller writes the result where it chooses.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/config/config.h"
+#include "runtime/kv/kv_options.h"
+#include "runtime/model/model.h"
+#include "tuner/cost_model.h"
+#include "tuner/device_profile.h"
+
+namespace strata {
+
+struct TuneOptions {
+  std::string model_path;
+  std::string adapters;   // "" = beside the model
+  std::string text_path;  // evaluation text (its second half; the first is calibration's)
+  std::string work_dir;   // captures and quality results (kept: a rerun resumes)
+  std::string kv_dir = "/var/tmp";
+  bool emulate_emmc = false;
+  std::vector<int32_t> batches = {1};
+  std::vector<int32_t> contexts = {4096};
+  // KV memory for all the sequences of a batch (llama.cpp's --fit idea): the memory policy
+  // must fit in it, a disk configuration gets memory / batch per sequence. 0 = what the
+  // machine has available now, less the model's weights and a margin.
+  int64_t memory_bytes = 0;
+  double max_ppl_loss = 0.03;
+  int32_t threads = 0;
+  int32_t windows = 4;          // quality windows per context
+  int32_t scored = 48;          // scored positions per window
+  int32_t verify_steps = 16;    // decode steps of the check run
+  int32_t max_candidates = 16;  // quality runs per (batch, context) at most
+  bool quick = false;           // shorter device and compute profiles
+  std::string command;          // the command line, for provenance
+};
+
+struct TunedChoice {
+  int32_t batch = 1, context = 0;
+  bool disk = false;
+  DiskKvOptions disk_options;  // resolved: what the plan chose, not "auto"
+  std::string description;     // the plan, or "full KV in memory"
+  StepPrediction predicted;
+  double measured_tokens_per_second = 0;
+  double ppl_loss = 0, agreement = 1;
+  int32_t quality_runs = 0;  // configurations whose quality was measured for this entry
+};
+
+struct TuneReport {
+  DeviceProfile device;
+  ComputeProfile compute;
+  std::vector<TunedChoice> choices;
+};
+
+Status Tune(const Model& model, const TuneOptions& options,
+            const std::function<void(const std::string&)>& progress, TuneReport* out);
+
+// The configuration `strata tune` writes: the model, the largest context and the batch-1
+// choice as the base settings, one tuned entry per choice, and the provenance.
+Config TunedConfig(const Model& model, const TuneOptions& options, const TuneReport& report);
+
+}  // namespace strata
