@@ -88,6 +88,7 @@ Status DiskKvStore::Open(const DiskKvOptions& options, const DiskKvPlan& plan, c
 }
 
 DiskKvStore::~DiskKvStore() {
+  if (!store_) return;  // Open failed before the file was open
   // Nothing may still write into a sequence's buffers once they are freed.
   for (auto& b : reads_) (void)store_->Wait(*b);
   (void)store_->Wait(decode_writes_);

@@ -101,6 +101,17 @@ TEST_F(DiskKvStoreTest, SequencesTakeRegionsAndArenasAsPlanned) {
   EXPECT_EQ(c->region, region);
 }
 
+// A store that cannot be opened is an error naming the directory, not a crash.
+TEST_F(DiskKvStoreTest, AStoreThatCannotOpenNamesItsDirectory) {
+  STRATA_ASSERT_OK(DiskKvStore::ProbeBlockSize(options_, &block_));
+  STRATA_ASSERT_OK(PlanDiskKv(kShape, options_, block_, &plan_));
+  options_.dir = dir_.path() + "/gone";
+  Status st = DiskKvStore::Open(options_, plan_, kShape, 1, block_, &c_, &store_);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(options_.dir), std::string::npos) << st.ToString();
+  EXPECT_EQ(store_, nullptr);
+}
+
 // Placements that need a load become reads into their slots, groups adjacent on disk and in
 // the slots as one request; what lands is the group's record; counters say so.
 TEST_F(DiskKvStoreTest, LoadsCoalesceAndLandInTheirSlots) {
