@@ -1,5 +1,7 @@
 // strata tune: profile this machine and the model, choose the KV settings per (batch,
 // context), check them by running them, and write strata.yaml (see tuner/tune.h).
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +16,7 @@ namespace {
 struct TuneFlags {
   std::string model;
   std::string output = "strata.yaml";
+  std::string report;  // JSON report path ("" = none)
   bool force = false;
   std::string memory;
   TuneOptions options;
@@ -62,6 +65,66 @@ std::string CommandOf(const TuneFlags& f) {
   return c;
 }
 
+// Everything measured and chosen, for plots and for comparing machines.
+nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
+  nlohmann::json reads = nlohmann::json::array();
+  for (const ReadCurvePoint& p : r.device.reads)
+    reads.push_back(
+        {{"block", p.block}, {"depth", p.depth}, {"iops", p.iops}, {"mean_us", p.mean_us}});
+  nlohmann::json dense = nlohmann::json::array();
+  for (size_t i = 0; i < r.compute.batches.size(); ++i)
+    dense.push_back({{"batch", r.compute.batches[i]}, {"seconds", r.compute.dense_seconds[i]}});
+  nlohmann::json score = nlohmann::json::array();
+  for (size_t i = 0; i < r.compute.ranks.size(); ++i)
+    score.push_back(
+        {{"rank", r.compute.ranks[i]}, {"seconds_per_row", r.compute.score_seconds_per_row[i]}});
+  nlohmann::json choices = nlohmann::json::array();
+  for (const TunedChoice& c : r.choices) {
+    nlohmann::json cands = nlohmann::json::array();
+    for (const TunedCandidate& k : c.candidates)
+      cands.push_back({{"settings", k.key},
+                       {"predicted_tokens_per_second", k.predicted_tokens_per_second},
+                       {"ppl_loss", k.ppl_loss},
+                       {"agreement", k.agreement},
+                       {"requests_per_step", k.requests_per_step},
+                       {"bytes_per_step", k.bytes_per_step},
+                       {"within_bound", k.within_bound},
+                       {"measured_tokens_per_second", k.measured_tokens_per_second}});
+    choices.push_back({{"batch", c.batch},
+                       {"context", c.context},
+                       {"policy", c.disk ? "disk" : "memory"},
+                       {"plan", c.description},
+                       {"predicted_tokens_per_second", c.predicted.tokens_per_second},
+                       {"predicted_step_seconds", c.predicted.step_seconds},
+                       {"predicted_compute_seconds", c.predicted.compute_seconds},
+                       {"predicted_select_seconds", c.predicted.select_seconds},
+                       {"predicted_read_seconds", c.predicted.read_seconds},
+                       {"measured_tokens_per_second", c.measured_tokens_per_second},
+                       {"ppl_loss", c.ppl_loss},
+                       {"agreement", c.agreement},
+                       {"candidates", cands}});
+  }
+  return {{"kind", "strata.tune_report"},
+          {"version", 1},
+          {"command", o.command},
+          {"machine", r.device.Fingerprint()},
+          {"device",
+           {{"kv_dir", r.device.kv_dir},
+            {"backend", r.device.backend},
+            {"emulate_emmc", r.device.emulate_emmc},
+            {"reads", reads},
+            {"memory_gb_per_s", r.device.memory_gb_per_s}}},
+          {"compute",
+           {{"threads", r.compute.threads},
+            {"dense", dense},
+            {"attention_seconds_per_token", r.compute.attention_seconds_per_token},
+            {"score", score},
+            {"query_seconds", r.compute.query_seconds},
+            {"disk_overhead_seconds", r.compute.disk_overhead_seconds}}},
+          {"max_ppl_loss", o.max_ppl_loss},
+          {"choices", choices}};
+}
+
 Status Tune(TuneFlags& f) {
   CommonFlags flags;
   flags.model = f.model;
@@ -71,6 +134,14 @@ Status Tune(TuneFlags& f) {
     return Status::InvalidArgument("tune: " + f.output +
                                    " exists; give another -o or --force to replace it");
   if (!f.memory.empty()) STRATA_RETURN_IF_ERROR(ParseBytes(f.memory, &f.options.memory_bytes));
+  // Found out now, not after the measurements: the output must be writable.
+  const std::string tmp = f.output + ".tmp";
+  {
+    std::FILE* probe = std::fopen(tmp.c_str(), "w");
+    if (!probe) return Status::FromErrno("tune: cannot write " + tmp, errno);
+    std::fclose(probe);
+    std::remove(tmp.c_str());
+  }
   std::unique_ptr<Model> model;
   STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
   TuneOptions& o = f.options;
@@ -90,7 +161,6 @@ Status Tune(TuneFlags& f) {
   // Checked by the reader before anything is written: what start-up will read must parse.
   Config check;
   STRATA_RETURN_IF_ERROR(ParseConfig(yaml, f.output, &check).WithContext("tune: the result"));
-  const std::string tmp = f.output + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << yaml;
@@ -98,6 +168,11 @@ Status Tune(TuneFlags& f) {
   }
   if (std::rename(tmp.c_str(), f.output.c_str()) != 0)
     return Status::FromErrno("tune: renaming " + tmp + " to " + f.output, errno);
+  if (!f.report.empty()) {
+    std::ofstream out(f.report, std::ios::binary | std::ios::trunc);
+    out << ReportJson(o, report).dump(2) << "\n";
+    if (!out) return Status::FromErrno("tune: writing the report " + f.report, errno);
+  }
   std::printf(
       "| batch | context | policy | predicted tok/s | measured tok/s | ppl loss | agreement |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
@@ -105,6 +180,23 @@ Status Tune(TuneFlags& f) {
     std::printf("| %d | %d | %s | %.1f | %.1f | %+.2f%% | %.1f%% |\n", c.batch, c.context,
                 c.disk ? "disk" : "memory", c.predicted.tokens_per_second,
                 c.measured_tokens_per_second, c.ppl_loss * 100, c.agreement * 100);
+  // The cost model against every plan that ran: relative error of the step time.
+  std::vector<double> errors;
+  for (const TunedChoice& c : report.choices) {
+    if (c.measured_tokens_per_second > 0)
+      errors.push_back(c.predicted.tokens_per_second / c.measured_tokens_per_second - 1);
+    for (const TunedCandidate& k : c.candidates)
+      if (k.measured_tokens_per_second > 0)
+        errors.push_back(k.predicted_tokens_per_second / k.measured_tokens_per_second - 1);
+  }
+  if (!errors.empty()) {
+    // Step time is batch / tokens per second: its error is measured/predicted speed - 1.
+    std::vector<double> abs_err;
+    for (double e : errors) abs_err.push_back(std::fabs(1.0 / (1.0 + e) - 1.0));
+    std::sort(abs_err.begin(), abs_err.end());
+    std::printf("cost model over %zu runs: step time error median %.1f%%, worst %.1f%%\n",
+                abs_err.size(), 100 * abs_err[abs_err.size() / 2], 100 * abs_err.back());
+  }
   std::printf("wrote %s\n", f.output.c_str());
   return Status::OK();
 }
@@ -118,6 +210,8 @@ void AddTuneCommand(CLI::App* app) {
   cmd->add_option("-m,--model", f->model, "GGUF model file (default: as for run)");
   cmd->add_option("-o,--output", f->output, "the strata.yaml to write");
   cmd->add_flag("--force", f->force, "replace the output file if it exists");
+  cmd->add_option("--report", f->report,
+                  "also write everything measured and chosen as JSON to this file");
   cmd->add_option("--text", f->options.text_path,
                   "evaluation text (UTF-8; its second half, which calibration did not use)")
       ->required();
@@ -138,6 +232,9 @@ void AddTuneCommand(CLI::App* app) {
   cmd->add_option("--windows", f->options.windows, "quality windows per context");
   cmd->add_option("--scored", f->options.scored, "scored positions per window");
   cmd->add_option("--verify-steps", f->options.verify_steps, "decode steps of each check run");
+  cmd->add_option("--validate", f->options.validate,
+                  "also run up to this many other measured plans per entry, to check the cost "
+                  "model (their speed goes in the report)");
   cmd->add_option("--max-candidates", f->options.max_candidates,
                   "disk plans whose quality is measured per (batch, context), at most");
   cmd->add_option("-t,--threads", f->options.threads, "worker threads (0 = all cores)");

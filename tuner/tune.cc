@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 
 #include "runtime/engine/engine.h"
@@ -245,6 +246,16 @@ struct Search {
         closest = c.key;
       }
       *within = q.ppl_loss() <= o.max_ppl_loss;
+      TunedCandidate tc;
+      tc.key = c.key;
+      tc.options = c.options;
+      tc.predicted_tokens_per_second = p.tokens_per_second;
+      tc.ppl_loss = q.ppl_loss();
+      tc.agreement = q.agreement();
+      tc.requests_per_step = q.requests_per_step();
+      tc.bytes_per_step = q.bytes_per_step();
+      tc.within_bound = *within;
+      choice->candidates.push_back(std::move(tc));
       if (*within && (!best || p.tokens_per_second > best_pred.tokens_per_second)) {
         best = &c;
         best_pred = p;
@@ -342,12 +353,8 @@ Status Tune(const Model& model, const TuneOptions& o,
   if (!(o.max_ppl_loss > 0)) return Status::OutOfRange("tune: --max-ppl-loss must be > 0");
   if (o.work_dir.empty()) return Status::InvalidArgument("tune: no work directory");
 
-  const std::string adapters_path =
-      o.adapters.empty() ? Adapters::DefaultPath(model.path()) : o.adapters;
-  Adapters adapters;
-  STRATA_RETURN_IF_ERROR(Adapters::Read(adapters_path, &adapters)
-                             .WithContext("tune needs the model's adapters (strata calibrate)"));
-  STRATA_RETURN_IF_ERROR(adapters.CheckModel(model, adapters_path));
+  if (!std::filesystem::is_directory(o.kv_dir))
+    return Status::InvalidArgument("tune: the KV directory " + o.kv_dir + " is not a directory");
 
   QualityOptions qo;
   qo.text_path = o.text_path;
@@ -365,6 +372,13 @@ Status Tune(const Model& model, const TuneOptions& o,
                                      std::to_string(quality->WindowsAvailable(context)) +
                                      " evaluation windows of " + std::to_string(context) +
                                      " tokens; --windows asks for " + std::to_string(o.windows));
+
+  const std::string adapters_path =
+      o.adapters.empty() ? Adapters::DefaultPath(model.path()) : o.adapters;
+  Adapters adapters;
+  STRATA_RETURN_IF_ERROR(Adapters::Read(adapters_path, &adapters)
+                             .WithContext("tune needs the model's adapters (strata calibrate)"));
+  STRATA_RETURN_IF_ERROR(adapters.CheckModel(model, adapters_path));
 
   TuneReport report;
   say("profiling the KV device under " + o.kv_dir);
@@ -440,6 +454,17 @@ Status Tune(const Model& model, const TuneOptions& o,
       say(std::string("  chose the ") + (choice.disk ? "disk" : "memory") + " policy: " +
           Format("%.1f tok/s predicted, %.1f measured", choice.predicted.tokens_per_second,
                  choice.measured_tokens_per_second));
+      int32_t checked = 0;
+      for (TunedCandidate& k : choice.candidates) {
+        if (checked >= o.validate) break;
+        if (choice.disk && k.key == KeyOf(choice.disk_options)) continue;
+        STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, tokens, batch, context, &k.options,
+                                            &k.measured_tokens_per_second));
+        ++checked;
+        say(Format("  check: %.1f tok/s predicted, %.1f measured (", k.predicted_tokens_per_second,
+                   k.measured_tokens_per_second) +
+            k.key + ")");
+      }
       report.choices.push_back(std::move(choice));
     }
   }

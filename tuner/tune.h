@@ -47,12 +47,26 @@ struct TuneOptions {
   int64_t memory_bytes = 0;
   double max_ppl_loss = 0.03;
   int32_t threads = 0;
-  int32_t windows = 4;          // quality windows per context
-  int32_t scored = 48;          // scored positions per window
-  int32_t verify_steps = 16;    // decode steps of the check run
+  int32_t windows = 4;        // quality windows per context
+  int32_t scored = 48;        // scored positions per window
+  int32_t verify_steps = 16;  // decode steps of the check run
+  // Besides the chosen plan, run up to this many other measured plans per entry and record
+  // their speed beside the prediction: a check of the cost model on plans it did not pick.
+  int32_t validate = 0;
   int32_t max_candidates = 16;  // quality runs per (batch, context) at most
   bool quick = false;           // shorter device and compute profiles
   std::string command;          // the command line, for provenance
+};
+
+// One disk plan whose quality was measured while choosing an entry.
+struct TunedCandidate {
+  std::string key;  // its settings
+  DiskKvOptions options;
+  double predicted_tokens_per_second = 0;
+  double ppl_loss = 0, agreement = 1;
+  double requests_per_step = 0, bytes_per_step = 0;
+  bool within_bound = false;
+  double measured_tokens_per_second = 0;  // 0: not run (see TuneOptions::validate)
 };
 
 struct TunedChoice {
@@ -64,6 +78,7 @@ struct TunedChoice {
   double measured_tokens_per_second = 0;
   double ppl_loss = 0, agreement = 1;
   int32_t quality_runs = 0;  // configurations whose quality was measured for this entry
+  std::vector<TunedCandidate> candidates;  // in the order they were measured
 };
 
 struct TuneReport {

@@ -53,7 +53,7 @@ constexpr Idx32w kQ4KScale[4] = {Runs(16, 0, 2, 2), Runs(16, 1, 2, 2), Runs(16, 
 constexpr Idx32w kQ4KMins = Runs(2, 8, 1, 8);
 
 struct Q4_KTraits {
-  static constexpr int kGroupElems = 256, kBlockElems = 256, kBlockBytes = sizeof(BlockQ4_K);
+  static constexpr int kGroupElems = 256, kBlockElems = 256;
   static constexpr int kGroupBytes = sizeof(BlockQ4_K), kActBlockBytes = sizeof(BlockQ8_K);
   static constexpr int kPanelVecs = 6;
   struct W {
@@ -108,7 +108,7 @@ struct Q4_KTraits {
 // so both halves read the same 32 qh bytes; rotating a dword left by 4 - s (mod 32) brings
 // each byte's bit s to position 4 without leaving the byte.
 struct Q5_KTraits {
-  static constexpr int kGroupElems = 256, kBlockElems = 256, kBlockBytes = sizeof(BlockQ5_K);
+  static constexpr int kGroupElems = 256, kBlockElems = 256;
   static constexpr int kGroupBytes = sizeof(BlockQ5_K), kActBlockBytes = sizeof(BlockQ8_K);
   static constexpr int kPanelVecs = 6;
   using W = Q4_KTraits::W;
@@ -153,7 +153,7 @@ constexpr Idx32w kQ6KScale[4] = {Runs(8, 0, 1, 4), Runs(8, 4, 1, 4), Runs(8, 8, 
                                  Runs(8, 12, 1, 4)};
 
 struct Q6_KTraits {
-  static constexpr int kGroupElems = 256, kBlockElems = 256, kBlockBytes = sizeof(BlockQ6_K);
+  static constexpr int kGroupElems = 256, kBlockElems = 256;
   static constexpr int kGroupBytes = sizeof(BlockQ6_K), kActBlockBytes = sizeof(BlockQ8_K);
   static constexpr int kPanelVecs = 6;
   struct W {
@@ -216,7 +216,7 @@ STRATA_INLINE __m512i TwoBitCodes(const uint8_t* qs, int j) {
 // Q2_K: 4-bit scales and mins per 16-value sub-block, code vector j taking scales 4j..4j+3
 // (the Q6_K scale runs); the rest is Q4_K's arithmetic.
 struct Q2_KTraits {
-  static constexpr int kGroupElems = 256, kBlockElems = 256, kBlockBytes = sizeof(BlockQ2_K);
+  static constexpr int kGroupElems = 256, kBlockElems = 256;
   static constexpr int kGroupBytes = sizeof(BlockQ2_K), kActBlockBytes = sizeof(BlockQ8_K);
   static constexpr int kPanelVecs = 6;
   using W = Q4_KTraits::W;
@@ -245,7 +245,7 @@ struct Q2_KTraits {
 // (0..7); the -4 goes through the bsums with the signed 6-bit scales, as Q6_K's -32 does.
 // Rotating a dword left by 2 - c (mod 32) brings each byte's bit c to position 2.
 struct Q3_KTraits {
-  static constexpr int kGroupElems = 256, kBlockElems = 256, kBlockBytes = sizeof(BlockQ3_K);
+  static constexpr int kGroupElems = 256, kBlockElems = 256;
   static constexpr int kGroupBytes = sizeof(BlockQ3_K), kActBlockBytes = sizeof(BlockQ8_K);
   static constexpr int kPanelVecs = 6;
   using W = Q6_KTraits::W;
@@ -287,7 +287,7 @@ struct Q3_KTraits {
 // correction is -128 * the lane's activation sum. Each dword lane stays within one
 // sub-block, so the scales apply per lane in float.
 struct IQ4_XSTraits {
-  static constexpr int kGroupElems = 256, kBlockElems = 256, kBlockBytes = sizeof(BlockIQ4_XS);
+  static constexpr int kGroupElems = 256, kBlockElems = 256;
   static constexpr int kGroupBytes = sizeof(BlockIQ4_XS), kActBlockBytes = sizeof(BlockQ8_K);
   static constexpr int kPanelVecs = 7;
   struct W {

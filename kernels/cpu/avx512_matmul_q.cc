@@ -138,7 +138,7 @@ STRATA_INLINE void PrepQ8_0(const uint8_t* x, int64_t valid, __m512i* out) {
 
 struct Q4_0Traits {
   static constexpr int kGroupElems = 128, kBlockElems = 32, kBlockBytes = 18;
-  static constexpr int kGroupBytes = 72, kActBlockBytes = 34, kPanelVecs = 4;
+  static constexpr int kGroupBytes = 4 * kBlockBytes, kActBlockBytes = 34, kPanelVecs = 4;
   struct W {
     __m512i lo, hi;
     __m512 d;
@@ -183,7 +183,7 @@ STRATA_INLINE void Q5Codes(__m512i z0, __m512i z1, const Idx64& qs, const Idx64&
 
 struct Q5_0Traits {
   static constexpr int kGroupElems = 128, kBlockElems = 32, kBlockBytes = 22;
-  static constexpr int kGroupBytes = 88, kActBlockBytes = 34, kPanelVecs = 4;
+  static constexpr int kGroupBytes = 4 * kBlockBytes, kActBlockBytes = 34, kPanelVecs = 4;
   using W = Q4_0Traits::W;
   template <bool kTail>
   STRATA_INLINE static void Decode(const uint8_t* p, int64_t valid, W& w) {
@@ -204,7 +204,7 @@ struct Q5_0Traits {
 // vpdpbusd), and the panel's correction takes the 128 back off, as for biased Q8_0.
 struct IQ4_NLTraits {
   static constexpr int kGroupElems = 128, kBlockElems = 32, kBlockBytes = 18;
-  static constexpr int kGroupBytes = 72, kActBlockBytes = 34, kPanelVecs = 4;
+  static constexpr int kGroupBytes = 4 * kBlockBytes, kActBlockBytes = 34, kPanelVecs = 4;
   using W = Q4_0Traits::W;
   template <bool kTail>
   STRATA_INLINE static void Decode(const uint8_t* p, int64_t valid, W& w) {
@@ -226,7 +226,7 @@ struct IQ4_NLTraits {
 
 struct Q8_0Traits {
   static constexpr int kGroupElems = 128, kBlockElems = 32, kBlockBytes = 34;
-  static constexpr int kGroupBytes = 136, kActBlockBytes = 34, kPanelVecs = 4;
+  static constexpr int kGroupBytes = 4 * kBlockBytes, kActBlockBytes = 34, kPanelVecs = 4;
   using W = Q4_0Traits::W;
   template <bool kTail>
   STRATA_INLINE static void Decode(const uint8_t* p, int64_t valid, W& w) {
@@ -248,7 +248,7 @@ struct Q8_0Traits {
 
 struct Q4_1Traits {
   static constexpr int kGroupElems = 128, kBlockElems = 32, kBlockBytes = 20;
-  static constexpr int kGroupBytes = 80, kActBlockBytes = 36, kPanelVecs = 4;
+  static constexpr int kGroupBytes = 4 * kBlockBytes, kActBlockBytes = 36, kPanelVecs = 4;
   struct W {
     __m512i lo, hi;
     __m512 d, m;
@@ -288,7 +288,7 @@ struct Q4_1Traits {
 
 struct Q5_1Traits {
   static constexpr int kGroupElems = 128, kBlockElems = 32, kBlockBytes = 24;
-  static constexpr int kGroupBytes = 96, kActBlockBytes = 36, kPanelVecs = 4;
+  static constexpr int kGroupBytes = 4 * kBlockBytes, kActBlockBytes = 36, kPanelVecs = 4;
   using W = Q4_1Traits::W;
   template <bool kTail>
   STRATA_INLINE static void Decode(const uint8_t* p, int64_t valid, W& w) {

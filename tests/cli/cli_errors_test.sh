@@ -62,6 +62,23 @@ expect budget-flag-memory "--kv-budget applies to the disk KV policy only" -- "$
 expect beams-disk "kv.policy disk does not apply" -- "$strata" run -m "$model" --kv disk --beams 4 -p hi
 expect seed-range "sampling.seed: 9223372036854775808 is out of range" -- "$strata" run -m "$model" --seed 9223372036854775808 -p hi -n 2
 
+# strata tune refuses what it cannot do before it measures anything.
+expect tune-output "cannot write $tmp/nodir/strata.yaml.tmp" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/nodir/strata.yaml"
+expect tune-exists "typo.yaml exists; give another -o or --force" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/typo.yaml"
+expect tune-memory "--memory: '12X' is not a positive size" -- "$strata" tune -m "$model" --text "$tmp/long.txt" --memory 12X -o "$tmp/t.yaml"
+expect tune-text "$tmp/missing.txt" -- "$strata" tune -m "$model" --text "$tmp/missing.txt" -o "$tmp/t.yaml"
+expect tune-kv-dir "the KV directory $tmp/nodir is not a directory" -- "$strata" tune -m "$model" --text "$tmp/long.txt" --contexts 512 --windows 1 --kv-dir "$tmp/nodir" -o "$tmp/t.yaml"
+
+# Settings tuned for another model and machine still apply, with a warning saying so.
+printf 'tuned:\n  - {batch: 1, context: 512, settings: {kv.policy: memory}}\nprovenance:\n  model_identity: "0000000000000000"\n  machine: "cpu=elsewhere"\n' >"$tmp/other.yaml"
+out=$(timeout 120 "$strata" run -m "$model" --config "$tmp/other.yaml" --ctx 512 -p hi -n 2 --stats 2>&1 >/dev/null)
+if grep -q "was tuned for another model" <<<"$out" && grep -q "tuned on another machine" <<<"$out" &&
+   grep -q '"tuned": "batch 1, context 512' <<<"$out"; then
+  echo "ok   tuned-elsewhere: $(grep -o 'warning.*another model' <<<"$out" | head -1 | cut -c1-120)"
+else
+  echo "FAIL tuned-elsewhere: $out" | head -5; fails=$((fails + 1))
+fi
+
 # A context beyond the training context runs, with a warning.
 out=$(timeout 120 "$strata" run -m "$model" --ctx 9000 -p hi -n 2 2>&1 >/dev/null)
 if grep -q "beyond the 8192 this model was trained on" <<<"$out"; then
