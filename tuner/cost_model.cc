@@ -52,15 +52,17 @@ Status TimeDecode(const Model& model, int32_t threads, int32_t batch, int32_t co
   std::vector<float> logits;
   ForwardBatch fb;
   const int32_t token = 1;
-  double total = 0;
+  // The median step: a shared machine's stalls would otherwise decide a mean of few steps.
+  std::vector<double> times;
   for (int32_t i = 0; i <= steps; ++i) {  // the first step warms up and is not counted
     fb.Clear();
     for (SeqId s : seqs) fb.Add(s, context + i, std::span<const int32_t>(&token, 1));
     const auto t0 = Clock::now();
     STRATA_RETURN_IF_ERROR(e->Evaluate(fb, &logits));
-    if (i > 0) total += Since(t0);
+    if (i > 0) times.push_back(Since(t0));
   }
-  *seconds = total / steps;
+  std::sort(times.begin(), times.end());
+  *seconds = times[times.size() / 2];
   if (keep) *keep = std::move(e);
   return Status::OK();
 }
