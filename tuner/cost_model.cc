@@ -26,28 +26,24 @@ Status TimeDecode(const Model& model, int32_t threads, int32_t batch, int32_t co
   const HParams& hp = model.hparams();
   std::unique_ptr<Engine> e;
   STRATA_RETURN_IF_ERROR(CreateRunEngine(model, threads, context + steps + 2, batch, disk, &e));
-  const int64_t row = int64_t(hp.n_head_kv) * hp.head_dim;
-  std::vector<float> kv(size_t(context) * size_t(row));
+  // Random K/V (attention's cost does not depend on the values), every layer the same,
+  // replayed like a captured prefix.
+  KvCapture cap;
+  cap.n_layer = hp.n_layer;
+  cap.row = hp.n_head_kv * hp.head_dim;
+  cap.n_tokens = context;
+  std::vector<float> one(size_t(context) * size_t(cap.row));
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.f, 1.f);
-  for (float& x : kv) x = dist(rng);
+  for (float& x : one) x = dist(rng);
+  std::vector<uint16_t> half(one.size());
+  kernels::F32ToF16Row(one.data(), half.data(), int64_t(one.size()));
+  for (int32_t i = 0; i < 2 * hp.n_layer; ++i)
+    cap.data.insert(cap.data.end(), half.begin(), half.end());
   std::vector<SeqId> seqs(static_cast<size_t>(batch));
-  const int32_t most = std::max(1, e->kv().max_pass_tokens());
   for (SeqId& s : seqs) {
     STRATA_RETURN_IF_ERROR(e->NewSequence(&s));
-    for (int32_t p0 = 0; p0 < context; p0 += most) {
-      BatchSeq b{s, p0, std::min(most, context - p0)};
-      STRATA_RETURN_IF_ERROR(e->kv().BeginBatch({&b, 1}));
-      for (int32_t l = 0; l < hp.n_layer; ++l) {
-        const float* x = kv.data() + size_t(p0) * size_t(row);
-        Status st = e->kv().Append(l, s, x, x);
-        if (!st.ok()) {
-          e->kv().AbortBatch();
-          return st;
-        }
-      }
-      STRATA_RETURN_IF_ERROR(e->kv().EndBatch());
-    }
+    STRATA_RETURN_IF_ERROR(ReplayPrefix(e->kv(), s, cap, context));
   }
   std::vector<float> logits;
   ForwardBatch fb;

@@ -84,6 +84,8 @@ class QualityProfiler {
 
   // Windows of `context` the text holds.
   int32_t WindowsAvailable(int32_t context) const;
+  // The text's evaluation tokens (the part after options.skip_fraction).
+  const std::vector<int32_t>& tokens() const { return tokens_; }
 
  private:
   QualityProfiler(const Model& model, const QualityOptions& options)

@@ -364,8 +364,7 @@ Status Tune(const Model& model, const TuneOptions& o,
   qo.threads = o.threads;
   std::unique_ptr<QualityProfiler> quality;
   STRATA_RETURN_IF_ERROR(QualityProfiler::Open(model, qo, &quality));
-  std::vector<int32_t> tokens;
-  STRATA_RETURN_IF_ERROR(EvaluationTokens(model, o.text_path, 0.5, &tokens));
+  const std::vector<int32_t>& tokens = quality->tokens();
   for (int32_t context : o.contexts)
     if (quality->WindowsAvailable(context) < o.windows)
       return Status::InvalidArgument("tune: the text " + o.text_path + " holds " +
