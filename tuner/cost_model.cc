@@ -18,48 +18,82 @@ double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Seconds per decode step of `batch` sequences that already hold `context` tokens of
-// random K/V (imported through the policy, as a replayed prefix would be).
+// Decode steps of `batch` sequences that already hold `context` tokens of random K/V
+// (imported through the policy, as a replayed prefix would be).
+class DecodeTimer {
+ public:
+  Status Init(const Model& model, int32_t threads, int32_t batch, int32_t context, int32_t steps,
+              const DiskKvOptions* disk) {
+    const HParams& hp = model.hparams();
+    context_ = context;
+    STRATA_RETURN_IF_ERROR(
+        CreateRunEngine(model, threads, context + steps + 2, batch, disk, &engine_));
+    // Random K/V (attention's cost does not depend on the values), every layer the same,
+    // replayed like a captured prefix.
+    KvCapture cap;
+    cap.n_layer = hp.n_layer;
+    cap.row = hp.n_head_kv * hp.head_dim;
+    cap.n_tokens = context;
+    std::vector<float> one(size_t(context) * size_t(cap.row));
+    std::mt19937 rng(7);
+    std::normal_distribution<float> dist(0.f, 1.f);
+    for (float& x : one) x = dist(rng);
+    std::vector<uint16_t> half(one.size());
+    kernels::F32ToF16Row(one.data(), half.data(), int64_t(one.size()));
+    for (int32_t i = 0; i < 2 * hp.n_layer; ++i)
+      cap.data.insert(cap.data.end(), half.begin(), half.end());
+    seqs_.resize(static_cast<size_t>(batch));
+    for (SeqId& s : seqs_) {
+      STRATA_RETURN_IF_ERROR(engine_->NewSequence(&s));
+      STRATA_RETURN_IF_ERROR(ReplayPrefix(engine_->kv(), s, cap, context));
+    }
+    return Status::OK();
+  }
+
+  // One step; the first one warms caches and is what a caller should not count.
+  Status Step(double* seconds) {
+    const int32_t token = 1;
+    fb_.Clear();
+    for (SeqId s : seqs_) fb_.Add(s, context_ + done_, std::span<const int32_t>(&token, 1));
+    const auto t0 = Clock::now();
+    STRATA_RETURN_IF_ERROR(engine_->Evaluate(fb_, &logits_));
+    *seconds = Since(t0);
+    ++done_;
+    return Status::OK();
+  }
+
+  std::unique_ptr<Engine> Release() { return std::move(engine_); }
+
+ private:
+  std::unique_ptr<Engine> engine_;
+  std::vector<SeqId> seqs_;
+  ForwardBatch fb_;
+  std::vector<float> logits_;
+  int32_t context_ = 0;
+  int32_t done_ = 0;
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The median of `steps` decode steps after one warm-up: a shared machine's stalls would
+// otherwise decide a mean of few steps.
 Status TimeDecode(const Model& model, int32_t threads, int32_t batch, int32_t context,
                   int32_t steps, const DiskKvOptions* disk, double* seconds,
                   std::unique_ptr<Engine>* keep = nullptr) {
-  const HParams& hp = model.hparams();
-  std::unique_ptr<Engine> e;
-  STRATA_RETURN_IF_ERROR(CreateRunEngine(model, threads, context + steps + 2, batch, disk, &e));
-  // Random K/V (attention's cost does not depend on the values), every layer the same,
-  // replayed like a captured prefix.
-  KvCapture cap;
-  cap.n_layer = hp.n_layer;
-  cap.row = hp.n_head_kv * hp.head_dim;
-  cap.n_tokens = context;
-  std::vector<float> one(size_t(context) * size_t(cap.row));
-  std::mt19937 rng(7);
-  std::normal_distribution<float> dist(0.f, 1.f);
-  for (float& x : one) x = dist(rng);
-  std::vector<uint16_t> half(one.size());
-  kernels::F32ToF16Row(one.data(), half.data(), int64_t(one.size()));
-  for (int32_t i = 0; i < 2 * hp.n_layer; ++i)
-    cap.data.insert(cap.data.end(), half.begin(), half.end());
-  std::vector<SeqId> seqs(static_cast<size_t>(batch));
-  for (SeqId& s : seqs) {
-    STRATA_RETURN_IF_ERROR(e->NewSequence(&s));
-    STRATA_RETURN_IF_ERROR(ReplayPrefix(e->kv(), s, cap, context));
-  }
-  std::vector<float> logits;
-  ForwardBatch fb;
-  const int32_t token = 1;
-  // The median step: a shared machine's stalls would otherwise decide a mean of few steps.
+  DecodeTimer t;
+  STRATA_RETURN_IF_ERROR(t.Init(model, threads, batch, context, steps, disk));
   std::vector<double> times;
-  for (int32_t i = 0; i <= steps; ++i) {  // the first step warms up and is not counted
-    fb.Clear();
-    for (SeqId s : seqs) fb.Add(s, context + i, std::span<const int32_t>(&token, 1));
-    const auto t0 = Clock::now();
-    STRATA_RETURN_IF_ERROR(e->Evaluate(fb, &logits));
-    if (i > 0) times.push_back(Since(t0));
+  for (int32_t i = 0; i <= steps; ++i) {
+    double sec = 0;
+    STRATA_RETURN_IF_ERROR(t.Step(&sec));
+    if (i > 0) times.push_back(sec);
   }
-  std::sort(times.begin(), times.end());
-  *seconds = times[times.size() / 2];
-  if (keep) *keep = std::move(e);
+  *seconds = Median(std::move(times));
+  if (keep) *keep = t.Release();
   return Status::OK();
 }
 
@@ -90,6 +124,7 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
                       const DiskKvOptions* disk, ComputeProfile* out) {
   if (o.batches.empty() || o.steps < 1 || o.attention_tokens < 64 || o.score_rows < 64)
     return Status::InvalidArgument("compute profile: empty batch list or too few steps/tokens");
+  const HParams& hp = model.hparams();
   ComputeProfile p;
   p.threads = o.threads;
   constexpr int32_t kShortContext = 16;
@@ -109,15 +144,31 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
     sorted.dense_seconds[i] = p.dense_seconds[order[i]];
   }
   p = sorted;
-  double at_long = 0;
-  STRATA_RETURN_IF_ERROR(
-      TimeDecode(model, o.threads, 1, o.attention_tokens, o.steps, nullptr, &at_long));
-  p.attention_seconds_per_token =
-      std::max(0.0, at_long - p.DenseSeconds(1)) / double(o.attention_tokens - kShortContext);
+  {
+    // Attention is what a long context adds to a short one's step. The two are timed in
+    // alternation and the median of their differences kept, so that a stall or a neighbour
+    // on a shared machine shifts both sides of a pair rather than deciding the difference.
+    DecodeTimer short_ctx, long_ctx;
+    STRATA_RETURN_IF_ERROR(short_ctx.Init(model, o.threads, 1, kShortContext, o.steps, nullptr));
+    STRATA_RETURN_IF_ERROR(
+        long_ctx.Init(model, o.threads, 1, o.attention_tokens, o.steps, nullptr));
+    std::vector<double> diffs;
+    for (int32_t i = 0; i <= o.steps; ++i) {
+      double a = 0, b = 0;
+      STRATA_RETURN_IF_ERROR(short_ctx.Step(&a));
+      STRATA_RETURN_IF_ERROR(long_ctx.Step(&b));
+      if (i > 0) diffs.push_back(b - a);
+    }
+    const double measured = Median(std::move(diffs)) / double(o.attention_tokens - kShortContext);
+    // Attention cannot be faster than reading its K and V (F16, every layer) once from
+    // memory: the floor that holds when noise still swamps the difference.
+    const double kv_bytes = double(hp.n_layer) * 2.0 * hp.n_head_kv * hp.head_dim * 2.0;
+    const double floor = o.memory_bytes_per_second > 0 ? kv_bytes / o.memory_bytes_per_second : 0.0;
+    p.attention_seconds_per_token = std::max(measured, floor);
+  }
 
   // One layer's selection over score_rows summary rows, per adapter set (rank).
   ThreadPool pool(o.threads > 0 ? o.threads : 1);
-  const HParams& hp = model.hparams();
   std::mt19937 rng(11);
   for (const AdapterSet& set : adapters.sets) {
     std::unique_ptr<GroupPredictor> gp;

@@ -56,9 +56,10 @@ struct ComputeProfile {
 struct ComputeProfileOptions {
   int32_t threads = 0;
   std::vector<int32_t> batches = {1, 2, 4, 8};
-  int32_t attention_tokens = 2048;  // context of the attention measurement
-  int32_t steps = 8;                // timed decode steps per point
-  int32_t score_rows = 8192;        // summary rows of the scoring measurement
+  int32_t attention_tokens = 2048;     // context of the attention measurement
+  int32_t steps = 8;                   // timed decode steps per point
+  int32_t score_rows = 8192;           // summary rows of the scoring measurement
+  double memory_bytes_per_second = 0;  // floors attention per token; 0 = no floor
 };
 
 // disk: where the disk policy's overhead run keeps its store and finds the adapters; null

@@ -401,6 +401,7 @@ Status Tune(const Model& model, const TuneOptions& o,
   say("profiling compute");
   ComputeProfileOptions cpo;
   cpo.threads = o.threads;
+  cpo.memory_bytes_per_second = report.device.memory_gb_per_s * 1e9;
   cpo.batches.clear();
   for (int32_t b : {1, 2, 4, 8, 16, 32, 64})
     if (b <= std::max(1, *std::max_element(o.batches.begin(), o.batches.end())))
