@@ -14,6 +14,7 @@
 #include "strata/strata.h"
 #include "tuner/kv_replay.h"
 #include "tuner/quality.h"
+#include "tuner/solver.h"
 
 namespace strata {
 namespace {
@@ -208,21 +209,28 @@ struct Search {
         " KiB; " + std::to_string(n_plans) + " disk plans at " + std::to_string(budgets.size()) +
         " budgets do");
 
-    const Candidate* best = nullptr;
-    StepPrediction best_pred;
-    QualitySummary best_q;
-    Candidate memory_policy;
-    memory_policy.key = "memory";
-    if (memory_fits) {
-      // Full KV is the first bound: exact, its speed from the profile alone.
-      best = &memory_policy;
-      best_pred = mem;
+    if (memory_fits)
       say(Format("  full KV in memory: %.1f tok/s predicted", mem.tokens_per_second));
+    SolverSpace space;
+    space.memory_fits = memory_fits;
+    space.memory_tokens_per_second = mem.tokens_per_second;
+    space.max_evaluations = o.max_candidates;
+    for (const std::vector<Candidate>& budget_plans : plans) {
+      space.budgets.emplace_back();
+      for (const Candidate& c : budget_plans)
+        space.budgets.back().push_back({c.optimistic.tokens_per_second, c.automatic});
     }
+    struct Measured {
+      StepPrediction predicted;
+      QualitySummary quality;
+    };
+    std::vector<std::vector<Measured>> measured(plans.size());
+    for (size_t i = 0; i < plans.size(); ++i) measured[i].resize(plans[i].size());
     double closest_loss = INFINITY;
     std::string closest;
-    // Measures one disk plan; keeps it when it is within the bound and the fastest yet.
-    auto evaluate = [&](const Candidate& c, bool* within) -> Status {
+    // Measures one disk plan's quality and reads, and predicts its speed with those reads.
+    auto evaluate = [&](size_t bi, size_t pi, SolverOutcome* out) -> Status {
+      const Candidate& c = plans[bi][pi];
       QualitySummary q;
       int32_t ran = 0;
       // Quality and reads do not depend on the device's speed: measured at full speed.
@@ -245,7 +253,9 @@ struct Search {
         closest_loss = q.ppl_loss();
         closest = c.key;
       }
-      *within = q.ppl_loss() <= o.max_ppl_loss;
+      measured[bi][pi] = {p, q};
+      out->within_bound = q.ppl_loss() <= o.max_ppl_loss;
+      out->predicted_tokens_per_second = p.tokens_per_second;
       TunedCandidate tc;
       tc.key = c.key;
       tc.options = c.options;
@@ -254,65 +264,13 @@ struct Search {
       tc.agreement = q.agreement();
       tc.requests_per_step = q.requests_per_step();
       tc.bytes_per_step = q.bytes_per_step();
-      tc.within_bound = *within;
+      tc.within_bound = out->within_bound;
       choice->candidates.push_back(std::move(tc));
-      if (*within && (!best || p.tokens_per_second > best_pred.tokens_per_second)) {
-        best = &c;
-        best_pred = p;
-        best_q = q;
-      }
       return Status::OK();
     };
-    // 1. The budget: the smallest at which the runtime's own choice keeps the bound, by
-    // bisection over the budgets (quality grows with the budget).
-    auto automatic = [&](size_t i) -> const Candidate* {
-      for (const Candidate& c : plans[i])
-        if (c.automatic) return &c;
-      return nullptr;
-    };
-    // lo: the smallest budget known to keep the bound (or not worth measuring: it cannot beat
-    // full KV, and a smaller one is faster); hi: the largest known not to, or past the end.
-    size_t lo = 0, hi = budgets.size();
-    // Returns whether the automatic plan of budget i keeps the bound; true unmeasured when it
-    // cannot beat the best so far.
-    auto keeps = [&](size_t i, bool* ok) -> Status {
-      const Candidate* c = automatic(i);
-      *ok = false;
-      if (!c) return Status::OK();
-      if (best && c->optimistic.tokens_per_second <= best_pred.tokens_per_second) {
-        *ok = true;
-        return Status::OK();
-      }
-      if (choice->quality_runs >= o.max_candidates) return Status::OK();
-      return evaluate(*c, ok);
-    };
-    if (!budgets.empty()) {
-      bool ok = false;
-      STRATA_RETURN_IF_ERROR(keeps(0, &ok));
-      if (!ok) hi = 0;
-      while (hi > lo + 1) {
-        const size_t mid = lo + (hi - lo) / 2;
-        STRATA_RETURN_IF_ERROR(keeps(mid, &ok));
-        (ok ? lo : hi) = mid;
-      }
-    }
-    // 2. The settings, at the budget found and the next smaller one (where another sigma or
-    // G may keep the bound the automatic plan missed): the candidates in order of their
-    // optimistic speed, until none left could beat the best within the bound.
-    std::vector<const Candidate*> rest;
-    for (size_t i = lo; i < budgets.size() && i <= lo + 1; ++i)
-      for (const Candidate& c : plans[i])
-        if (!c.automatic) rest.push_back(&c);
-    std::stable_sort(rest.begin(), rest.end(), [](const Candidate* a, const Candidate* b) {
-      return a->optimistic.tokens_per_second > b->optimistic.tokens_per_second;
-    });
-    for (const Candidate* c : rest) {
-      if (best && c->optimistic.tokens_per_second <= best_pred.tokens_per_second) break;
-      if (choice->quality_runs >= o.max_candidates) break;
-      bool within = false;
-      STRATA_RETURN_IF_ERROR(evaluate(*c, &within));
-    }
-    if (!best)
+    SolverResult solved;
+    STRATA_RETURN_IF_ERROR(SolveEntry(space, evaluate, &solved));
+    if (!solved.found)
       return Status::OutOfRange(
           "tune: at batch " + std::to_string(batch) + ", context " + std::to_string(context) +
           " no disk plan within " + std::to_string(per_seq) +
@@ -320,14 +278,17 @@ struct Search {
           Format("%.1f%%", o.max_ppl_loss * 100) +
           " of full KV (closest: " + (closest.empty() ? std::string("none measured") : closest) +
           Format(" at %+.2f%%); raise --memory or --max-ppl-loss", closest_loss * 100));
-    choice->disk = best != &memory_policy;
-    choice->predicted = best_pred;
+    choice->disk = !solved.memory;
     if (choice->disk) {
-      choice->disk_options = best->options;
-      choice->description = best->plan.Describe();
-      choice->ppl_loss = best_q.ppl_loss();
-      choice->agreement = best_q.agreement();
+      const Candidate& best = plans[size_t(solved.budget)][size_t(solved.plan)];
+      const Measured& m = measured[size_t(solved.budget)][size_t(solved.plan)];
+      choice->predicted = m.predicted;
+      choice->disk_options = best.options;
+      choice->description = best.plan.Describe();
+      choice->ppl_loss = m.quality.ppl_loss();
+      choice->agreement = m.quality.agreement();
     } else {
+      choice->predicted = mem;
       choice->description = "full KV in memory";
     }
     return Status::OK();
