@@ -7,7 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "cli/cli.h"
+#include "common/progress_bar.h"
 #include "tuner/tune.h"
 
 namespace strata::cli {
@@ -153,9 +156,16 @@ Status Tune(TuneFlags& f) {
   }
   std::fprintf(stderr, "tune: results kept in %s (a rerun resumes there)\n", o.work_dir.c_str());
   TuneReport report;
-  STRATA_RETURN_IF_ERROR(strata::Tune(
-      *model, o, [](const std::string& line) { std::fprintf(stderr, "tune: %s\n", line.c_str()); },
-      &report));
+  {
+    // The log goes to stderr line by line; on a terminal a bar with the phase's ETA sits
+    // under it.
+    ProgressBar bar(stderr, ProgressBar::IsTerminal(STDERR_FILENO));
+    o.on_progress = [&bar](const std::string& phase, int64_t done, int64_t total) {
+      bar.Update(phase, done, total);
+    };
+    STRATA_RETURN_IF_ERROR(strata::Tune(
+        *model, o, [&bar](const std::string& line) { bar.Log("tune: " + line); }, &report));
+  }
   const Config tuned = TunedConfig(*model, o, report);
   const std::string yaml = ConfigToYaml(tuned);
   // Checked by the reader before anything is written: what start-up will read must parse.

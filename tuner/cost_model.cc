@@ -128,11 +128,18 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
   ComputeProfile p;
   p.threads = o.threads;
   constexpr int32_t kShortContext = 16;
+  // Batches, attention, one scoring point per adapter set, the disk policy's run.
+  const int64_t units = int64_t(o.batches.size() + adapters.sets.size()) + 1 + (disk ? 1 : 0);
+  int64_t done = 0;
+  auto advance = [&] {
+    if (o.progress) o.progress(++done, units);
+  };
   for (int32_t b : o.batches) {
     double sec = 0;
     STRATA_RETURN_IF_ERROR(TimeDecode(model, o.threads, b, kShortContext, o.steps, nullptr, &sec));
     p.batches.push_back(b);
     p.dense_seconds.push_back(sec);
+    advance();
   }
   std::vector<size_t> order(p.batches.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -165,6 +172,7 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
     const double kv_bytes = double(hp.n_layer) * 2.0 * hp.n_head_kv * hp.head_dim * 2.0;
     const double floor = o.memory_bytes_per_second > 0 ? kv_bytes / o.memory_bytes_per_second : 0.0;
     p.attention_seconds_per_token = std::max(measured, floor);
+    advance();
   }
 
   // One layer's selection over score_rows summary rows, per adapter set (rank).
@@ -198,6 +206,7 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
     }
     p.ranks.push_back(gp->rank());
     p.score_seconds_per_row.push_back(total / o.steps / double(o.score_rows));
+    advance();
   }
   // Ranks ascending for interpolation.
   for (size_t i = 1; i < p.ranks.size(); ++i)
@@ -227,6 +236,7 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
       const StepPrediction modelled = PredictDiskStep(DeviceProfile(), p, shape);
       p.disk_overhead_seconds = std::max(0.0, sec - modelled.step_seconds);
     }
+    advance();
   }
   *out = std::move(p);
   return Status::OK();

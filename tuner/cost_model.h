@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/status.h"
@@ -60,6 +61,7 @@ struct ComputeProfileOptions {
   int32_t steps = 8;                   // timed decode steps per point
   int32_t score_rows = 8192;           // summary rows of the scoring measurement
   double memory_bytes_per_second = 0;  // floors attention per token; 0 = no floor
+  std::function<void(int64_t done, int64_t total)> progress;  // optional
 };
 
 // disk: where the disk policy's overhead run keeps its store and finds the adapters; null

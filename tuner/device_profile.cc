@@ -134,13 +134,21 @@ Status ProfileDevice(const DeviceProfileOptions& o, DeviceProfile* out) {
   std::sort(blocks.begin(), blocks.end());
   std::sort(depths.begin(), depths.end());
   uint64_t seed = 1;
+  // The read points, then the memory bandwidth.
+  const int64_t total = int64_t(blocks.size() * depths.size()) + 1;
+  int64_t done = 0;
+  auto advance = [&] {
+    if (o.progress) o.progress(++done, total);
+  };
   for (uint32_t block : blocks) {
-    if (block % store->block_size() != 0) continue;
     for (uint32_t depth : depths) {
-      storage::ReadPoint rp;
-      STRATA_RETURN_IF_ERROR(
-          storage::RunStoreRandomRead(*store, block, depth, o.seconds_per_point, seed++, &rp));
-      p.reads.push_back({block, depth, rp.iops, rp.mean_us});
+      if (block % store->block_size() == 0) {
+        storage::ReadPoint rp;
+        STRATA_RETURN_IF_ERROR(
+            storage::RunStoreRandomRead(*store, block, depth, o.seconds_per_point, seed++, &rp));
+        p.reads.push_back({block, depth, rp.iops, rp.mean_us});
+      }
+      advance();
     }
   }
   if (p.reads.empty())
@@ -151,6 +159,7 @@ Status ProfileDevice(const DeviceProfileOptions& o, DeviceProfile* out) {
   store.reset();
   const int32_t threads = o.threads > 0 ? o.threads : std::max(1, p.platform.cores);
   p.memory_gb_per_s = StreamGbPerSecond(o.stream_bytes, threads);
+  advance();
   *out = std::move(p);
   return Status::OK();
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,8 @@ struct DeviceProfileOptions {
   double seconds_per_point = 0.25;
   uint64_t file_bytes = uint64_t(256) << 20;  // the probe file, written once, then removed
   uint64_t stream_bytes = uint64_t(256) << 20;
-  int32_t threads = 0;  // 0: one per core
+  int32_t threads = 0;                                        // 0: one per core
+  std::function<void(int64_t done, int64_t total)> progress;  // optional
 };
 
 Status ProfileDevice(const DeviceProfileOptions& options, DeviceProfile* out);

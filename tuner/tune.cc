@@ -124,6 +124,7 @@ struct Search {
   const std::vector<int32_t>& ratios;
   uint32_t block;
   const std::function<void(const std::string&)>& say;
+  std::function<void(int32_t quality_runs)> progress;  // optional
 
   // The disk plans of one budget: every sigma (0: the runtime's choice), G, record type and
   // read-through; settings the plan resolves the same way are one candidate. The first is
@@ -238,6 +239,7 @@ struct Search {
       fast.emulate_emmc = false;
       STRATA_RETURN_IF_ERROR(quality.Measure(fast, c.key, context, &q, &ran));
       ++choice->quality_runs;
+      if (progress) progress(choice->quality_runs);
       const StepPrediction p =
           PredictDiskStep(report.device, report.compute,
                           ShapeOf(c.plan, c.options, batch, context, hp.n_layer,
@@ -346,6 +348,11 @@ Status Tune(const Model& model, const TuneOptions& o,
   dpo.kv_dir = o.kv_dir;
   dpo.emulate_emmc = o.emulate_emmc;
   dpo.threads = o.threads;
+  auto phase = [&](const std::string& name) -> std::function<void(int64_t, int64_t)> {
+    if (!o.on_progress) return nullptr;
+    return [&o, name](int64_t done, int64_t total) { o.on_progress(name, done, total); };
+  };
+  dpo.progress = phase("device profile");
   if (o.quick) {
     dpo.blocks = {4096, 65536};
     dpo.depths = {1, 16};
@@ -363,6 +370,7 @@ Status Tune(const Model& model, const TuneOptions& o,
   ComputeProfileOptions cpo;
   cpo.threads = o.threads;
   cpo.memory_bytes_per_second = report.device.memory_gb_per_s * 1e9;
+  cpo.progress = phase("compute profile");
   cpo.batches.clear();
   for (int32_t b : {1, 2, 4, 8, 16, 32, 64})
     if (b <= std::max(1, *std::max_element(o.batches.begin(), o.batches.end())))
@@ -408,13 +416,22 @@ Status Tune(const Model& model, const TuneOptions& o,
     for (int32_t batch : o.batches) {
       say("batch " + std::to_string(batch) + ", context " + std::to_string(context) + ":");
       TunedChoice choice;
+      const int64_t checks = 1 + std::max(0, o.validate);
+      const int64_t units = std::max(1, o.max_candidates) + checks;
+      const std::function<void(int64_t, int64_t)> advance =
+          phase("batch " + std::to_string(batch) + ", context " + std::to_string(context));
+      search.progress = [&](int32_t runs) {
+        if (advance) advance(runs, units);
+      };
       STRATA_RETURN_IF_ERROR(search.Entry(batch, context, memory, &choice));
+      if (advance) advance(units - checks, units);
       STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, tokens, batch, context,
                                           choice.disk ? &choice.disk_options : nullptr,
                                           &choice.measured_tokens_per_second));
       say(std::string("  chose the ") + (choice.disk ? "disk" : "memory") + " policy: " +
           Format("%.1f tok/s predicted, %.1f measured", choice.predicted.tokens_per_second,
                  choice.measured_tokens_per_second));
+      if (advance) advance(units - checks + 1, units);
       int32_t checked = 0;
       for (TunedCandidate& k : choice.candidates) {
         if (checked >= o.validate) break;
@@ -422,6 +439,7 @@ Status Tune(const Model& model, const TuneOptions& o,
         STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, tokens, batch, context, &k.options,
                                             &k.measured_tokens_per_second));
         ++checked;
+        if (advance) advance(units - checks + 1 + checked, units);
         say(Format("  check: %.1f tok/s predicted, %.1f measured (", k.predicted_tokens_per_second,
                    k.measured_tokens_per_second) +
             k.key + ")");

@@ -56,6 +56,10 @@ struct TuneOptions {
   int32_t max_candidates = 16;  // quality runs per (batch, context) at most
   bool quick = false;           // shorter device and compute profiles
   std::string command;          // the command line, for provenance
+  // Optional: units done of each long phase, for a progress bar. A tuned entry's phase
+  // counts its quality runs up to max_candidates (the search may need fewer), then its
+  // check runs.
+  std::function<void(const std::string& phase, int64_t done, int64_t total)> on_progress;
 };
 
 // One disk plan whose quality was measured while choosing an entry.

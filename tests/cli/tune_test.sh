@@ -35,11 +35,16 @@ grep -q '"tuned": "batch 1, context 512' <<<"$out" || fail "no tuned entry in --
 grep -q '"kv_policy": "disk"' <<<"$out" || fail "the entry's policy was not applied: $out"
 out=$("$strata" run -m "$model" --config "$tmp/strata.yaml" --kv memory -p "Hello" -n 4 --stats 2>&1 >/dev/null)
 grep -q '"kv_policy": "memory"' <<<"$out" || fail "--kv did not override the entry: $out"
-# Resumed: a second tune measures no quality window again.
-"$strata" tune -m "$model" --adapters "$tmp/m.adapters" --text "$text" --quick \
+# Off a terminal the log is plain lines: no progress bar, no escape sequences.
+if grep -q $'[\r\033]' "$tmp/err.txt"; then fail "progress bar drawn into a file"; fi
+# Resumed: a second tune measures no quality window again. It runs on a terminal (script
+# gives it one), where the progress bar with its ETA is drawn.
+script -qec "'$strata' tune -m '$model' --adapters '$tmp/m.adapters' --text '$text' --quick \
   --contexts 512 --batches 1 --windows 1 --scored 16 --verify-steps 4 --max-candidates 3 \
-  --max-ppl-loss 0.5 --memory 4M --kv-dir "$tmp" --work-dir "$tmp/work" -t 2 \
-  -o "$tmp/again.yaml" >/dev/null 2>"$tmp/err2.txt" || fail "second tune"
-fresh=$(grep ": ppl" "$tmp/err2.txt" | grep -vc "(cached)" || true)
+  --max-ppl-loss 0.5 --memory 4M --kv-dir '$tmp' --work-dir '$tmp/work' -t 2 \
+  -o '$tmp/again.yaml'" /dev/null >"$tmp/tty.txt" 2>&1 || fail "second tune: $(tail -3 "$tmp/tty.txt")"
+grep -q "device profile \[#*\.*\] [0-9]/[0-9]" "$tmp/tty.txt" || fail "no progress bar on a terminal"
+grep -q "ETA" "$tmp/tty.txt" || fail "no ETA on a terminal"
+fresh=$(tr '\r' '\n' <"$tmp/tty.txt" | grep ": ppl" | grep -vc "(cached)" || true)
 [ "$fresh" -eq 0 ] || fail "the second tune measured $fresh plans again"
 echo "tune end to end: ok"
