@@ -11,6 +11,8 @@
 
 #include "cli/cli.h"
 #include "common/progress_bar.h"
+#include "platforms/cuda_device.h"
+#include "tuner/plot.h"
 #include "tuner/tune.h"
 
 namespace strata::cli {
@@ -20,6 +22,8 @@ struct TuneFlags {
   std::string model;
   std::string output = "strata.yaml";
   std::string report;  // JSON report path ("" = none)
+  std::string plot;    // SVG path ("" = none)
+  std::string device = "cpu";
   bool force = false;
   std::string memory;
   TuneOptions options;
@@ -65,6 +69,7 @@ std::string CommandOf(const TuneFlags& f) {
   if (!f.memory.empty()) c += " --memory " + f.memory;
   if (o.emulate_emmc) c += " --emmc";
   if (o.quick) c += " --quick";
+  if (o.cuda_device >= 0) c += " --device " + f.device;
   return c;
 }
 
@@ -133,17 +138,33 @@ Status Tune(TuneFlags& f) {
   flags.model = f.model;
   std::string path;
   STRATA_RETURN_IF_ERROR(ResolveModelPath(flags, Config(), &path));
-  if (!f.force && std::filesystem::exists(f.output))
-    return Status::InvalidArgument("tune: " + f.output +
-                                   " exists; give another -o or --force to replace it");
   if (!f.memory.empty()) STRATA_RETURN_IF_ERROR(ParseBytes(f.memory, &f.options.memory_bytes));
-  // Found out now, not after the measurements: the output must be writable.
+  STRATA_RETURN_IF_ERROR(
+      ParseComputeDevice(f.device, &f.options.cuda_device).WithContext("tune: --device"));
+  if (f.options.cuda_device >= 0 && f.options.cuda_device >= CudaDevice::Count())
+    return Status::NotSupported(
+        "tune: --device " + f.device + ": " +
+        (CudaDevice::Count() == 0
+             ? std::string("no CUDA device is visible to this process")
+             : "this process sees " + std::to_string(CudaDevice::Count()) +
+                   " CUDA device(s), cuda:0 to cuda:" + std::to_string(CudaDevice::Count() - 1)));
+  // Found out now, not after the measurements: every file to write must be new (or
+  // --force) and writable.
   const std::string tmp = f.output + ".tmp";
-  {
-    std::FILE* probe = std::fopen(tmp.c_str(), "w");
-    if (!probe) return Status::FromErrno("tune: cannot write " + tmp, errno);
+  for (const auto& [flag, file] : {std::pair<std::string, std::string>{"-o", f.output},
+                                   {"--report", f.report},
+                                   {"--plot", f.plot}}) {
+    if (file.empty()) continue;
+    if (!f.force && std::filesystem::exists(file))
+      return Status::InvalidArgument("tune: " + file + " exists; give another " + flag +
+                                     " or --force to replace it");
+    const std::string probe_path = flag == "-o" ? tmp : file;
+    const bool existed = std::filesystem::exists(probe_path);
+    std::FILE* probe = std::fopen(probe_path.c_str(), "a");
+    if (!probe)
+      return Status::FromErrno("tune: cannot write " + probe_path + " (" + flag + ")", errno);
     std::fclose(probe);
-    std::remove(tmp.c_str());
+    if (!existed) std::remove(probe_path.c_str());
   }
   std::unique_ptr<Model> model;
   STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
@@ -182,6 +203,11 @@ Status Tune(TuneFlags& f) {
     std::ofstream out(f.report, std::ios::binary | std::ios::trunc);
     out << ReportJson(o, report).dump(2) << "\n";
     if (!out) return Status::FromErrno("tune: writing the report " + f.report, errno);
+  }
+  if (!f.plot.empty()) {
+    std::ofstream out(f.plot, std::ios::binary | std::ios::trunc);
+    out << TunePlotSvg(report, o.max_ppl_loss);
+    if (!out) return Status::FromErrno("tune: writing the plot " + f.plot, errno);
   }
   std::printf(
       "| batch | context | policy | predicted tok/s | measured tok/s | ppl loss | agreement |\n");
@@ -222,6 +248,9 @@ void AddTuneCommand(CLI::App* app) {
   cmd->add_flag("--force", f->force, "replace the output file if it exists");
   cmd->add_option("--report", f->report,
                   "also write everything measured and chosen as JSON to this file");
+  cmd->add_option("--plot", f->plot,
+                  "also draw predicted against measured step time and quality against budget "
+                  "(SVG) to this file");
   cmd->add_option("--text", f->options.text_path,
                   "evaluation text (UTF-8; its second half, which calibration did not use)")
       ->required();
@@ -248,6 +277,8 @@ void AddTuneCommand(CLI::App* app) {
   cmd->add_option("--max-candidates", f->options.max_candidates,
                   "disk plans whose quality is measured per (batch, context), at most");
   cmd->add_option("-t,--threads", f->options.threads, "worker threads (0 = all cores)");
+  cmd->add_option("--device", f->device,
+                  "where decode speed is measured: cpu, cuda or cuda:N (quality runs on the CPU)");
   cmd->add_flag("--quick", f->options.quick, "shorter device and compute profiles");
   cmd->callback([f] {
     Status s = Tune(*f);

@@ -23,11 +23,11 @@ double Since(Clock::time_point t0) {
 class DecodeTimer {
  public:
   Status Init(const Model& model, int32_t threads, int32_t batch, int32_t context, int32_t steps,
-              const DiskKvOptions* disk) {
+              const DiskKvOptions* disk, int32_t cuda_device) {
     const HParams& hp = model.hparams();
     context_ = context;
     STRATA_RETURN_IF_ERROR(
-        CreateRunEngine(model, threads, context + steps + 2, batch, disk, &engine_));
+        CreateRunEngine(model, threads, context + steps + 2, batch, disk, &engine_, cuda_device));
     // Random K/V (attention's cost does not depend on the values), every layer the same,
     // replayed like a captured prefix.
     KvCapture cap;
@@ -81,11 +81,11 @@ double Median(std::vector<double> v) {
 
 // The median of `steps` decode steps after one warm-up: a shared machine's stalls would
 // otherwise decide a mean of few steps.
-Status TimeDecode(const Model& model, int32_t threads, int32_t batch, int32_t context,
-                  int32_t steps, const DiskKvOptions* disk, double* seconds,
+Status TimeDecode(const Model& model, int32_t threads, int32_t cuda_device, int32_t batch,
+                  int32_t context, int32_t steps, const DiskKvOptions* disk, double* seconds,
                   std::unique_ptr<Engine>* keep = nullptr) {
   DecodeTimer t;
-  STRATA_RETURN_IF_ERROR(t.Init(model, threads, batch, context, steps, disk));
+  STRATA_RETURN_IF_ERROR(t.Init(model, threads, batch, context, steps, disk, cuda_device));
   std::vector<double> times;
   for (int32_t i = 0; i <= steps; ++i) {
     double sec = 0;
@@ -136,7 +136,8 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
   };
   for (int32_t b : o.batches) {
     double sec = 0;
-    STRATA_RETURN_IF_ERROR(TimeDecode(model, o.threads, b, kShortContext, o.steps, nullptr, &sec));
+    STRATA_RETURN_IF_ERROR(
+        TimeDecode(model, o.threads, o.cuda_device, b, kShortContext, o.steps, nullptr, &sec));
     p.batches.push_back(b);
     p.dense_seconds.push_back(sec);
     advance();
@@ -156,9 +157,10 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
     // alternation and the median of their differences kept, so that a stall or a neighbour
     // on a shared machine shifts both sides of a pair rather than deciding the difference.
     DecodeTimer short_ctx, long_ctx;
-    STRATA_RETURN_IF_ERROR(short_ctx.Init(model, o.threads, 1, kShortContext, o.steps, nullptr));
     STRATA_RETURN_IF_ERROR(
-        long_ctx.Init(model, o.threads, 1, o.attention_tokens, o.steps, nullptr));
+        short_ctx.Init(model, o.threads, 1, kShortContext, o.steps, nullptr, o.cuda_device));
+    STRATA_RETURN_IF_ERROR(
+        long_ctx.Init(model, o.threads, 1, o.attention_tokens, o.steps, nullptr, o.cuda_device));
     std::vector<double> diffs;
     for (int32_t i = 0; i <= o.steps; ++i) {
       double a = 0, b = 0;
@@ -223,7 +225,8 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
     d.record_type = KvRecordType::kF16;
     double sec = 0;
     std::unique_ptr<Engine> e;
-    STRATA_RETURN_IF_ERROR(TimeDecode(model, o.threads, 1, context, o.steps, &d, &sec, &e));
+    STRATA_RETURN_IF_ERROR(
+        TimeDecode(model, o.threads, o.cuda_device, 1, context, o.steps, &d, &sec, &e));
     if (const auto* kv = dynamic_cast<const DiskKv*>(&e->kv())) {
       const DiskKvPlan& plan = kv->plan();
       DiskStepShape shape;

@@ -56,6 +56,7 @@ struct ComputeProfile {
 
 struct ComputeProfileOptions {
   int32_t threads = 0;
+  int32_t cuda_device = -1;  // decode steps on this CUDA device; -1: the CPU
   std::vector<int32_t> batches = {1, 2, 4, 8};
   int32_t attention_tokens = 2048;     // context of the attention measurement
   int32_t steps = 8;                   // timed decode steps per point

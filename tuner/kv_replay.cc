@@ -98,8 +98,10 @@ Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
 }
 
 Status CreateRunEngine(const Model& model, int32_t threads, int32_t n_ctx, int32_t max_sequences,
-                       const DiskKvOptions* disk, std::unique_ptr<Engine>* out) {
+                       const DiskKvOptions* disk, std::unique_ptr<Engine>* out,
+                       int32_t cuda_device) {
   EngineOptions eo;
+  eo.cuda_device = cuda_device;
   eo.n_threads = threads;
   eo.n_ctx = n_ctx;
   eo.max_sequences = max_sequences;

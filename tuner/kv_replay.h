@@ -49,9 +49,11 @@ Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
                      const std::string& cache_dir, int32_t threads, KvCapture* out, bool* computed);
 
 // An engine for the tuner's runs: `threads` workers, n_ctx tokens, up to max_sequences
-// sequences, full KV in memory or the disk policy `disk` (when not null).
+// sequences, full KV in memory or the disk policy `disk` (when not null), on the CPU or the
+// CUDA device of that ordinal.
 Status CreateRunEngine(const Model& model, int32_t threads, int32_t n_ctx, int32_t max_sequences,
-                       const DiskKvOptions* disk, std::unique_ptr<Engine>* out);
+                       const DiskKvOptions* disk, std::unique_ptr<Engine>* out,
+                       int32_t cuda_device = -1);
 
 // Appends the first n tokens of cap to the empty sequence seq through Append calls, in as
 // few passes as the policy takes (KvPolicy::max_pass_tokens).

@@ -86,7 +86,8 @@ Status MeasureSpeed(const Model& model, const TuneOptions& o, const std::vector<
                                        std::span<const int32_t>(tokens.data(), size_t(prefix)),
                                        o.work_dir, o.threads, &cap, &computed));
   std::unique_ptr<Engine> e;
-  STRATA_RETURN_IF_ERROR(CreateRunEngine(model, o.threads, context, batch, disk, &e));
+  STRATA_RETURN_IF_ERROR(
+      CreateRunEngine(model, o.threads, context, batch, disk, &e, o.cuda_device));
   std::vector<SeqId> seqs(static_cast<size_t>(batch));
   for (SeqId& s : seqs) {
     STRATA_RETURN_IF_ERROR(e->NewSequence(&s));
@@ -287,11 +288,13 @@ struct Search {
       choice->predicted = m.predicted;
       choice->disk_options = best.options;
       choice->description = best.plan.Describe();
+      choice->key = best.key;
       choice->ppl_loss = m.quality.ppl_loss();
       choice->agreement = m.quality.agreement();
     } else {
       choice->predicted = mem;
       choice->description = "full KV in memory";
+      choice->key = "memory";
     }
     return Status::OK();
   }
@@ -370,6 +373,7 @@ Status Tune(const Model& model, const TuneOptions& o,
   ComputeProfileOptions cpo;
   cpo.threads = o.threads;
   cpo.memory_bytes_per_second = report.device.memory_gb_per_s * 1e9;
+  cpo.cuda_device = o.cuda_device;
   cpo.progress = phase("compute profile");
   cpo.batches.clear();
   for (int32_t b : {1, 2, 4, 8, 16, 32, 64})
@@ -435,7 +439,7 @@ Status Tune(const Model& model, const TuneOptions& o,
       int32_t checked = 0;
       for (TunedCandidate& k : choice.candidates) {
         if (checked >= o.validate) break;
-        if (choice.disk && k.key == KeyOf(choice.disk_options)) continue;
+        if (k.key == choice.key) continue;
         STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, tokens, batch, context, &k.options,
                                             &k.measured_tokens_per_second));
         ++checked;
@@ -455,6 +459,7 @@ Config TunedConfig(const Model& model, const TuneOptions& o, const TuneReport& r
   Config c;
   c.model = o.model_path;
   c.engine.n_threads = o.threads;
+  c.engine.cuda_device = o.cuda_device;  // speeds were measured there
   c.engine.n_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
   c.engine.max_sequences = *std::max_element(o.batches.begin(), o.batches.end());
   c.engine.kv.disk.dir = o.kv_dir;

@@ -47,6 +47,9 @@ struct TuneOptions {
   int64_t memory_bytes = 0;
   double max_ppl_loss = 0.03;
   int32_t threads = 0;
+  // Speed is measured on this CUDA device (-1: the CPU); quality runs stay on the CPU, as
+  // the selection and its results do not depend on where the step is computed.
+  int32_t cuda_device = -1;
   int32_t windows = 4;        // quality windows per context
   int32_t scored = 48;        // scored positions per window
   int32_t verify_steps = 16;  // decode steps of the check run
@@ -78,6 +81,7 @@ struct TunedChoice {
   bool disk = false;
   DiskKvOptions disk_options;  // resolved: what the plan chose, not "auto"
   std::string description;     // the plan, or "full KV in memory"
+  std::string key;             // the chosen candidate's settings key ("memory" for full KV)
   StepPrediction predicted;
   double measured_tokens_per_second = 0;
   double ppl_loss = 0, agreement = 1;

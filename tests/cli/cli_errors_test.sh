@@ -67,6 +67,10 @@ expect tune-output "cannot write $tmp/nodir/strata.yaml.tmp" -- "$strata" tune -
 expect tune-exists "typo.yaml exists; give another -o or --force" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/typo.yaml"
 expect tune-memory "--memory: '12X' is not a positive size" -- "$strata" tune -m "$model" --text "$tmp/long.txt" --memory 12X -o "$tmp/t.yaml"
 expect tune-text "$tmp/missing.txt" -- "$strata" tune -m "$model" --text "$tmp/missing.txt" -o "$tmp/t.yaml"
+expect tune-report-exists "typo.yaml exists; give another --report or --force" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/t.yaml" --report "$tmp/typo.yaml"
+expect tune-plot "cannot write $tmp/nodir/plot.svg (--plot)" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/t.yaml" --plot "$tmp/nodir/plot.svg"
+expect tune-device "--device: 'npu:0' is not a device (cpu, cuda or cuda:N)" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/t.yaml" --device npu:0
+expect tune-device-absent "tune: --device cuda:99: " -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/t.yaml" --device cuda:99
 expect tune-kv-dir "the KV directory $tmp/nodir is not a directory" -- "$strata" tune -m "$model" --text "$tmp/long.txt" --contexts 512 --windows 1 --kv-dir "$tmp/nodir" -o "$tmp/t.yaml"
 
 # Settings tuned for another model and machine still apply, with a warning saying so.

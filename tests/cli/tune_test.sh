@@ -16,7 +16,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$strata" tune -m "$model" --adapters "$tmp/m.adapters" --text "$text" --quick \
   --contexts 512 --batches 1 --windows 1 --scored 16 --verify-steps 4 --max-candidates 3 \
   --max-ppl-loss 0.5 --memory 4M --kv-dir "$tmp" --work-dir "$tmp/work" -t 2 \
-  -o "$tmp/strata.yaml" --report "$tmp/report.json" >"$tmp/out.txt" 2>"$tmp/err.txt" ||
+  --validate 1 -o "$tmp/strata.yaml" --report "$tmp/report.json" --plot "$tmp/plot.svg" \
+  >"$tmp/out.txt" 2>"$tmp/err.txt" ||
   { tail -5 "$tmp/err.txt"; fail "tune"; }
 grep -q "wrote $tmp/strata.yaml" "$tmp/out.txt" || fail "no 'wrote' line: $(cat "$tmp/out.txt")"
 grep -q "^| 1 | 512 | disk |" "$tmp/out.txt" || fail "no disk entry: $(cat "$tmp/out.txt")"
@@ -28,6 +29,21 @@ c = r["choices"][0]
 assert c["policy"] == "disk" and c["measured_tokens_per_second"] > 0, c
 assert 0 < len(c["candidates"]) <= 3 and any(k["within_bound"] for k in c["candidates"]), c
 assert len(r["device"]["reads"]) > 0 and r["compute"]["attention_seconds_per_token"] > 0
+PY
+# The plot is an SVG with the chosen plan and its check run on the speed panel and every
+# measured plan on the quality panel.
+python3 - "$tmp/plot.svg" "$tmp/report.json" <<'PY' || fail "plot"
+import json, sys
+import xml.etree.ElementTree as ET
+svg = ET.parse(sys.argv[1]).getroot()
+assert svg.tag.endswith("svg"), svg.tag
+r = json.load(open(sys.argv[2]))
+c = r["choices"][0]
+ran = 1 + sum(1 for k in c["candidates"] if k["measured_tokens_per_second"] > 0)
+titles = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}title")]
+assert ran == 2, c
+# One point per run, one per measured plan, and a ring on the chosen one.
+assert len(titles) == ran + len(c["candidates"]) + 1, (ran, len(titles))
 PY
 # The tuned file runs, and --stats names the entry it applied; a flag still overrides it.
 out=$("$strata" run -m "$model" --config "$tmp/strata.yaml" -p "Hello" -n 4 --stats 2>&1 >/dev/null)
