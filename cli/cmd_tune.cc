@@ -128,7 +128,13 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
             {"attention_seconds_per_token", r.compute.attention_seconds_per_token},
             {"score", score},
             {"query_seconds", r.compute.query_seconds},
-            {"disk_overhead_seconds", r.compute.disk_overhead_seconds}}},
+            {"disk_overhead_seconds", r.compute.disk_overhead_seconds},
+            {"disk_seconds_per_group", r.compute.disk_seconds_per_group},
+            {"disk_seconds_per_request", r.compute.disk_seconds_per_request},
+            {"disk_seconds_per_q8_token", r.compute.disk_seconds_per_q8_token},
+            {"disk_seconds_per_context_token", r.compute.disk_seconds_per_context_token},
+            {"disk_fit_runs", r.compute.disk_fit_runs},
+            {"query_row_seconds", r.compute.query_row_seconds}}},
           {"max_ppl_loss", o.max_ppl_loss},
           {"choices", choices}};
 }

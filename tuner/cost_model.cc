@@ -7,6 +7,7 @@
 
 #include "runtime/engine/engine.h"
 #include "runtime/kv/disk_kv.h"
+#include "runtime/kv/disk_kv_plan.h"
 #include "runtime/kv/group_predictor.h"
 #include "tuner/kv_replay.h"
 
@@ -62,7 +63,7 @@ class DecodeTimer {
     return Status::OK();
   }
 
-  std::unique_ptr<Engine> Release() { return std::move(engine_); }
+  const Engine& engine() const { return *engine_; }
 
  private:
   std::unique_ptr<Engine> engine_;
@@ -82,8 +83,7 @@ double Median(std::vector<double> v) {
 // The median of `steps` decode steps after one warm-up: a shared machine's stalls would
 // otherwise decide a mean of few steps.
 Status TimeDecode(const Model& model, int32_t threads, int32_t cuda_device, int32_t batch,
-                  int32_t context, int32_t steps, const DiskKvOptions* disk, double* seconds,
-                  std::unique_ptr<Engine>* keep = nullptr) {
+                  int32_t context, int32_t steps, const DiskKvOptions* disk, double* seconds) {
   DecodeTimer t;
   STRATA_RETURN_IF_ERROR(t.Init(model, threads, batch, context, steps, disk, cuda_device));
   std::vector<double> times;
@@ -93,7 +93,6 @@ Status TimeDecode(const Model& model, int32_t threads, int32_t cuda_device, int3
     if (i > 0) times.push_back(sec);
   }
   *seconds = Median(std::move(times));
-  if (keep) *keep = t.Release();
   return Status::OK();
 }
 
@@ -105,6 +104,77 @@ double Interpolate(const std::vector<int32_t>& xs, const std::vector<double>& ys
   const double x0 = xs[i - 1], x1 = xs[i];
   const double t = (x - x0) / (x1 - x0);
   return std::max(0.0, ys[i - 1] + t * (ys[i] - ys[i - 1]));
+}
+
+// The disk policy's own constants (see cost_model.h), fitted on real runs of plans that
+// differ in what drives them: every group resident at small and large G (groups, no reads),
+// and budgets of a tenth and a twentieth of the cache (reads, read-through). A plan this
+// model cannot place at this context is left out.
+Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
+                        const DiskKvOptions& disk, ComputeProfile* p) {
+  const HParams& hp = model.hparams();
+  const int32_t short_ctx = std::max(256, o.attention_tokens / 2);
+  const int32_t long_ctx = std::max(512, o.attention_tokens * 2);
+  struct Run {
+    int32_t context;
+    int32_t divisor;  // budget = full KV / divisor; 0: twice full KV (every group resident)
+    int32_t group_size;
+    KvRecordType record;
+  };
+  // Every group resident (groups, no reads), small and large budgets (reads, read-through),
+  // F16 and Q8_0 records, at two contexts: each constant is driven by several runs.
+  const Run runs[] = {
+      {short_ctx, 0, 0, KvRecordType::kF16},   {short_ctx, 0, 16, KvRecordType::kF16},
+      {short_ctx, 2, 0, KvRecordType::kQ8_0},  {short_ctx, 10, 0, KvRecordType::kAuto},
+      {short_ctx, 10, 8, KvRecordType::kQ8_0}, {short_ctx, 20, 16, KvRecordType::kF16},
+      {short_ctx, 20, 0, KvRecordType::kAuto}, {long_ctx, 3, 0, KvRecordType::kQ8_0},
+      {long_ctx, 10, 0, KvRecordType::kAuto},  {long_ctx, 20, 16, KvRecordType::kF16},
+      {long_ctx, 30, 0, KvRecordType::kAuto}};
+  std::vector<std::vector<double>> x;
+  std::vector<double> y;
+  const DeviceProfile no_device;
+  const DeviceProfile& device = o.device ? *o.device : no_device;
+  const int32_t steps = std::max(12, o.steps);
+  for (const Run& r : runs) {
+    const int32_t context = r.context;
+    const int64_t full = int64_t(hp.n_layer) * context * hp.n_head_kv * hp.head_dim * 2 * 2;
+    DiskKvOptions d = disk;
+    d.budget_bytes = r.divisor > 0 ? full / r.divisor : 2 * full;
+    d.group_size = r.group_size;
+    d.record_type = r.record;
+    DecodeTimer t;
+    if (!t.Init(model, o.threads, 1, context, steps, &d, o.cuda_device).ok()) continue;
+    const auto* kv = dynamic_cast<const DiskKv*>(&t.engine().kv());
+    if (!kv) continue;
+    double sec = 0;
+    STRATA_RETURN_IF_ERROR(t.Step(&sec));  // warm-up
+    const KvCounters c0 = kv->counters();
+    std::vector<double> times;
+    for (int32_t i = 0; i < steps; ++i) {
+      STRATA_RETURN_IF_ERROR(t.Step(&sec));
+      times.push_back(sec);
+    }
+    const KvCounters c1 = kv->counters();
+    const double requests = double(c1.reads_issued - c0.reads_issued) / steps;
+    const double bytes = double(c1.bytes_read - c0.bytes_read) / steps;
+    DiskStepShape shape = ShapeOfPlan(kv->plan(), d, 1, context, hp.n_layer, requests, bytes);
+    ComputeProfile bare = *p;  // the model without the constants being fitted
+    bare.disk_overhead_seconds = bare.disk_seconds_per_group = bare.disk_seconds_per_request = 0;
+    bare.disk_seconds_per_q8_token = bare.disk_seconds_per_context_token = 0;
+    const StepPrediction modelled = PredictDiskStep(device, bare, shape);
+    const DiskOwnWork w = OwnWork(shape);
+    x.push_back({1.0, w.groups, w.requests, w.q8_tokens, w.context});
+    y.push_back(Median(std::move(times)) - modelled.step_seconds);
+  }
+  if (x.empty()) return Status::OK();
+  const std::vector<double> c = FitNonNegative(x, y);
+  p->disk_overhead_seconds = c[0];
+  p->disk_seconds_per_group = c[1];
+  p->disk_seconds_per_request = c[2];
+  p->disk_seconds_per_q8_token = c[3];
+  p->disk_seconds_per_context_token = c[4];
+  p->disk_fit_runs = int32_t(x.size());
+  return Status::OK();
 }
 
 }  // namespace
@@ -180,23 +250,37 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
   // One layer's selection over score_rows summary rows, per adapter set (rank).
   ThreadPool pool(o.threads > 0 ? o.threads : 1);
   std::mt19937 rng(11);
+  // The low-rank queries of a layer are one call for the batch's rows: timed for one row and
+  // for the largest batch, the rows after the first cost less than the first (the weights
+  // are read once a call).
+  const int32_t rows = std::max(2, *std::max_element(o.batches.begin(), o.batches.end()));
   for (const AdapterSet& set : adapters.sets) {
     std::unique_ptr<GroupPredictor> gp;
-    STRATA_RETURN_IF_ERROR(GroupPredictor::Create(
-        model, set, GroupScoring::kSoftmax, kernels::ScoreType::kQ4, o.score_rows, 1, &pool, &gp));
+    STRATA_RETURN_IF_ERROR(GroupPredictor::Create(model, set, GroupScoring::kSoftmax,
+                                                  kernels::ScoreType::kQ4, o.score_rows, rows,
+                                                  &pool, &gp));
     std::vector<uint8_t> klr(
         size_t(GroupPredictor::KlrBytes(o.score_rows, gp->rank(), kernels::ScoreType::kQ4)));
     for (uint8_t& b : klr) b = uint8_t(rng());
-    std::vector<float> x(size_t(hp.n_embd)), q(size_t(hp.n_head) * size_t(gp->rank()));
+    std::vector<float> x(size_t(hp.n_embd) * size_t(rows)),
+        q(size_t(hp.n_head) * size_t(gp->rank()) * size_t(rows));
     for (float& v : x) v = float(int32_t(rng() % 200) - 100) / 100.f;
-    const int32_t pos = o.score_rows;
-    double query = 0;
+    const std::vector<int32_t> pos(size_t(rows), o.score_rows);
+    double one = 0, all = 0;
     for (int32_t i = 0; i <= o.steps; ++i) {
-      const auto t0 = Clock::now();
-      gp->LowRankQueries(0, x.data(), 1, &pos, q.data());
-      if (i > 0) query += Since(t0);
+      auto t0 = Clock::now();
+      gp->LowRankQueries(0, x.data(), 1, pos.data(), q.data());
+      if (i > 0) one += Since(t0);
+      t0 = Clock::now();
+      gp->LowRankQueries(0, x.data(), rows, pos.data(), q.data());
+      if (i > 0) all += Since(t0);
     }
-    p.query_seconds = std::max(p.query_seconds, query / o.steps);
+    one /= o.steps;
+    all /= o.steps;
+    if (one > p.query_seconds) {
+      p.query_seconds = one;
+      p.query_row_seconds = std::max(0.0, all - one) / double(rows - 1);
+    }
     constexpr int32_t kGroup = 8;
     const int32_t groups = o.score_rows / kGroup;
     std::vector<int32_t> chosen;
@@ -217,32 +301,21 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
       std::swap(p.score_seconds_per_row[j - 1], p.score_seconds_per_row[j]);
     }
   if (disk) {
-    // The disk policy with every group resident (a budget of the whole cache): what its step
-    // costs beyond the modelled parts is its own bookkeeping.
-    DiskKvOptions d = *disk;
-    const int32_t context = std::max(256, o.attention_tokens / 2);
-    d.budget_bytes = int64_t(hp.n_layer) * context * hp.n_head_kv * hp.head_dim * 2 * 2 * 2;
-    d.record_type = KvRecordType::kF16;
-    double sec = 0;
-    std::unique_ptr<Engine> e;
-    STRATA_RETURN_IF_ERROR(
-        TimeDecode(model, o.threads, o.cuda_device, 1, context, o.steps, &d, &sec, &e));
-    if (const auto* kv = dynamic_cast<const DiskKv*>(&e->kv())) {
-      const DiskKvPlan& plan = kv->plan();
-      DiskStepShape shape;
-      shape.n_layer = hp.n_layer;
-      shape.attended_tokens = context;
-      shape.summary_rows = plan.SummaryRows(context);
-      shape.rank = plan.rank;
-      shape.selections = hp.n_layer + (d.refine ? std::max(0, hp.n_layer - 2) : 0);
-      shape.tail_rows = plan.tail ? context : 0;
-      const StepPrediction modelled = PredictDiskStep(DeviceProfile(), p, shape);
-      p.disk_overhead_seconds = std::max(0.0, sec - modelled.step_seconds);
-    }
+    STRATA_RETURN_IF_ERROR(FitDiskConstants(model, o, *disk, &p));
     advance();
   }
   *out = std::move(p);
   return Status::OK();
+}
+
+DiskOwnWork OwnWork(const DiskStepShape& s) {
+  DiskOwnWork w;
+  const double b = s.batch, layers = s.n_layer;
+  w.groups = b * layers * double(s.attended_tokens) / double(std::max(1, s.group_size));
+  w.requests = b * s.requests;
+  w.q8_tokens = s.q8_records ? b * layers * double(s.attended_tokens) : 0;
+  w.context = layers * double(s.context);
+  return w;
 }
 
 StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile& compute,
@@ -253,18 +326,103 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
                                                           compute.attention_seconds_per_token;
   const double per_row = compute.ScoreSecondsPerRow(s.rank);
   p.select_seconds =
-      double(s.batch) *
-      (double(s.selections) * (compute.query_seconds + double(s.summary_rows) * per_row) +
-       double(s.n_layer) * double(s.tail_rows) * per_row);
+      double(s.batch) * (double(s.selections) * double(s.summary_rows) * per_row +
+                         double(s.n_layer) * double(s.tail_rows) * per_row) +
+      double(s.selections) *
+          (compute.query_seconds + double(std::max(0, s.batch - 1)) * compute.query_row_seconds);
   const double requests_l = double(s.batch) * s.requests / layers;
   const uint32_t request_bytes =
       s.requests > 0 ? uint32_t(std::max(1.0, s.bytes / s.requests)) : 4096;
   const double read_l = device.ReadSeconds(requests_l, request_bytes, s.queue_depth);
   p.read_seconds = read_l * layers;
+  const DiskOwnWork w = OwnWork(s);
   p.step_seconds = p.select_seconds + layers * std::max(p.compute_seconds / layers, read_l) +
-                   compute.disk_overhead_seconds;
+                   compute.disk_overhead_seconds + w.groups * compute.disk_seconds_per_group +
+                   w.requests * compute.disk_seconds_per_request +
+                   w.q8_tokens * compute.disk_seconds_per_q8_token +
+                   w.context * compute.disk_seconds_per_context_token;
   p.tokens_per_second = p.step_seconds > 0 ? s.batch / p.step_seconds : 0;
   return p;
+}
+
+DiskStepShape ShapeOfPlan(const DiskKvPlan& plan, const DiskKvOptions& o, int32_t batch,
+                          int32_t context, int32_t n_layer, double requests, double bytes) {
+  DiskStepShape s;
+  s.batch = batch;
+  s.n_layer = n_layer;
+  const int64_t G = plan.layout.group_size;
+  // With kv.attend_resident attention reads every group the slots hold, besides the sink,
+  // the read-through groups, the recent window and the rolling group.
+  const int64_t groups =
+      int64_t(plan.sink_groups) + plan.reuse_slots + plan.transient_groups + plan.recent_groups + 1;
+  s.attended_tokens = std::min<int64_t>(context, groups * G);
+  s.group_size = int32_t(G);
+  s.context = context;
+  s.q8_records = plan.layout.type == kernels::KvType::kQ8_0;
+  s.summary_rows = plan.SummaryRows(context);
+  s.rank = plan.rank;
+  s.selections = n_layer + (o.refine ? std::max(0, n_layer - 2) : 0);
+  s.tail_rows = plan.tail ? s.attended_tokens : 0;
+  s.requests = requests;
+  s.bytes = bytes;
+  s.queue_depth = uint32_t(o.queue_depth);
+  return s;
+}
+
+std::vector<double> FitNonNegative(const std::vector<std::vector<double>>& x,
+                                   const std::vector<double>& y) {
+  const size_t k = x.empty() ? 0 : x[0].size();
+  std::vector<double> best(k, 0.0);
+  double best_sse = 0;
+  for (double v : y) best_sse += v * v;
+  for (uint32_t mask = 1; mask < (1u << k); ++mask) {
+    std::vector<size_t> cols;
+    for (size_t j = 0; j < k; ++j)
+      if (mask & (1u << j)) cols.push_back(j);
+    const size_t m = cols.size();
+    // Normal equations, Gaussian elimination with partial pivoting.
+    std::vector<std::vector<double>> a(m, std::vector<double>(m + 1, 0.0));
+    for (size_t r = 0; r < x.size(); ++r)
+      for (size_t i = 0; i < m; ++i) {
+        for (size_t j = 0; j < m; ++j) a[i][j] += x[r][cols[i]] * x[r][cols[j]];
+        a[i][m] += x[r][cols[i]] * y[r];
+      }
+    bool singular = false;
+    for (size_t i = 0; i < m && !singular; ++i) {
+      size_t piv = i;
+      for (size_t r = i + 1; r < m; ++r)
+        if (std::fabs(a[r][i]) > std::fabs(a[piv][i])) piv = r;
+      std::swap(a[i], a[piv]);
+      if (std::fabs(a[i][i]) < 1e-300) {
+        singular = true;
+        break;
+      }
+      for (size_t r = 0; r < m; ++r) {
+        if (r == i) continue;
+        const double f = a[r][i] / a[i][i];
+        for (size_t j = i; j <= m; ++j) a[r][j] -= f * a[i][j];
+      }
+    }
+    if (singular) continue;
+    std::vector<double> coef(k, 0.0);
+    bool feasible = true;
+    for (size_t i = 0; i < m; ++i) {
+      coef[cols[i]] = a[i][m] / a[i][i];
+      feasible = feasible && coef[cols[i]] >= 0;
+    }
+    if (!feasible) continue;
+    double sse = 0;
+    for (size_t r = 0; r < x.size(); ++r) {
+      double pred = 0;
+      for (size_t j = 0; j < k; ++j) pred += coef[j] * x[r][j];
+      sse += (y[r] - pred) * (y[r] - pred);
+    }
+    if (sse < best_sse) {
+      best_sse = sse;
+      best = coef;
+    }
+  }
+  return best;
 }
 
 StepPrediction PredictMemoryStep(const ComputeProfile& compute, int32_t batch, int32_t context) {

@@ -5,11 +5,17 @@
 // selected groups' reads are in flight:
 //   step = sum over layers of [select_l + max(compute_l, read_l)]
 //   compute = dense(b) + b * attended_tokens * attention_per_token
-//   select  = b * [selections * (query + summary_rows * score_per_row(rank))
-//                  + n_layer * tail_rows * score_per_row(rank)] / n_layer  (per layer)
-//   plus disk_overhead once a step (the policy's per-layer bookkeeping, fitted on a real
-//   run at batch 1; most of it is per call, not per sequence)
+//   select  = selections * query(b)
+//             + b * [selections * summary_rows + n_layer * tail_rows] * score_per_row(rank)
+//   (query(b): one call of the low-rank queries for b rows)
 //   read_l  = DeviceProfile::ReadSeconds(b * requests / n_layer, bytes / request, qd)
+//   plus the policy's own work, which neither overlaps with compute nor shows in the parts
+//   above (DiskOwnWork): a constant a step, per attended group (slot lookups, view
+//   assembly), per read request (issuing and completing it, landing it in its slot), per
+//   attended token of Q8_0 records (their expansion for attention) and per token of
+//   context once a step (what walks the whole sequence). The constants are fitted (least
+//   squares, non-negative) to the residuals of real runs of several different plans at two
+//   contexts, as FlexGen fits its hardware constants, so that no one plan decides them.
 // With full KV in memory a step is dense(b) + b * context * attention_per_token. The
 // requests and bytes a step reads per sequence come from the quality runs of the same
 // configuration (tuner/quality.h), which see the real reuse and coalescing.
@@ -25,6 +31,7 @@
 
 #include "common/status.h"
 #include "runtime/kv/adapters.h"
+#include "runtime/kv/disk_kv_plan.h"
 #include "runtime/kv/kv_options.h"
 #include "runtime/model/model.h"
 #include "tuner/device_profile.h"
@@ -42,11 +49,16 @@ struct ComputeProfile {
   // and the low-rank query it scores with (norm, Wq, RoPE, adapters), per selection.
   std::vector<int32_t> ranks;
   std::vector<double> score_seconds_per_row;
-  double query_seconds = 0;
-  // What a disk policy's step costs beyond the parts above (its bookkeeping: appends to the
-  // summary, view assembly, waits that are not reads), per step, fitted on a real run of
-  // the policy at batch 1 with every group resident (ProfileCompute with a disk policy).
+  double query_seconds = 0;      // one call for one row
+  double query_row_seconds = 0;  // each further row of the same call (a batch)
+  // What a disk policy's step costs beyond the parts above (see the top of this file):
+  // once a step, per attended group and layer of a sequence, per read request.
   double disk_overhead_seconds = 0;
+  double disk_seconds_per_group = 0;
+  double disk_seconds_per_request = 0;
+  double disk_seconds_per_q8_token = 0;       // per attended token and layer of Q8_0 records
+  double disk_seconds_per_context_token = 0;  // per token of context and layer, once a step
+  int32_t disk_fit_runs = 0;                  // real runs these were fitted on
 
   // Interpolated linearly in batch; beyond the largest, extrapolated from the last two.
   double DenseSeconds(int32_t batch) const;
@@ -62,11 +74,14 @@ struct ComputeProfileOptions {
   int32_t steps = 8;                   // timed decode steps per point
   int32_t score_rows = 8192;           // summary rows of the scoring measurement
   double memory_bytes_per_second = 0;  // floors attention per token; 0 = no floor
+  // The device the disk policy's fitting runs read from (their reads are modelled with it);
+  // null: reads are taken as free.
+  const DeviceProfile* device = nullptr;
   std::function<void(int64_t done, int64_t total)> progress;  // optional
 };
 
-// disk: where the disk policy's overhead run keeps its store and finds the adapters; null
-// leaves disk_overhead_seconds at 0.
+// disk: where the disk policy's fitting runs keep their store and find the adapters; null
+// leaves the disk policy's constants at 0.
 Status ProfileCompute(const Model& model, const Adapters& adapters,
                       const ComputeProfileOptions& options, const DiskKvOptions* disk,
                       ComputeProfile* out);
@@ -76,6 +91,9 @@ struct DiskStepShape {
   int32_t batch = 1;
   int32_t n_layer = 0;
   int64_t attended_tokens = 0;  // tokens attention reads per layer
+  int32_t group_size = 1;       // tokens a group
+  int64_t context = 0;          // tokens a sequence holds
+  bool q8_records = false;      // Q8_0 records (attention expands them)
   int64_t summary_rows = 0;     // K_lr rows scored per selection
   int32_t rank = 0;
   int32_t selections = 0;  // layer selections per step (guesses and refinements)
@@ -93,6 +111,25 @@ struct StepPrediction {
 
 StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile& compute,
                                const DiskStepShape& s);
+
+// The disk policy's own work in a step, in the units its fitted constants price.
+struct DiskOwnWork {
+  double groups = 0;     // attended groups, all layers, all sequences
+  double requests = 0;   // reads, all sequences
+  double q8_tokens = 0;  // attended tokens of Q8_0 records, all layers, all sequences
+  double context = 0;    // tokens of context times layers (once a step)
+};
+DiskOwnWork OwnWork(const DiskStepShape& s);
+
+// The shape of a planned configuration; requests and bytes per sequence step as measured.
+DiskStepShape ShapeOfPlan(const DiskKvPlan& plan, const DiskKvOptions& options, int32_t batch,
+                          int32_t context, int32_t n_layer, double requests, double bytes);
 StepPrediction PredictMemoryStep(const ComputeProfile& compute, int32_t batch, int32_t context);
+
+// Least squares of y on the columns of x (a row per run) with every coefficient >= 0: the
+// best of the fits on the subsets of columns whose solution is non-negative (meant for a
+// handful of columns: the subsets are 2^columns).
+std::vector<double> FitNonNegative(const std::vector<std::vector<double>>& x,
+                                   const std::vector<double>& y);
 
 }  // namespace strata

@@ -43,27 +43,6 @@ std::string KeyOf(const DiskKvOptions& o) {
          ",calibrated=" + AutoSwitchName(o.calibrated_layers);
 }
 
-DiskStepShape ShapeOf(const DiskKvPlan& plan, const DiskKvOptions& o, int32_t batch,
-                      int32_t context, int32_t n_layer, double requests, double bytes) {
-  DiskStepShape s;
-  s.batch = batch;
-  s.n_layer = n_layer;
-  const int64_t G = plan.layout.group_size;
-  // With kv.attend_resident attention reads every group the slots hold, besides the sink,
-  // the read-through groups, the recent window and the rolling group.
-  const int64_t groups =
-      int64_t(plan.sink_groups) + plan.reuse_slots + plan.transient_groups + plan.recent_groups + 1;
-  s.attended_tokens = std::min<int64_t>(context, groups * G);
-  s.summary_rows = plan.SummaryRows(context);
-  s.rank = plan.rank;
-  s.selections = n_layer + (o.refine ? std::max(0, n_layer - 2) : 0);
-  s.tail_rows = plan.tail ? s.attended_tokens : 0;
-  s.requests = requests;
-  s.bytes = bytes;
-  s.queue_depth = uint32_t(o.queue_depth);
-  return s;
-}
-
 uint64_t FullKvBytes(const HParams& hp, int32_t context) {
   return uint64_t(hp.n_layer) * uint64_t(context) * uint64_t(hp.n_head_kv) * uint64_t(hp.head_dim) *
          2 * sizeof(uint16_t);
@@ -71,7 +50,7 @@ uint64_t FullKvBytes(const HParams& hp, int32_t context) {
 
 // Decode speed of a configuration: `batch` sequences hold a replayed prefix of the
 // evaluation text, then decode `steps` teacher-forced tokens together (one warm-up step
-// first, not timed).
+// first, not timed); the speed of the median step.
 Status MeasureSpeed(const Model& model, const TuneOptions& o, const std::vector<int32_t>& tokens,
                     int32_t batch, int32_t context, const DiskKvOptions* disk,
                     double* tokens_per_second) {
@@ -95,16 +74,20 @@ Status MeasureSpeed(const Model& model, const TuneOptions& o, const std::vector<
   }
   std::vector<float> logits;
   ForwardBatch fb;
-  double seconds = 0;
+  std::vector<double> times;
   for (int32_t i = 0; i <= steps; ++i) {
     fb.Clear();
     for (SeqId s : seqs)
       fb.Add(s, prefix + i, std::span<const int32_t>(&tokens[size_t(prefix + i)], 1));
     const auto t0 = Clock::now();
     STRATA_RETURN_IF_ERROR(e->Evaluate(fb, &logits));
-    if (i > 0) seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    if (i > 0) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  *tokens_per_second = seconds > 0 ? double(batch) * steps / seconds : 0;
+  // The median step, as the profile times its steps: one stall of a shared machine would
+  // otherwise move a short run's mean by more than the cost model's error.
+  std::sort(times.begin(), times.end());
+  const double step = times[times.size() / 2];
+  *tokens_per_second = step > 0 ? double(batch) / step : 0;
   return Status::OK();
 }
 
@@ -168,7 +151,7 @@ struct Search {
             if (dup) continue;
             c.optimistic =
                 PredictDiskStep(report.device, report.compute,
-                                ShapeOf(c.plan, c.options, batch, context, hp.n_layer, 0, 0));
+                                ShapeOfPlan(c.plan, c.options, batch, context, hp.n_layer, 0, 0));
             out.push_back(std::move(c));
           }
     return out;
@@ -243,8 +226,8 @@ struct Search {
       if (progress) progress(choice->quality_runs);
       const StepPrediction p =
           PredictDiskStep(report.device, report.compute,
-                          ShapeOf(c.plan, c.options, batch, context, hp.n_layer,
-                                  q.requests_per_step(), q.bytes_per_step()));
+                          ShapeOfPlan(c.plan, c.options, batch, context, hp.n_layer,
+                                      q.requests_per_step(), q.bytes_per_step()));
       say(Format("  budget %.0f KiB, sigma %.0f, ", double(c.options.budget_bytes >> 10),
                  c.options.ratio) +
           Format("G %.0f, ", c.options.group_size) + KvRecordTypeName(c.options.record_type) +
@@ -374,6 +357,7 @@ Status Tune(const Model& model, const TuneOptions& o,
   cpo.threads = o.threads;
   cpo.memory_bytes_per_second = report.device.memory_gb_per_s * 1e9;
   cpo.cuda_device = o.cuda_device;
+  cpo.device = &report.device;
   cpo.progress = phase("compute profile");
   cpo.batches.clear();
   for (int32_t b : {1, 2, 4, 8, 16, 32, 64})
@@ -394,11 +378,15 @@ Status Tune(const Model& model, const TuneOptions& o,
   for (size_t i = 0; i < report.compute.batches.size(); ++i)
     say(Format("  decode step at batch %.0f: %.2f ms", report.compute.batches[i],
                report.compute.dense_seconds[i] * 1e3));
-  say(
-      Format("  attention %.3f us a token, low-rank query %.1f us, disk policy overhead "
-             "%.2f ms a step",
-             report.compute.attention_seconds_per_token * 1e6, report.compute.query_seconds * 1e6,
-             report.compute.disk_overhead_seconds * 1e3));
+  say(Format("  attention %.3f us a token, low-rank query %.1f us",
+             report.compute.attention_seconds_per_token * 1e6, report.compute.query_seconds * 1e6));
+  const ComputeProfile& cp = report.compute;
+  say(Format("  disk policy (fitted on %.0f runs): %.2f ms a step, ", cp.disk_fit_runs,
+             cp.disk_overhead_seconds * 1e3) +
+      Format("%.1f ns a group, %.2f us a read, ", cp.disk_seconds_per_group * 1e9,
+             cp.disk_seconds_per_request * 1e6) +
+      Format("%.1f ns a Q8_0 token, %.2f ns a context token", cp.disk_seconds_per_q8_token * 1e9,
+             cp.disk_seconds_per_context_token * 1e9));
 
   uint64_t memory = uint64_t(std::max<int64_t>(0, o.memory_bytes));
   if (memory == 0) {

@@ -52,7 +52,7 @@ struct TuneOptions {
   int32_t cuda_device = -1;
   int32_t windows = 4;        // quality windows per context
   int32_t scored = 48;        // scored positions per window
-  int32_t verify_steps = 16;  // decode steps of the check run
+  int32_t verify_steps = 32;  // decode steps of the check run (its median is kept)
   // Besides the chosen plan, run up to this many other measured plans per entry and record
   // their speed beside the prediction: a check of the cost model on plans it did not pick.
   int32_t validate = 0;

@@ -92,6 +92,47 @@ TEST(CostModelTest, ReadsHideUnderComputeUntilTheyDoNot) {
   EXPECT_NEAR(mem.tokens_per_second, 8 / mem.step_seconds, 1e-9);
 }
 
+TEST(CostModelTest, ThePolicysOwnWorkAddsPerStepPerGroupAndPerRead) {
+  ComputeProfile c;
+  c.batches = {1};
+  c.dense_seconds = {0.010};
+  DiskStepShape s;
+  s.batch = 2;
+  s.n_layer = 10;
+  s.attended_tokens = 800;
+  s.group_size = 8;  // 100 groups a layer
+  s.requests = 50;
+  const double bare = PredictDiskStep(DeviceProfile(), c, s).step_seconds;
+  c.disk_overhead_seconds = 1e-3;
+  c.disk_seconds_per_group = 1e-7;
+  c.disk_seconds_per_request = 2e-6;
+  EXPECT_NEAR(PredictDiskStep(DeviceProfile(), c, s).step_seconds - bare,
+              1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6), 1e-12);
+}
+
+TEST(CostModelTest, NonNegativeFitRecoversConstantsAndNeverGoesNegative) {
+  // y = 0.5 + 2 a + 3 b exactly: recovered.
+  std::vector<std::vector<double>> x = {{1, 1, 0}, {1, 0, 1}, {1, 2, 1}, {1, 1, 3}, {1, 4, 2}};
+  std::vector<double> y;
+  for (const auto& r : x) y.push_back(0.5 * r[0] + 2 * r[1] + 3 * r[2]);
+  std::vector<double> c = FitNonNegative(x, y);
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_NEAR(c[0], 0.5, 1e-9);
+  EXPECT_NEAR(c[1], 2, 1e-9);
+  EXPECT_NEAR(c[2], 3, 1e-9);
+  // y = 4 a - 1: the unconstrained intercept would be negative; the fit keeps it at 0 and
+  // is the best non-negative one (the slope through the origin).
+  y.clear();
+  for (const auto& r : x) y.push_back(4 * r[1] - 1);
+  c = FitNonNegative(x, y);
+  EXPECT_EQ(c[0], 0);
+  for (double v : c) EXPECT_GE(v, 0);
+  // Every residual negative (the model over-predicts): nothing to add.
+  y.assign(x.size(), -1.0);
+  c = FitNonNegative(x, y);
+  EXPECT_EQ(c, std::vector<double>(3, 0.0));
+}
+
 TEST(DeviceProfileTest, MeasuresTheKvDirectoryThroughTheStore) {
   KvTempDir dir;
   DeviceProfileOptions o;
