@@ -82,7 +82,7 @@ Status RunMode(const Model& model, const Flags& f, char mode, bool emmc, int32_t
     STRATA_RETURN_IF_ERROR(ParseDiskSpec(spec, base, f.ctx, full_cache, &eo.kv.disk));
     row->label = spec + (emmc ? " [eMMC EMULATED]" : "");
     if (trace->on)
-      eo.kv.disk.on_read_submit = [trace](int32_t, const storage::IoBatch& b) {
+      eo.kv.hooks.on_read_submit = [trace](int32_t, const storage::IoBatch& b) {
         std::vector<std::pair<uint64_t, uint32_t>> s;
         for (size_t i = 0; i < b.size(); ++i)
           s.push_back({b.request(i).offset, b.request(i).length});

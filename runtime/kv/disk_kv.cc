@@ -28,7 +28,8 @@ DiskKv::~DiskKv() {
 }
 
 Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t n_ctx,
-                      int32_t max_sequences, ThreadPool* pool, std::unique_ptr<DiskKv>* out) {
+                      int32_t max_sequences, ThreadPool* pool, std::unique_ptr<DiskKv>* out,
+                      const DiskKvHooks& hooks) {
   STRATA_RETURN_IF_ERROR(ValidateDiskKvOptions(options));
   const HParams& hp = model.hparams();
   if (n_ctx <= 0 || max_sequences <= 0)
@@ -63,8 +64,8 @@ Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t 
                               " has rank " + std::to_string(set->rank) + ", expected " +
                               std::to_string(kv->plan_.rank));
   kv->layout_ = kv->plan_.layout;
-  STRATA_RETURN_IF_ERROR(
-      DiskKvStore::Open(options, kv->plan_, shape, max_sequences, block, &kv->c_, &kv->store_));
+  STRATA_RETURN_IF_ERROR(DiskKvStore::Open(options, kv->plan_, shape, max_sequences, block, &kv->c_,
+                                           &kv->store_, hooks));
   STRATA_RETURN_IF_ERROR(DiskKvSelector::Create(model, *set, options, kv->plan_, n_ctx,
                                                 max_sequences, pool, &kv->selector_));
   kv->c_.budget_bytes = kv->plan_.budget_bytes;

@@ -60,7 +60,8 @@ namespace strata {
 class DiskKv final : public KvPolicy, public KvWindowedView, public KvTailEstimate {
  public:
   static Status Create(const Model& model, const DiskKvOptions& options, int32_t n_ctx,
-                       int32_t max_sequences, ThreadPool* pool, std::unique_ptr<DiskKv>* out);
+                       int32_t max_sequences, ThreadPool* pool, std::unique_ptr<DiskKv>* out,
+                       const DiskKvHooks& hooks = {});
   ~DiskKv() override;
 
   const char* name() const override { return "disk"; }

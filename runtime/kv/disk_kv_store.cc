@@ -29,7 +29,7 @@ storage::BackendKind BackendOf(const std::string& name) {
   return storage::BackendKind::kAuto;
 }
 
-storage::StoreOptions StoreOptionsOf(const DiskKvOptions& options) {
+storage::StoreOptions StoreOptionsOf(const DiskKvOptions& options, const DiskKvHooks& hooks = {}) {
   storage::StoreOptions so;
   so.directory = options.dir;
   // A KV file must not outlive the process (a crash would leave gigabytes behind).
@@ -37,7 +37,7 @@ storage::StoreOptions StoreOptionsOf(const DiskKvOptions& options) {
   so.backend = BackendOf(options.backend);
   so.queue_depth = uint32_t(options.queue_depth);
   if (options.emulate_emmc) so.slow_disk = storage::SlowDiskOptions::Emmc();
-  so.faults = options.faults;
+  so.faults = hooks.faults;
   so.file_name = "kv";
   return so;
 }
@@ -47,7 +47,6 @@ storage::StoreOptions StoreOptionsOf(const DiskKvOptions& options) {
 Status DiskKvStore::ProbeBlockSize(const DiskKvOptions& options, uint32_t* block) {
   storage::StoreOptions probe = StoreOptionsOf(options);
   probe.capacity = 1 << 20;
-  probe.faults = nullptr;
   probe.slow_disk = {};
   std::unique_ptr<storage::BlockStore> s;
   STRATA_RETURN_IF_ERROR(storage::BlockStore::Open(probe, &s).WithContext("disk KV store"));
@@ -55,15 +54,20 @@ Status DiskKvStore::ProbeBlockSize(const DiskKvOptions& options, uint32_t* block
   return Status::OK();
 }
 
-DiskKvStore::DiskKvStore(const DiskKvOptions& options, const DiskKvPlan& plan, const KvShape& shape,
-                         KvCounters* counters)
-    : options_(options), plan_(plan), shape_(shape), layout_(plan_.layout), c_(counters) {}
+DiskKvStore::DiskKvStore(const DiskKvOptions& options, const DiskKvHooks& hooks,
+                         const DiskKvPlan& plan, const KvShape& shape, KvCounters* counters)
+    : options_(options),
+      hooks_(hooks),
+      plan_(plan),
+      shape_(shape),
+      layout_(plan_.layout),
+      c_(counters) {}
 
 Status DiskKvStore::Open(const DiskKvOptions& options, const DiskKvPlan& plan, const KvShape& shape,
                          int32_t max_sequences, uint32_t block, KvCounters* counters,
-                         std::unique_ptr<DiskKvStore>* out) {
-  std::unique_ptr<DiskKvStore> ds(new DiskKvStore(options, plan, shape, counters));
-  storage::StoreOptions so = StoreOptionsOf(options);
+                         std::unique_ptr<DiskKvStore>* out, const DiskKvHooks& hooks) {
+  std::unique_ptr<DiskKvStore> ds(new DiskKvStore(options, hooks, plan, shape, counters));
+  storage::StoreOptions so = StoreOptionsOf(options, hooks);
   so.capacity = uint64_t(max_sequences) * ds->layout_.sequence_bytes();
   so.block_size = block;
   Status st = storage::BlockStore::Open(so, &ds->store_);
@@ -233,7 +237,7 @@ Status DiskKvStore::SubmitReads(int32_t layer, size_t batch) {
   if (rb.empty()) return Status::OK();
   STRATA_RETURN_IF_ERROR(store_->Submit(rb).WithContext("disk KV: reading group records"));
   reads_settled_[batch] = 0;
-  if (options_.on_read_submit) options_.on_read_submit(layer, rb);
+  if (hooks_.on_read_submit) hooks_.on_read_submit(layer, rb);
   c_->reads_issued += rb.size();
   for (size_t i = 0; i < rb.size(); ++i) c_->bytes_read += rb.request(i).length;
   return Status::OK();

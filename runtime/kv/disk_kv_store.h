@@ -38,7 +38,7 @@ class DiskKvStore {
   // layout. counters must outlive the store.
   static Status Open(const DiskKvOptions& options, const DiskKvPlan& plan, const KvShape& shape,
                      int32_t max_sequences, uint32_t block, KvCounters* counters,
-                     std::unique_ptr<DiskKvStore>* out);
+                     std::unique_ptr<DiskKvStore>* out, const DiskKvHooks& hooks = {});
   // Waits for the reads and writes this store issued (not the prefill staging's own).
   ~DiskKvStore();
   DiskKvStore(const DiskKvStore&) = delete;
@@ -94,10 +94,11 @@ class DiskKvStore {
   storage::BlockStore& block_store() { return *store_; }
 
  private:
-  DiskKvStore(const DiskKvOptions& options, const DiskKvPlan& plan, const KvShape& shape,
-              KvCounters* counters);
+  DiskKvStore(const DiskKvOptions& options, const DiskKvHooks& hooks, const DiskKvPlan& plan,
+              const KvShape& shape, KvCounters* counters);
 
   const DiskKvOptions options_;
+  const DiskKvHooks hooks_;
   const DiskKvPlan plan_;
   const KvShape shape_;
   const KvRecordLayout& layout_;

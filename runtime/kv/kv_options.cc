@@ -180,7 +180,8 @@ Status CreateKvPolicy(const Model& model, const KvOptions& options, int32_t n_ct
     }
     case KvPolicyKind::kDisk: {
       std::unique_ptr<DiskKv> kv;
-      STRATA_RETURN_IF_ERROR(DiskKv::Create(model, options.disk, n_ctx, max_sequences, pool, &kv));
+      STRATA_RETURN_IF_ERROR(
+          DiskKv::Create(model, options.disk, n_ctx, max_sequences, pool, &kv, options.hooks));
       *out = std::move(kv);
       return Status::OK();
     }

@@ -196,14 +196,20 @@ struct DiskKvOptions {
   // FlexGen-style baseline for benchmarks: every step reads each layer's whole KV back
   // instead of predicting groups (the budget then does not bound the staging it needs).
   bool reload_all = false;
-  std::shared_ptr<storage::FaultInjector> faults;  // tests only: the store's fault injection
-  // Benchmarks only: sees every read submission (one per layer and pass) right after it.
+};
+
+// What tests and benchmarks attach to a disk policy: not settings (no YAML key, no C API
+// field, nothing a user chooses).
+struct DiskKvHooks {
+  std::shared_ptr<storage::FaultInjector> faults;  // the store's fault injection
+  // Sees every read submission (one per layer and pass) right after it.
   std::function<void(int32_t layer, const storage::IoBatch& reads)> on_read_submit;
 };
 
 struct KvOptions {
   KvPolicyKind policy = KvPolicyKind::kMemory;
   DiskKvOptions disk;
+  DiskKvHooks hooks;  // tests and benchmarks only
 };
 
 // Checks the ranges of every option that does not depend on the model; errors name the

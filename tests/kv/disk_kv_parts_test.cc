@@ -42,7 +42,7 @@ class DiskKvStoreTest : public ::testing::Test {
     STRATA_ASSERT_OK(DiskKvStore::ProbeBlockSize(options_, &block_));
     STRATA_ASSERT_OK(PlanDiskKv(kShape, options_, block_, &plan_));
     STRATA_ASSERT_OK(
-        DiskKvStore::Open(options_, plan_, kShape, max_sequences, block_, &c_, &store_));
+        DiskKvStore::Open(options_, plan_, kShape, max_sequences, block_, &c_, &store_, hooks_));
   }
   // Writes group g of `layer` in s's region as a record of bytes (g + 1).
   void WriteRecord(const Sequence& s, int32_t layer, int32_t g) {
@@ -61,6 +61,7 @@ class DiskKvStoreTest : public ::testing::Test {
 
   KvTempDir dir_;
   DiskKvOptions options_ = PartsOptions(dir_.path());
+  DiskKvHooks hooks_;
   uint32_t block_ = 0;
   DiskKvPlan plan_;
   KvCounters c_;
@@ -155,7 +156,7 @@ TEST_F(DiskKvStoreTest, LoadsCoalesceAndLandInTheirSlots) {
 // with stale bytes); a failed group write marks the sequence lost.
 TEST_F(DiskKvStoreTest, FailedReadsForgetTheirSlotsAndFailedWritesLoseTheSequence) {
   auto faults = std::make_shared<storage::FaultInjector>();
-  options_.faults = faults;
+  hooks_.faults = faults;
   Open(1);
   std::unique_ptr<Sequence> s;
   STRATA_ASSERT_OK(store_->NewSequence(4, &s));

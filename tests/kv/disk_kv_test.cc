@@ -251,7 +251,7 @@ TEST_F(DiskKvTest, LayerOneIsSelectedOnlyFromItsExactQuery) {
     // Selection by score alone, so that picks change from step to step.
     o.kv.disk.resident_bonus = 0;
     std::vector<uint64_t> load_batches(size_t(model_->hparams().n_layer), 0);
-    o.kv.disk.on_read_submit = [&](int32_t layer, const storage::IoBatch& b) {
+    o.kv.hooks.on_read_submit = [&](int32_t layer, const storage::IoBatch& b) {
       // Decode loads only, not a prefill's read-back (its requests carry an all-ones tag).
       if (!b.empty() && b.request(0).tag != ~uint64_t{0}) ++load_batches[size_t(layer)];
     };
@@ -750,7 +750,7 @@ TEST_F(DiskKvTest, RemovingTheKvDirectoryMidRunKeepsAnUnnamedStoreOrIsAnError) {
 TEST_F(DiskKvTest, FullDiskIsAnErrorAndTheSequenceKeepsItsState) {
   auto faults = std::make_shared<storage::FaultInjector>();
   EngineOptions o = Options();
-  o.kv.disk.faults = faults;
+  o.kv.hooks.faults = faults;
   std::unique_ptr<Engine> e;
   STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
   SeqId seq;
@@ -778,7 +778,7 @@ TEST_F(DiskKvTest, FullDiskIsAnErrorAndTheSequenceKeepsItsState) {
 TEST_F(DiskKvTest, FailedReadsAreErrorsAndLeaveNoStaleSlots) {
   auto faults = std::make_shared<storage::FaultInjector>();
   EngineOptions o = Options();
-  o.kv.disk.faults = faults;
+  o.kv.hooks.faults = faults;
   o.kv.disk.groups_per_step = (kCtx + 3) / 4;
   std::unique_ptr<Engine> e;
   STRATA_ASSERT_OK(Engine::Create(*model_, o, &e));
