@@ -46,7 +46,10 @@ void PrintMarkdown(const std::vector<ConfigSettingInfo>& settings) {
       "...) override the file. The disk policy's settings (`kv.*` but `kv.policy`) apply with\n"
       "`kv.policy: disk`. What a user decides there is where the store file goes (`kv.dir`) and\n"
       "how much memory a sequence may hold (`kv.budget_bytes`); the policy's plan derives the\n"
-      "rest from the budget and the model's adapters; the other keys tune or study the policy.\n"
+      "rest from the budget and the model's adapters. `strata tune` chooses the other `kv.*` keys\n"
+      "(G, sigma, M, C, T, record type, queue depth) for a device; `kv.experimental.*` holds\n"
+      "research settings that neither the defaults nor the tuner change (a written\n"
+      "strata.yaml leaves them out while they are at their defaults).\n"
       "\n"
       "| key | default | accepted | meaning |\n"
       "| --- | --- | --- | --- |\n");

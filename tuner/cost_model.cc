@@ -351,8 +351,8 @@ DiskStepShape ShapeOfPlan(const DiskKvPlan& plan, const DiskKvOptions& o, int32_
   s.batch = batch;
   s.n_layer = n_layer;
   const int64_t G = plan.layout.group_size;
-  // With kv.attend_resident attention reads every group the slots hold, besides the sink,
-  // the read-through groups, the recent window and the rolling group.
+  // With kv.experimental.attend_resident attention reads every group the slots hold, besides the
+  // sink, the read-through groups, the recent window and the rolling group.
   const int64_t groups =
       int64_t(plan.sink_groups) + plan.reuse_slots + plan.transient_groups + plan.recent_groups + 1;
   s.attended_tokens = std::min<int64_t>(context, groups * G);

@@ -278,33 +278,36 @@ const std::vector<Setting>& Schema() {
         "T: groups a layer may read past its C slots, dropped after the layer runs; -1 = auto",
         [dk](Config& c) -> int32_t& { return dk(c).read_through; }, -1, 1 << 20));
     v.push_back(Int<int32_t>(
-        "kv.read_through_span",
+        "kv.experimental.read_through_span",
         "groups of a read-through span, each span one request (1 = single groups)",
         [dk](Config& c) -> int32_t& { return dk(c).read_through_span; }, 1, 256));
     v.push_back(Int<int64_t>(
         "kv.budget_bytes", "KV memory per sequence, 0 = 1/13 of the full F16 cache at the context",
         [dk](Config& c) -> int64_t& { return dk(c).budget_bytes; }, 0, int64_t(1) << 50));
     v.push_back(Int<int32_t>(
-        "kv.sink_groups", "leading groups always resident",
+        "kv.experimental.sink_groups", "leading groups always resident",
         [dk](Config& c) -> int32_t& { return dk(c).sink_groups; }, 0, 64));
     v.push_back(Int<int32_t>(
-        "kv.recent_groups", "newest full groups always resident",
+        "kv.experimental.recent_groups", "newest full groups always resident",
         [dk](Config& c) -> int32_t& { return dk(c).recent_groups; }, 0, 64));
     v.push_back(Float(
-        "kv.resident_bonus", "selection's preference for groups in memory, 0 = off",
+        "kv.experimental.resident_bonus", "selection's preference for groups in memory, 0 = off",
         [dk](Config& c) -> float& { return dk(c).resident_bonus; }, 0, 100));
     v.push_back(Float(
-        "kv.dispersed_bonus",
-        "resident bonus of layers with dispersed attention (profile), -1 = kv.resident_bonus",
+        "kv.experimental.dispersed_bonus",
+        "resident bonus of layers with dispersed attention (profile), -1 = "
+        "kv.experimental.resident_bonus",
         [dk](Config& c) -> float& { return dk(c).dispersed_bonus; }, -1, 100));
     v.push_back(Float(
-        "kv.tail_weight", "weight of the left-out keys' estimated share (kv.attend_tail)",
+        "kv.experimental.tail_weight",
+        "weight of the left-out keys' estimated share (kv.experimental.attend_tail)",
         [dk](Config& c) -> float& { return dk(c).tail_weight; }, 0, 1));
     v.push_back(Int<int32_t>(
-        "kv.tail_first_layer", "first layer whose left-out keys are attended by estimate",
+        "kv.experimental.tail_first_layer",
+        "first layer whose left-out keys are attended by estimate",
         [dk](Config& c) -> int32_t& { return dk(c).tail_first_layer; }, 0, 1 << 16));
     v.push_back(Float(
-        "kv.group_spread",
+        "kv.experimental.group_spread",
         "weight of a group's key spread in its score with a per-group summary (0: mean key)",
         [dk](Config& c) -> float& { return dk(c).group_spread; }, 0, 4));
     auto choice = [](std::string key, std::string help, std::vector<std::string> values, auto parse,
@@ -321,7 +324,8 @@ const std::vector<Setting>& Schema() {
       return s;
     };
     v.push_back(choice(
-        "kv.reuse", "which loaded group a full reuse buffer gives up", {"fifo", "lru", "lfu"},
+        "kv.experimental.reuse", "which loaded group a full reuse buffer gives up",
+        {"fifo", "lru", "lfu"},
         [](const std::string& n, Config* c) {
           return ParseReusePolicy(n, &c->engine.kv.disk.reuse);
         },
@@ -334,7 +338,8 @@ const std::vector<Setting>& Schema() {
         },
         [](const Config& c) { return KvRecordTypeName(c.engine.kv.disk.record_type); }));
     v.push_back(choice(
-        "kv.summary_type", "how the low-rank key summary stores values", {"f16", "q8", "q4"},
+        "kv.experimental.summary_type", "how the low-rank key summary stores values",
+        {"f16", "q8", "q4"},
         [](const std::string& n, Config* c) {
           return ParseKeySummaryType(n, &c->engine.kv.disk.summary_type);
         },
@@ -349,7 +354,7 @@ const std::vector<Setting>& Schema() {
         },
         [](const Config& c) { return AutoSwitchName(c.engine.kv.disk.group_summary); }));
     v.push_back(choice(
-        "kv.scoring", "how heads' scores combine into a group's", {"softmax", "sum"},
+        "kv.experimental.scoring", "how heads' scores combine into a group's", {"softmax", "sum"},
         [](const std::string& n, Config* c) {
           return ParseGroupScoring(n, &c->engine.kv.disk.scoring);
         },
@@ -368,7 +373,7 @@ const std::vector<Setting>& Schema() {
     v.push_back(Int<int32_t>(
         "kv.queue_depth", "most reads in the block store at once",
         [dk](Config& c) -> int32_t& { return dk(c).queue_depth; }, 1, 4096));
-    v.push_back(Bool("kv.refine", "re-select each layer's groups from its exact query",
+    v.push_back(Bool("kv.experimental.refine", "re-select each layer's groups from its exact query",
                      [dk](Config& c) -> bool& { return dk(c).refine; }));
     v.push_back(choice(
         "kv.calibrated_layers",
@@ -379,16 +384,21 @@ const std::vector<Setting>& Schema() {
           return ParseAutoSwitch(n, &c->engine.kv.disk.calibrated_layers);
         },
         [](const Config& c) { return AutoSwitchName(c.engine.kv.disk.calibrated_layers); }));
-    v.push_back(Bool("kv.attend_tail",
+    v.push_back(Bool("kv.experimental.attend_tail",
                      "attention gives the keys the selection left out their estimated share",
                      [dk](Config& c) -> bool& { return dk(c).attend_tail; }));
-    v.push_back(Bool("kv.attend_resident",
+    v.push_back(Bool("kv.experimental.attend_resident",
                      "attention also reads groups the reuse buffer holds from earlier steps",
                      [dk](Config& c) -> bool& { return dk(c).attend_resident; }));
     v.push_back(
         Bool("kv.emulate_emmc",
              "cap the KV store at eMMC speed (250 MB/s, 11000 IOPS), to study a slow device",
              [dk](Config& c) -> bool& { return dk(c).emulate_emmc; }));
+    // Research settings neither the defaults nor the tuner change come last, in a section
+    // of their own (kv.experimental), so that a user's kv: section is what a user decides.
+    std::stable_partition(v.begin(), v.end(), [](const Setting& s) {
+      return s.key.find(".experimental.") == std::string::npos;
+    });
     return v;
   }();
   return schema;
@@ -679,16 +689,30 @@ Status LoadConfigFile(const std::string& path, Config* cfg) {
 
 std::string ConfigToYaml(const Config& cfg) {
   std::string out = "# strata.yaml: every key with its value; see docs/config-reference.md\n";
-  std::string section;
+  // Experimental settings are written only when one of them is not at its default.
+  const Config defaults;
+  bool experimental = false;
+  for (const Setting& s : Schema())
+    if (s.key.find(".experimental.") != std::string::npos && s.get(cfg) != s.get(defaults))
+      experimental = true;
+  std::vector<std::string> open;  // the sections written last, outermost first
   for (const Setting& s : Schema()) {
-    const size_t dot = s.key.find('.');
-    const std::string sec = dot == std::string::npos ? "" : s.key.substr(0, dot);
-    const std::string leaf = dot == std::string::npos ? s.key : s.key.substr(dot + 1);
-    if (sec != section) {
-      if (!sec.empty()) out += sec + ":\n";
-      section = sec;
+    if (!experimental && s.key.find(".experimental.") != std::string::npos) continue;
+    std::vector<std::string> path;
+    size_t from = 0;
+    for (size_t dot; (dot = s.key.find('.', from)) != std::string::npos; from = dot + 1)
+      path.push_back(s.key.substr(from, dot - from));
+    const std::string leaf = s.key.substr(from);
+    size_t same = 0;
+    while (same < path.size() && same < open.size() && path[same] == open[same]) ++same;
+    for (size_t i = same; i < path.size(); ++i) {
+      if (path[i] == "experimental")
+        out += std::string(2 * i, ' ') +
+               "# Research settings: neither the defaults nor strata tune change them.\n";
+      out += std::string(2 * i, ' ') + path[i] + ":\n";
     }
-    out += (sec.empty() ? "" : "  ") + leaf + ": " + s.get(cfg) + "  # " + s.help + "\n";
+    open = path;
+    out += std::string(2 * path.size(), ' ') + leaf + ": " + s.get(cfg) + "  # " + s.help + "\n";
   }
   if (!cfg.tuned.empty()) {
     out += "# Per (batch, context), applied at start-up over the settings above (nearest entry):\n";

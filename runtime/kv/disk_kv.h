@@ -15,9 +15,9 @@
 // layer 0's real input, so its query is exact (only the low-rank approximation remains)
 // but its reads are not overlapped with compute; the reuse buffer serves most of them.
 //
-// Optional refinement (kv.refine): when Prepare(l+1, x_l) arrives, x_l is layer l's own
-// input, so layer l's selection is made again from its exact query and the few groups the
-// first guess missed are read before View(l); the guess still did most of the I/O early.
+// Optional refinement (kv.experimental.refine): when Prepare(l+1, x_l) arrives, x_l is layer l's
+// own input, so layer l's selection is made again from its exact query and the few groups the first
+// guess missed are read before View(l); the guess still did most of the I/O early.
 //
 // Prefill (a pass with more than one new token for a sequence) attends exactly: Prepare
 // reads each layer's earlier records back into staging (one or a few large requests, also

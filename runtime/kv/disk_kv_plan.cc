@@ -37,8 +37,8 @@ uint64_t TablesPerLayer(int32_t c, int32_t m, int32_t sink, int32_t recent, int3
          uint64_t(m) * (sizeof(int32_t) + 3 * sizeof(int32_t));
 }
 
-// Per layer and sequence with kv.attend_tail: the values' sum (committed and this pass's),
-// their mean for the view, and each query head's left-out share.
+// Per layer and sequence with kv.experimental.attend_tail: the values' sum (committed and this
+// pass's), their mean for the view, and each query head's left-out share.
 uint64_t TailBytesPerLayer(const KvShape& shape, int32_t n_head) {
   return (3 * uint64_t(shape.row()) + uint64_t(n_head)) * sizeof(float);
 }
@@ -172,7 +172,7 @@ std::string DiskKvPlan::Describe() const {
                   double(layer_bonus[size_t(dispersed_layers[0])]));
     out += b;
   }
-  if (tail) out += "; left-out keys attended by estimate (kv.attend_tail)";
+  if (tail) out += "; left-out keys attended by estimate (kv.experimental.attend_tail)";
   return out;
 }
 
@@ -297,8 +297,8 @@ Status PlanOnce(const KvShape& shape, int32_t n_head, const DiskKvOptions& o, ui
     return int32_t(std::min<uint64_t>(c, uint64_t(max_groups)));
   };
   // M left at 0 is C + T: every slot is chosen afresh each step. Attention reads every slot
-  // anyway (kv.attend_resident), a fresh pick serves it better than a stale one, and the
-  // resident bonus keeps the reads near those of the paper's M*G ~ 400 (numbers in
+  // anyway (kv.experimental.attend_resident), a fresh pick serves it better than a stale one, and
+  // the resident bonus keeps the reads near those of the paper's M*G ~ 400 (numbers in
   // docs/experiments/disk-kv-quality.md). C left at 0 is what the budget affords.
   int32_t m = o.groups_per_step;
   int32_t c = o.reuse_slots;

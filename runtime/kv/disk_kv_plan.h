@@ -58,17 +58,18 @@ struct DiskKvPlan {
   // transient_auto: chosen by the plan (auto at a tight budget, see kReadThroughTokens).
   int32_t transient_groups = 0;
   bool transient_auto = false;
-  int32_t transient_span = 1;  // kv.read_through_span: read-through groups come in spans of it
+  int32_t transient_span =
+      1;  // kv.experimental.read_through_span: read-through groups come in spans of it
   int32_t sink_groups = 0;
   int32_t recent_groups = 0;
   // Per layer M and C. Uniform (every layer M and C) unless `calibrated`: then spread by the
   // adapters' attention profile, summing to at most L*M and L*C.
   std::vector<int32_t> layer_groups, layer_slots;
   bool calibrated = false;
-  // kv.attend_tail in effect (it needs per-head scores and a per-token summary).
+  // kv.experimental.attend_tail in effect (it needs per-head scores and a per-token summary).
   bool tail = false;
-  // Per layer resident bonus: kv.resident_bonus, or kv.dispersed_bonus on the layers
-  // DispersedLayers finds at M*G tokens (listed in dispersed_layers).
+  // Per layer resident bonus: kv.experimental.resident_bonus, or kv.experimental.dispersed_bonus on
+  // the layers DispersedLayers finds at M*G tokens (listed in dispersed_layers).
   std::vector<float> layer_bonus;
   std::vector<int32_t> dispersed_layers;
   // The budget's slots hold fewer than kTightSlotTokens tokens per layer (uniform C * G)
@@ -152,7 +153,7 @@ int32_t AutoRatio(const KvShape& shape, const DiskKvOptions& o,
 // block_size: the store's request alignment (records are padded to it). profile: the
 // adapters' attention profile, used when o.calibrated_layers (null or empty: uniform).
 // ratios: those the adapters hold, for an automatic kv.ratio (see AutoRatio). n_head: the
-// model's query heads, for kv.attend_tail's tables (0: as many as KV heads).
+// model's query heads, for kv.experimental.attend_tail's tables (0: as many as KV heads).
 // kv.group_summary auto plans a per-token summary first and takes a per-group one where
 // that plan is tight or does not fit.
 Status PlanDiskKv(const KvShape& shape, const DiskKvOptions& o, uint32_t block_size,

@@ -5,8 +5,8 @@
 // sequences that decode in a pass. For a layer it computes those sequences' low-rank queries
 // from the layer's input rows, picks each one's top groups (GroupPredictor::SelectGroups,
 // with the resident bonus, read-through priorities and spans), places them in the
-// sequence's reuse buffer (Layer::selected, Layer::placed) and, with kv.attend_tail, the
-// share of attention the view will leave out. It also keeps the key summary up to date as
+// sequence's reuse buffer (Layer::selected, Layer::placed) and, with kv.experimental.attend_tail,
+// the share of attention the view will leave out. It also keeps the key summary up to date as
 // tokens and full groups arrive.
 //
 // It issues no I/O (DiskKvStore turns placements into reads) and assembles no view
@@ -56,8 +56,9 @@ class DiskKvSelector {
   DiskKvSelector(const DiskKvOptions& options, const DiskKvPlan& plan, int32_t n_layer);
   // Sequence j of the gathered rows picks its groups; worker as in GroupPredictor::SelectGroups.
   void SelectOne(int32_t layer, size_t j, bool refining, int worker);
-  // kv.attend_tail: layer's left-out share per query head after a selection on `worker`
-  // that scored groups [n_sink, g_hi) (the sink groups before, the recent and rolling after).
+  // kv.experimental.attend_tail: layer's left-out share per query head after a selection on
+  // `worker` that scored groups [n_sink, g_hi) (the sink groups before, the recent and rolling
+  // after).
   void TailRatios(int32_t layer, disk_kv::Sequence& s, int32_t n_sink, int32_t g_hi, int worker);
 
   const DiskKvOptions options_;

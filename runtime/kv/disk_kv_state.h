@@ -41,8 +41,8 @@ inline LoadTarget FromLoadTag(uint64_t tag) {
   return {int32_t(tag >> 40), int32_t((tag >> 20) & 0xFFFFF), int32_t(tag & 0xFFFFF)};
 }
 
-// When each layer's groups are selected in a decode step (kv.refine). Without refinement,
-// Prepare(l + 1, x_l) guesses layer l + 1 from layer l's input. With it, that call also
+// When each layer's groups are selected in a decode step (kv.experimental.refine). Without
+// refinement, Prepare(l + 1, x_l) guesses layer l + 1 from layer l's input. With it, that call also
 // selects layer l again from its exact query, and the guess did most of the I/O early.
 struct RefineSchedule {
   bool refine = false;
@@ -70,8 +70,8 @@ struct Layer {
   std::vector<int32_t> selected;
   std::vector<ReuseBuffer::Placement> placed;
   std::vector<kernels::KvSpan> view;
-  // kv.attend_tail: the values' sum over committed tokens and over this pass's (F32, [row]),
-  // their mean as of the last view, and each query head's left-out share (KvTail).
+  // kv.experimental.attend_tail: the values' sum over committed tokens and over this pass's (F32,
+  // [row]), their mean as of the last view, and each query head's left-out share (KvTail).
   std::vector<float> v_sum, v_new, v_mean, tail_ratio;
 };
 

@@ -45,7 +45,7 @@ class DiskKvStore {
   DiskKvStore& operator=(const DiskKvStore&) = delete;
 
   // A new sequence's memory in a free region; n_head sizes the left-out share per query
-  // head (kv.attend_tail). ResourceExhausted when every region is taken.
+  // head (kv.experimental.attend_tail). ResourceExhausted when every region is taken.
   Status NewSequence(int32_t n_head, std::unique_ptr<disk_kv::Sequence>* out);
   // Returns s's region once nothing is in flight into or out of its buffers; s may then be
   // freed.

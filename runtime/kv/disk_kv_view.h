@@ -15,7 +15,7 @@ namespace strata::disk_kv {
 
 // What decode attention reads of a layer at position p (the pass's new token), in its
 // view's order: fn(kind, group, where, tokens) for the sink groups (where: sink record), the
-// selection's placements and, with kv.attend_resident, the other groups the slots hold
+// selection's placements and, with kv.experimental.attend_resident, the other groups the slots hold
 // (where: slot), then the recent and rolling groups (where: ring record; the rolling one with
 // the pass's new token).
 enum class Viewed { kSink, kSlot, kResident, kRing };
@@ -41,8 +41,8 @@ void ForEachViewed(const DiskKvPlan& plan, bool attend_resident, const Layer& L,
 }
 
 // Layer `layer` of s's decode view into its Layer::view, once its reads have settled; with
-// kv.attend_tail also the values' mean over every token so far and the pass's. Returns how
-// many groups it attends only because they were still resident.
+// kv.experimental.attend_tail also the values' mean over every token so far and the pass's. Returns
+// how many groups it attends only because they were still resident.
 inline int32_t AssembleDecodeView(const DiskKvPlan& plan, bool attend_resident, Sequence& s,
                                   int32_t layer) {
   Layer& L = s.layers[size_t(layer)];

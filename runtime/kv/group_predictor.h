@@ -89,8 +89,8 @@ class GroupPredictor {
                     std::span<const int32_t> favored = {}, float bonus = 0.0f,
                     RowSpread spread = {}, std::vector<float>* scores = nullptr, int worker = -1);
 
-  // Read-through in spans (kv.read_through_span): after a SelectGroups on `worker` that
-  // returned M groups in `out` (with their `scores`), keeps the `keep` best of them and
+  // Read-through in spans (kv.experimental.read_through_span): after a SelectGroups on `worker`
+  // that returned M groups in `out` (with their `scores`), keeps the `keep` best of them and
   // refills the other M - keep from spans of `span` groups of [g0, g1), counted from g0: the spans
   // whose unselected groups carry the most predicted attention (softmax scoring: the sum of
   // their shares; otherwise their best score), every unselected group of a span taken (the
@@ -100,7 +100,7 @@ class GroupPredictor {
   void SpanReadThrough(int32_t g0, int32_t g1, int32_t keep, int32_t span,
                        std::vector<int32_t>* out, std::vector<float>* scores, int worker = -1);
 
-  // The attention a selection leaves out, per query head (kv.attend_tail): after a
+  // The attention a selection leaves out, per query head (kv.experimental.attend_tail): after a
   // SelectGroups on `worker` that scored groups [g0, g1) (softmax scoring, a per-token
   // summary), with `attended` the groups of that range attention reads
   // (each once) and `outside` the other runs of tokens it reads (sink, recent and rolling

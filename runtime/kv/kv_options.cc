@@ -141,23 +141,24 @@ Status ValidateDiskKvOptions(const DiskKvOptions& o) {
   STRATA_RETURN_IF_ERROR(Range("kv.groups_per_step (M)", o.groups_per_step, 0, 1 << 20));
   STRATA_RETURN_IF_ERROR(Range("kv.reuse_slots (C)", o.reuse_slots, 0, 1 << 20));
   STRATA_RETURN_IF_ERROR(Range("kv.read_through (T)", o.read_through, -1, 1 << 20));
-  STRATA_RETURN_IF_ERROR(Range("kv.read_through_span", o.read_through_span, 1, 256));
+  STRATA_RETURN_IF_ERROR(Range("kv.experimental.read_through_span", o.read_through_span, 1, 256));
   STRATA_RETURN_IF_ERROR(Range("kv.budget_bytes", o.budget_bytes, 0, int64_t(1) << 50));
-  STRATA_RETURN_IF_ERROR(Range("kv.sink_groups", o.sink_groups, 0, 64));
-  STRATA_RETURN_IF_ERROR(Range("kv.recent_groups", o.recent_groups, 0, 64));
+  STRATA_RETURN_IF_ERROR(Range("kv.experimental.sink_groups", o.sink_groups, 0, 64));
+  STRATA_RETURN_IF_ERROR(Range("kv.experimental.recent_groups", o.recent_groups, 0, 64));
   STRATA_RETURN_IF_ERROR(Range("kv.queue_depth", o.queue_depth, 1, 4096));
   if (!(o.resident_bonus >= 0.0f && o.resident_bonus <= 100.0f))
-    return Status::OutOfRange("kv.resident_bonus = " + std::to_string(o.resident_bonus) +
-                              " is out of range [0, 100]");
+    return Status::OutOfRange("kv.experimental.resident_bonus = " +
+                              std::to_string(o.resident_bonus) + " is out of range [0, 100]");
   if (!(o.dispersed_bonus >= -1.0f && o.dispersed_bonus <= 100.0f))
-    return Status::OutOfRange("kv.dispersed_bonus = " + std::to_string(o.dispersed_bonus) +
-                              " is out of range [-1, 100] (-1: as kv.resident_bonus)");
+    return Status::OutOfRange(
+        "kv.experimental.dispersed_bonus = " + std::to_string(o.dispersed_bonus) +
+        " is out of range [-1, 100] (-1: as kv.experimental.resident_bonus)");
   if (!(o.tail_weight >= 0.0f && o.tail_weight <= 1.0f))
-    return Status::OutOfRange("kv.tail_weight = " + std::to_string(o.tail_weight) +
+    return Status::OutOfRange("kv.experimental.tail_weight = " + std::to_string(o.tail_weight) +
                               " is out of range [0, 1]");
-  STRATA_RETURN_IF_ERROR(Range("kv.tail_first_layer", o.tail_first_layer, 0, 1 << 16));
+  STRATA_RETURN_IF_ERROR(Range("kv.experimental.tail_first_layer", o.tail_first_layer, 0, 1 << 16));
   if (!(o.group_spread >= 0.0f && o.group_spread <= 4.0f))
-    return Status::OutOfRange("kv.group_spread = " + std::to_string(o.group_spread) +
+    return Status::OutOfRange("kv.experimental.group_spread = " + std::to_string(o.group_spread) +
                               " is out of range [0, 4]");
   if (o.backend != "auto" && o.backend != "io_uring" && o.backend != "pread")
     return Status::InvalidArgument("kv.backend = '" + o.backend +

@@ -71,7 +71,11 @@ Status ParseKeySummaryType(const std::string& name, KeySummaryType* out);
 
 // The disk-backed sparse policy (KVSwap): the full KV on disk in group records, a low-rank
 // key summary and a few loaded groups in memory. Defaults follow the paper (M*G ~ 400,
-// G = 4 on NVMe) unless a measurement here says otherwise (see bench/kv).
+// G = 4 on NVMe) unless a measurement here says otherwise (see bench/kv). In strata.yaml
+// the research settings (those neither the defaults' rules nor `strata tune` change: the
+// read-through span, sink and recent groups, the bonuses, the tail estimate's settings,
+// the group spread, the reuse order, the summary type, scoring, refine, attend_resident)
+// are keys of kv.experimental; the rest are keys of kv.
 struct DiskKvOptions {
   std::string dir = "/var/tmp";  // directory of the KV store file (deleted on close)
   // Adapters file from `strata calibrate`; "" = the model's path with ".gguf" replaced by
@@ -164,7 +168,7 @@ struct DiskKvOptions {
   // Attention also gives the keys it leaves out their estimated share: each query head's
   // mass of the left-out groups against the attended ones, from the selection's own
   // low-rank scores (GroupPredictor::TailRatios), with the layer's mean value as their
-  // value. Needs per-head scores and a per-token summary (kv.scoring softmax, no
+  // value. Needs per-head scores and a per-token summary (kv.experimental.scoring softmax, no
   // kv.group_summary); off otherwise. On SmolLM2-135M at 1/13 (16 windows): +2.63%
   // perplexity / 90.33% top-1 agreement against full KV where dropping them gives +2.89% /
   // 89.79% (bench_kv_quality; docs/experiments/disk-kv-quality.md).
@@ -175,12 +179,12 @@ struct DiskKvOptions {
   float tail_weight = 0.15f;
   int32_t tail_first_layer = 1;
   // Selection prefers groups already in memory: a held group's score s counts as
-  // s + resident_bonus * s (a negative raw sum under kv.scoring sum as s / (1 + bonus), so
-  // the bonus never turns a bad score into a good one). A sharper summary follows the query more
-  // closely and so changes its picks more from step to step; this trades a little of that for fewer
-  // reads. 0 = off. With M = C (the default) a bonus of 3 finds 92% of the picks in memory (0.5:
-  // 82%, 0: 74%) for about half a point of perplexity against 0.5, and reads 1.2x what the
-  // paper's M*G ~ 400 read at 0.5 (bench_kv_quality / bench_kv_speed;
+  // s + resident_bonus * s (a negative raw sum under kv.experimental.scoring sum as s / (1 +
+  // bonus), so the bonus never turns a bad score into a good one). A sharper summary follows the
+  // query more closely and so changes its picks more from step to step; this trades a little of
+  // that for fewer reads. 0 = off. With M = C (the default) a bonus of 3 finds 92% of the picks in
+  // memory (0.5: 82%, 0: 74%) for about half a point of perplexity against 0.5, and reads 1.2x what
+  // the paper's M*G ~ 400 read at 0.5 (bench_kv_quality / bench_kv_speed;
   // docs/experiments/disk-kv-quality.md). At 1/34 (52 slots) a bonus of 0 gained 2.7 points over 3
   // on the 4 hardest windows but nothing over 16 (+15.32% either way) while missing twice the
   // groups.

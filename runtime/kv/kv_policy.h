@@ -58,7 +58,7 @@ struct KvCounters {
   uint64_t groups_selected = 0;  // groups attention used that came from the slow tier path
   uint64_t reuse_hits = 0;       // selected groups already resident
   // Groups attention also read because they were still resident from earlier steps, not
-  // selected this step (disk policy, kv.attend_resident).
+  // selected this step (disk policy, kv.experimental.attend_resident).
   uint64_t resident_attended = 0;
   // Selected groups read into a read-through slot (disk policy, kv.read_through): dropped
   // after their layer ran.

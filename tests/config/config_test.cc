@@ -101,21 +101,24 @@ TEST(ConfigTest, WrongTypesAreErrors) {
       << s.message();
   ASSERT_TRUE(Parse("kv:\n  record_type: f16\n", &c).ok());
   EXPECT_EQ(c.engine.kv.disk.record_type, KvRecordType::kF16);
-  s = Parse("kv:\n  summary_type: int8\n", &c);
-  EXPECT_NE(s.message().find("kv.summary_type"), std::string::npos) << s.message();
+  s = Parse("kv:\n  experimental:\n    summary_type: int8\n", &c);
+  EXPECT_NE(s.message().find("kv.experimental.summary_type"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("unknown key summary type 'int8' (accepted: f16, q8, q4)"),
             std::string::npos)
       << s.message();
-  ASSERT_TRUE(Parse("kv:\n  summary_type: q8\n", &c).ok());
-  s = Parse("kv:\n  resident_bonus: -1\n", &c);
-  EXPECT_NE(s.message().find("kv.resident_bonus"), std::string::npos) << s.message();
-  ASSERT_TRUE(Parse("kv:\n  resident_bonus: 0.5\n", &c).ok());
+  ASSERT_TRUE(Parse("kv:\n  experimental:\n    summary_type: q8\n", &c).ok());
+  // Research settings live under kv.experimental only.
+  s = Parse("kv:\n  summary_type: q8\n", &c);
+  EXPECT_NE(s.message().find("unknown key 'kv.summary_type'"), std::string::npos) << s.message();
+  s = Parse("kv:\n  experimental:\n    resident_bonus: -1\n", &c);
+  EXPECT_NE(s.message().find("kv.experimental.resident_bonus"), std::string::npos) << s.message();
+  ASSERT_TRUE(Parse("kv:\n  experimental:\n    resident_bonus: 0.5\n", &c).ok());
   EXPECT_EQ(c.engine.kv.disk.resident_bonus, 0.5f);
   EXPECT_EQ(c.engine.kv.disk.dispersed_bonus, 10.0f);
-  s = Parse("kv:\n  dispersed_bonus: 101\n", &c);
-  EXPECT_NE(s.message().find("kv.dispersed_bonus"), std::string::npos) << s.message();
+  s = Parse("kv:\n  experimental:\n    dispersed_bonus: 101\n", &c);
+  EXPECT_NE(s.message().find("kv.experimental.dispersed_bonus"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("101"), std::string::npos) << s.message();
-  ASSERT_TRUE(Parse("kv:\n  dispersed_bonus: -1\n", &c).ok());
+  ASSERT_TRUE(Parse("kv:\n  experimental:\n    dispersed_bonus: -1\n", &c).ok());
   EXPECT_EQ(c.engine.kv.disk.dispersed_bonus, -1.0f);
   EXPECT_EQ(c.engine.kv.disk.read_through, -1);  // auto
   ASSERT_TRUE(Parse("kv:\n  read_through: 40\n", &c).ok());
@@ -124,10 +127,11 @@ TEST(ConfigTest, WrongTypesAreErrors) {
   EXPECT_NE(s.message().find("kv.read_through"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("-2 is out of range [-1,"), std::string::npos) << s.message();
   EXPECT_EQ(c.engine.kv.disk.read_through_span, 1);  // single groups
-  ASSERT_TRUE(Parse("kv:\n  read_through_span: 8\n", &c).ok());
+  ASSERT_TRUE(Parse("kv:\n  experimental:\n    read_through_span: 8\n", &c).ok());
   EXPECT_EQ(c.engine.kv.disk.read_through_span, 8);
-  s = Parse("kv:\n  read_through_span: 0\n", &c);
-  EXPECT_NE(s.message().find("kv.read_through_span"), std::string::npos) << s.message();
+  s = Parse("kv:\n  experimental:\n    read_through_span: 0\n", &c);
+  EXPECT_NE(s.message().find("kv.experimental.read_through_span"), std::string::npos)
+      << s.message();
   EXPECT_NE(s.message().find("0 is out of range [1, 256]"), std::string::npos) << s.message();
   ASSERT_TRUE(Parse("kv:\n  calibrated_layers: true\n  ratio: 0\n", &c).ok());
   EXPECT_EQ(c.engine.kv.disk.calibrated_layers, AutoSwitch::kOn);
@@ -172,9 +176,25 @@ TEST(ConfigTest, WriterOutputParsesBackToTheSameConfig) {
   EXPECT_EQ(ConfigToYaml(b), yaml);
   EXPECT_EQ(b.model, a.model);
   EXPECT_EQ(b.generate.stop, a.generate.stop);
+  // Every key is written, but the research settings only when one of them was changed.
   for (const std::string& key : ConfigKeys()) {
     const std::string leaf = key.substr(key.rfind('.') + 1);
-    EXPECT_NE(yaml.find(leaf + ":"), std::string::npos) << key << " missing from the writer";
+    if (key.find(".experimental.") != std::string::npos)
+      EXPECT_EQ(yaml.find("  " + leaf + ":"), std::string::npos) << key << " written at default";
+    else
+      EXPECT_NE(yaml.find(leaf + ":"), std::string::npos) << key << " missing from the writer";
+  }
+  EXPECT_EQ(yaml.find("experimental:"), std::string::npos) << yaml;
+  a.engine.kv.disk.resident_bonus = 0.5f;
+  const std::string with = ConfigToYaml(a);
+  EXPECT_NE(with.find("kv:\n"), std::string::npos) << with;
+  EXPECT_NE(with.find("\n  experimental:\n    read_through_span: 1"), std::string::npos) << with;
+  ASSERT_TRUE(Parse(with, &b).ok()) << with;
+  EXPECT_EQ(b.engine.kv.disk.resident_bonus, 0.5f);
+  EXPECT_EQ(ConfigToYaml(b), with);
+  for (const std::string& key : ConfigKeys()) {
+    const std::string leaf = key.substr(key.rfind('.') + 1);
+    EXPECT_NE(with.find(leaf + ":"), std::string::npos) << key << " missing from the writer";
   }
 }
 

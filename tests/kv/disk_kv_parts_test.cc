@@ -196,8 +196,8 @@ TEST_F(DiskKvStoreTest, FailedReadsForgetTheirSlotsAndFailedWritesLoseTheSequenc
   EXPECT_NE(s->lost.message().find("sequence 7"), std::string::npos) << s->lost.ToString();
 }
 
-// The decode view walks sink, selection, resident groups (kv.attend_resident) and ring, and
-// its spans cover exactly those tokens.
+// The decode view walks sink, selection, resident groups (kv.experimental.attend_resident) and
+// ring, and its spans cover exactly those tokens.
 TEST_F(DiskKvStoreTest, DecodeViewWalksSinkSelectionResidentAndRing) {
   options_.recent_groups = 1;
   Open(1);

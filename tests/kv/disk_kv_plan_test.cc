@@ -30,7 +30,7 @@ TEST(DiskKvPlanTest, DefaultBudgetIsOneThirteenthAndFillsTheSlots) {
   EXPECT_EQ(p.klr_bytes, uint64_t(30) * 8192 * 26);  // 24 bytes of nibbles + an F16 scale
   EXPECT_LE(p.total_bytes(), p.budget_bytes);
   // M left at 0 is C: every slot chosen afresh each step (122 groups of 5 tokens a layer;
-  // 123 without kv.attend_tail's tables, below).
+  // 123 without kv.experimental.attend_tail's tables, below).
   EXPECT_EQ(p.groups_per_step, p.reuse_slots);
   EXPECT_EQ(p.reuse_slots, 122);
   EXPECT_TRUE(p.tail);
@@ -38,8 +38,8 @@ TEST(DiskKvPlanTest, DefaultBudgetIsOneThirteenthAndFillsTheSlots) {
   EXPECT_GT(p.total_bytes() + uint64_t(30) * 2048, p.budget_bytes);
 }
 
-// kv.attend_tail's tables (each layer's value sums and mean, and a share per query head) are
-// part of the budget; the tail needs per-head scores of a per-token summary and is off
+// kv.experimental.attend_tail's tables (each layer's value sums and mean, and a share per query
+// head) are part of the budget; the tail needs per-head scores of a per-token summary and is off
 // otherwise, leaving those bytes to the slots.
 TEST(DiskKvPlanTest, TailTablesAreInTheBudget) {
   DiskKvOptions o;
@@ -47,11 +47,12 @@ TEST(DiskKvPlanTest, TailTablesAreInTheBudget) {
   DiskKvPlan on, off, sum, group;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &on, nullptr, {}, 9).ok());
   EXPECT_TRUE(on.tail);
-  EXPECT_NE(on.Describe().find("kv.attend_tail"), std::string::npos) << on.Describe();
+  EXPECT_NE(on.Describe().find("kv.experimental.attend_tail"), std::string::npos) << on.Describe();
   o.attend_tail = false;
   ASSERT_TRUE(PlanDiskKv(kSmol, o, 512, &off, nullptr, {}, 9).ok());
   EXPECT_FALSE(off.tail);
-  EXPECT_EQ(off.Describe().find("kv.attend_tail"), std::string::npos) << off.Describe();
+  EXPECT_EQ(off.Describe().find("kv.experimental.attend_tail"), std::string::npos)
+      << off.Describe();
   const uint64_t tail_bytes = uint64_t(30) * (3 * 192 + 9) * sizeof(float);
   EXPECT_EQ(on.reuse_slots, 122);
   EXPECT_EQ(off.reuse_slots, 123);
@@ -528,7 +529,8 @@ TEST(DiskKvPlanTest, DispersedLayersTakeTheirOwnResidentBonus) {
   o.dispersed_bonus = -2;
   const Status st = PlanDiskKv(kSmol, o, 512, &p, &prof);
   EXPECT_EQ(st.code(), Status::Code::kOutOfRange);
-  EXPECT_NE(st.message().find("kv.dispersed_bonus = -2"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("kv.experimental.dispersed_bonus = -2"), std::string::npos)
+      << st.message();
   EXPECT_NE(st.message().find("[-1, 100]"), std::string::npos) << st.message();
 }
 

@@ -286,8 +286,8 @@ TEST_F(DiskKvTest, ResidentBonusTradesReadsForSelection) {
 }
 
 // A layer whose calibrated attention profile misses far more than the others' (dispersed
-// attention) takes kv.dispersed_bonus instead of kv.resident_bonus: with the others' bonus
-// 0 it alone keeps what it holds, so the same selections read fewer groups.
+// attention) takes kv.experimental.dispersed_bonus instead of kv.experimental.resident_bonus: with
+// the others' bonus 0 it alone keeps what it holds, so the same selections read fewer groups.
 TEST_F(DiskKvTest, DispersedLayersKeepWhatTheyHold) {
   UseLayers(4);
   const int32_t n_layer = model_->hparams().n_layer;
@@ -345,10 +345,10 @@ TEST_F(DiskKvTest, AttendingResidentGroupsReadsMoreOfTheContext) {
   EXPECT_GT(diff[1], 0.0);
 }
 
-// kv.attend_tail: the groups a step leaves out enter attention by their estimated share with
-// the mean value. Where it is off, weighted 0 or starts past the last layer, the results are
-// those of the plain selection bit for bit; on, they move, here towards full KV (the
-// synthetic model's attention is spread, so the left-out mass is large).
+// kv.experimental.attend_tail: the groups a step leaves out enter attention by their estimated
+// share with the mean value. Where it is off, weighted 0 or starts past the last layer, the results
+// are those of the plain selection bit for bit; on, they move, here towards full KV (the synthetic
+// model's attention is spread, so the left-out mass is large).
 TEST_F(DiskKvTest, LeftOutKeysEnterAttentionByTheirEstimatedShare) {
   const auto ref = Reference();
   auto run = [&](bool tail, float weight, int32_t first) {
@@ -593,8 +593,8 @@ TEST_F(DiskKvTest, PrefillStagingStaysInsideTheBudgetInWindows) {
   }
 }
 
-// kv.read_through_span: the same number of groups read through, in spans of adjacent groups
-// that travel in one request each, so the step issues fewer requests.
+// kv.experimental.read_through_span: the same number of groups read through, in spans of adjacent
+// groups that travel in one request each, so the step issues fewer requests.
 TEST_F(DiskKvTest, ReadThroughSpansIssueFewerRequests) {
   const HParams& hp = model_->hparams();
   auto run = [&](int32_t span, KvCounters* c) {

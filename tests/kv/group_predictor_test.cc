@@ -350,8 +350,8 @@ TEST_F(GroupPredictorTest, FavoredGroupsWinNearTies) {
   EXPECT_EQ(kept, M - 1);
 }
 
-// Raw summed scores (kv.scoring sum) can be negative. The bonus raises a favored group's
-// score but keeps the order of the plain scores: a favored group at the bottom stays out at
+// Raw summed scores (kv.experimental.scoring sum) can be negative. The bonus raises a favored
+// group's score but keeps the order of the plain scores: a favored group at the bottom stays out at
 // any bonus, and one just below the top M is raised into it.
 TEST_F(GroupPredictorTest, TheBonusNeverLiftsANegativeScoreAboveABetterOne) {
   const HParams& hp = model_->hparams();
@@ -482,8 +482,8 @@ TEST_F(GroupPredictorTest, GroupSpreadsRaiseTheScoresOfWideGroups) {
   }
 }
 
-// kv.read_through_span: the selection's `keep` best groups stay, and the rest of the M come
-// from the spans of adjacent groups that carry the most attention outside them.
+// kv.experimental.read_through_span: the selection's `keep` best groups stay, and the rest of the M
+// come from the spans of adjacent groups that carry the most attention outside them.
 TEST_F(GroupPredictorTest, SpanReadThroughKeepsTheBestAndFillsWholeSpans) {
   const HParams& hp = model_->hparams();
   const AdapterSet& set = *adapters_.Find(1);
