@@ -14,7 +14,7 @@
 // long run can be stopped and resumed, or split over machines.
 //
 //   bench_kv_quality --text tinyshakespeare.txt --results quality.jsonl
-//   bench_kv_quality ... --configs "budget=1/13;G=1,budget=1/13;sigma=16,budget=1/34"
+//   bench_kv_quality ... --configs "budget_bytes=1/13;group_size=1,budget_bytes=1/13;ratio=16,budget_bytes=1/34"
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -49,14 +49,14 @@ struct Flags {
 std::vector<std::pair<std::string, std::string>> GridConfigs() {
   std::vector<std::pair<std::string, std::string>> c;
   for (const char* b : {"1/13", "1/34"}) {
-    const std::string budget = std::string("budget=") + b;
+    const std::string budget = std::string("budget_bytes=") + b;
     c.push_back({"", budget});
-    for (int g : {1, 4, 8}) c.push_back({"", "G=" + std::to_string(g) + "," + budget});
-    for (int s : {8, 16, 32}) c.push_back({"", "sigma=" + std::to_string(s) + "," + budget});
+    for (int g : {1, 4, 8}) c.push_back({"", "group_size=" + std::to_string(g) + "," + budget});
+    for (int s : {8, 16, 32}) c.push_back({"", "ratio=" + std::to_string(s) + "," + budget});
   }
-  c.push_back({"", "sink=0,budget=1/13"});
-  c.push_back({"", "recent=8,budget=1/13"});
-  c.push_back({"", "scoring=sum,budget=1/13"});
+  c.push_back({"", "experimental.sink_groups=0,budget_bytes=1/13"});
+  c.push_back({"", "experimental.recent_groups=8,budget_bytes=1/13"});
+  c.push_back({"", "experimental.scoring=sum,budget_bytes=1/13"});
   for (auto& [label, spec] : c) label = spec;
   return c;
 }

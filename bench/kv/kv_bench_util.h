@@ -16,9 +16,9 @@
 
 namespace strata::bench {
 
-// "G=4,sigma=16,budget=1/13,M=0,C=0,T=-1,sink=1,recent=0,reuse=lru,scoring=softmax,reload=0,
-// qd=64,adapters=PATH";
-// any subset, applied over `base`. budget takes bytes or 1/N of the full cache.
+// "group_size=4,ratio=16,budget_bytes=1/13,experimental.resident_bonus=0": keys of
+// strata.yaml's kv section (with or without "kv."; docs/config-reference.md), checked by
+// the same schema, applied over `base`. budget_bytes also takes 1/N of the full cache.
 Status ParseDiskSpec(const std::string& spec, const DiskKvOptions& base, int32_t n_ctx,
                      int64_t full_cache_bytes, DiskKvOptions* out);
 

@@ -20,7 +20,9 @@ struct Where {
   const std::string& source;
   int line;
   const std::string& key;
-  std::string str() const { return source + ":" + std::to_string(line) + ": " + key; }
+  std::string str() const {
+    return line > 0 ? source + ":" + std::to_string(line) + ": " + key : key;
+  }
 };
 
 struct Setting {
@@ -390,6 +392,9 @@ const std::vector<Setting>& Schema() {
     v.push_back(Bool("kv.experimental.attend_resident",
                      "attention also reads groups the reuse buffer holds from earlier steps",
                      [dk](Config& c) -> bool& { return dk(c).attend_resident; }));
+    v.push_back(Bool("kv.experimental.reload_all",
+                     "every step reads each layer's whole KV back (a FlexGen-style baseline)",
+                     [dk](Config& c) -> bool& { return dk(c).reload_all; }));
     v.push_back(
         Bool("kv.emulate_emmc",
              "cap the KV store at eMMC speed (250 MB/s, 11000 IOPS), to study a slow device",
@@ -426,7 +431,8 @@ Status UnknownKey(const std::string& key, const Where& w) {
     size_t d = EditDistance(key, s.key);
     if (d < best_d) best_d = d, best = s.key;
   }
-  std::string msg = w.source + ":" + std::to_string(w.line) + ": unknown key '" + key + "'";
+  std::string msg = (w.line > 0 ? w.source + ":" + std::to_string(w.line) + ": " : std::string()) +
+                    "unknown key '" + key + "'";
   if (!best.empty()) msg += " (did you mean '" + best + "'?)";
   return Status::InvalidArgument(msg);
 }
@@ -782,6 +788,13 @@ Status SelectTuned(int32_t batch, int32_t context, Config* cfg) {
                    " (" + cfg->source + ":" + std::to_string(t->line) + ")";
   *cfg = std::move(c);
   return Status::OK();
+}
+
+Status SetConfigValue(const std::string& key, const std::string& value, Config* cfg) {
+  const Setting* s = FindSetting(key);
+  const std::string none;
+  if (!s) return UnknownKey(key, Where{none, 0, key});
+  return s->set(YAML::Node(value), Where{none, 0, key}, cfg);
 }
 
 std::vector<std::string> ConfigKeys() {

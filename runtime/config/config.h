@@ -75,6 +75,10 @@ Status LoadConfigFile(const std::string& path, Config* cfg);
 // The whole configuration as YAML, every key present, with a comment per key.
 std::string ConfigToYaml(const Config& cfg);
 
+// Sets one key of the schema (dotted, "kv.group_size") from its text with the same checks
+// as the YAML loader (benchmarks' settings strings, flags); errors name the key and value.
+Status SetConfigValue(const std::string& key, const std::string& value, Config* cfg);
+
 // Every key of the schema ("kv.policy", ...), for documentation and tests.
 std::vector<std::string> ConfigKeys();
 

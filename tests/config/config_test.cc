@@ -154,6 +154,23 @@ TEST(ConfigTest, WrongTypesAreErrors) {
   EXPECT_NE(s.message().find("top level must be a map"), std::string::npos) << s.message();
 }
 
+// One key from text (benchmarks' settings strings): the YAML loader's checks and names.
+TEST(ConfigTest, SetConfigValueChecksLikeTheLoader) {
+  Config c;
+  ASSERT_TRUE(SetConfigValue("kv.group_size", "8", &c).ok());
+  EXPECT_EQ(c.engine.kv.disk.group_size, 8);
+  ASSERT_TRUE(SetConfigValue("kv.experimental.attend_tail", "false", &c).ok());
+  EXPECT_FALSE(c.engine.kv.disk.attend_tail);
+  Status s = SetConfigValue("kv.group_size", "99", &c);
+  EXPECT_EQ(s.message(), "kv.group_size: 99 is out of range [0, 64]");
+  EXPECT_EQ(c.engine.kv.disk.group_size, 8);
+  s = SetConfigValue("kv.record_type", "q4", &c);
+  EXPECT_NE(s.message().find("kv.record_type: unknown KV record type 'q4'"), std::string::npos)
+      << s.message();
+  s = SetConfigValue("kv.group_sise", "4", &c);
+  EXPECT_EQ(s.message(), "unknown key 'kv.group_sise' (did you mean 'kv.group_size'?)");
+}
+
 TEST(ConfigTest, SyntaxErrorGivesLineAndColumn) {
   Config c;
   Status s = Parse("threads: 2\nsampling:\n  top_k: [1, 2\n", &c);
