@@ -14,7 +14,7 @@
 // long run can be stopped and resumed, or split over machines.
 //
 //   bench_kv_quality --text tinyshakespeare.txt --results quality.jsonl
-//   bench_kv_quality ... --configs "budget_bytes=1/13;group_size=1,budget_bytes=1/13;ratio=16,budget_bytes=1/34"
+//   bench_kv_quality ... --configs "budget_bytes=1/13;group_size=1,budget_bytes=1/13"
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
