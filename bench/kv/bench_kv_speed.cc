@@ -39,7 +39,8 @@ struct Flags {
   std::string spec_b = "budget_bytes=1/13";  // the defaults otherwise (G auto, sigma 4, Q4 summary)
   // FlexGen keeps its offloaded KV in FP16 by default: the baseline reloads F16 records
   // (--spec-c "...,record_type=q8_0" measures it with (b)'s Q8_0 records, half the bytes).
-  std::string spec_c = "group_size=4,ratio=16,budget_bytes=1/13,experimental.reload_all=true,record_type=f16";
+  std::string spec_c =
+      "group_size=4,ratio=16,budget_bytes=1/13,experimental.reload_all=true,record_type=f16";
   std::string spec_d = "group_size=1,budget_bytes=1/13";
   std::string modes = "abcd";
   std::vector<int32_t> batches = {1, 8};
