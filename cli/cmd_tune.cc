@@ -25,19 +25,20 @@ struct TuneFlags {
   std::string plot;    // SVG path ("" = none)
   std::string device = "cpu";
   bool force = false;
-  std::string memory;
+  std::string memory;     // the whole process
+  std::string kv_memory;  // KV of a batch
   TuneOptions options;
 };
 
 // "512M", "2G", "1048576": bytes.
-Status ParseBytes(const std::string& text, int64_t* out) {
-  if (text.empty()) return Status::InvalidArgument("--memory: empty");
+Status ParseBytes(const std::string& flag, const std::string& text, int64_t* out) {
+  if (text.empty()) return Status::InvalidArgument(flag + ": empty");
   size_t used = 0;
   double v = 0;
   try {
     v = std::stod(text, &used);
   } catch (const std::exception&) {
-    return Status::InvalidArgument("--memory: '" + text + "' is not a size (e.g. 512M, 2G)");
+    return Status::InvalidArgument(flag + ": '" + text + "' is not a size (e.g. 512M, 2G)");
   }
   const std::string unit = text.substr(used);
   const double mul = unit.empty() || unit == "B"    ? 1
@@ -46,7 +47,7 @@ Status ParseBytes(const std::string& text, int64_t* out) {
                      : unit == "G" || unit == "GiB" ? 1073741824.0
                                                     : -1;
   if (mul < 0 || !(v > 0) || v * mul > 9.0e18)
-    return Status::InvalidArgument("--memory: '" + text +
+    return Status::InvalidArgument(flag + ": '" + text +
                                    "' is not a positive size (bytes, or with K, M, G)");
   *out = int64_t(v * mul);
   return Status::OK();
@@ -67,6 +68,7 @@ std::string CommandOf(const TuneFlags& f) {
                   " --contexts " + Join(o.contexts) + " --max-ppl-loss " + loss + " --kv-dir " +
                   o.kv_dir;
   if (!f.memory.empty()) c += " --memory " + f.memory;
+  if (!f.kv_memory.empty()) c += " --kv-memory " + f.kv_memory;
   if (o.emulate_emmc) c += " --emmc";
   if (o.quick) c += " --quick";
   if (o.cuda_device >= 0) c += " --device " + f.device;
@@ -136,6 +138,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
             {"disk_fit_runs", r.compute.disk_fit_runs},
             {"query_row_seconds", r.compute.query_row_seconds}}},
           {"max_ppl_loss", o.max_ppl_loss},
+          {"process_base_bytes", r.process_base_bytes},
           {"choices", choices}};
 }
 
@@ -144,7 +147,14 @@ Status Tune(TuneFlags& f) {
   flags.model = f.model;
   std::string path;
   STRATA_RETURN_IF_ERROR(ResolveModelPath(flags, Config(), &path));
-  if (!f.memory.empty()) STRATA_RETURN_IF_ERROR(ParseBytes(f.memory, &f.options.memory_bytes));
+  if (!f.memory.empty() && !f.kv_memory.empty())
+    return Status::InvalidArgument(
+        "tune: --memory (the whole process) and --kv-memory (KV of a batch) are alternatives; "
+        "give one");
+  if (!f.memory.empty())
+    STRATA_RETURN_IF_ERROR(ParseBytes("--memory", f.memory, &f.options.process_memory_bytes));
+  if (!f.kv_memory.empty())
+    STRATA_RETURN_IF_ERROR(ParseBytes("--kv-memory", f.kv_memory, &f.options.kv_memory_bytes));
   STRATA_RETURN_IF_ERROR(
       ParseComputeDevice(f.device, &f.options.cuda_device).WithContext("tune: --device"));
   if (f.options.cuda_device >= 0 && f.options.cuda_device >= CudaDevice::Count())
@@ -265,7 +275,10 @@ void AddTuneCommand(CLI::App* app) {
   cmd->add_option("--contexts", f->options.contexts, "context lengths, comma separated")
       ->delimiter(',');
   cmd->add_option("--memory", f->memory,
-                  "KV memory for a whole batch (e.g. 512M); default: what is free now");
+                  "memory for the whole process (e.g. 1G): KV gets what the model and scratch "
+                  "leave; default: what is free now");
+  cmd->add_option("--kv-memory", f->kv_memory,
+                  "or KV memory for a whole batch (e.g. 512M), whatever the rest needs");
   cmd->add_option("--max-ppl-loss", f->options.max_ppl_loss,
                   "largest perplexity loss against full KV a disk plan may have (0.03 = 3%)");
   cmd->add_option("--kv-dir", f->options.kv_dir, "directory of the disk KV store to profile");

@@ -305,6 +305,44 @@ Status Tune(const Model& model, const TuneOptions& o,
   if (!std::filesystem::is_directory(o.kv_dir))
     return Status::InvalidArgument("tune: the KV directory " + o.kv_dir + " is not a directory");
 
+  TuneReport report;
+  const int32_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+  // What the process holds without KV: measured first, before the tuner's own buffers, on a
+  // pass as large as a prefill chunk and a decode step of the largest batch (what a run
+  // touches of its scratch), with full KV of a short context.
+  {
+    std::unique_ptr<Engine> e;
+    STRATA_RETURN_IF_ERROR(CreateRunEngine(model, o.threads, 1024, max_batch, nullptr, &e));
+    std::vector<SeqId> seqs(static_cast<size_t>(max_batch));
+    for (SeqId& s : seqs) STRATA_RETURN_IF_ERROR(e->NewSequence(&s));
+    const std::vector<int32_t> prompt(512, 1);
+    ForwardBatch fb;
+    std::vector<float> logits;
+    fb.Add(seqs[0], 0, std::span<const int32_t>(prompt));
+    STRATA_RETURN_IF_ERROR(e->Evaluate(fb, &logits));
+    fb.Clear();
+    for (size_t i = 0; i < seqs.size(); ++i)
+      fb.Add(seqs[i], i == 0 ? 512 : 0, std::span<const int32_t>(prompt.data(), 1));
+    STRATA_RETURN_IF_ERROR(e->Evaluate(fb, &logits));
+    report.process_base_bytes = CurrentRssBytes();
+  }
+  uint64_t memory = uint64_t(std::max<int64_t>(0, o.kv_memory_bytes));
+  if (o.process_memory_bytes > 0) {
+    const uint64_t base = uint64_t(report.process_base_bytes);
+    const uint64_t margin = uint64_t(o.process_memory_bytes) / 20 + (uint64_t(16) << 20);
+    if (uint64_t(o.process_memory_bytes) <= base + margin)
+      return Status::ResourceExhausted(
+          "tune: --memory " + std::to_string(o.process_memory_bytes >> 20) +
+          " MiB leaves no room for KV: the process needs " + std::to_string(base >> 20) +
+          " MiB without it (model and scratch at batch " + std::to_string(max_batch) +
+          ", measured) and a margin of " + std::to_string(margin >> 20) + " MiB");
+    memory = uint64_t(o.process_memory_bytes) - base - margin;
+    say(Format("KV memory for a batch: %.1f MiB of --memory %.1f MiB (the process needs ",
+               double(memory) / 1048576.0, double(o.process_memory_bytes) / 1048576.0) +
+        Format("%.1f MiB without KV, the margin is %.1f MiB)", double(base) / 1048576.0,
+               double(margin) / 1048576.0));
+  }
+
   QualityOptions qo;
   qo.text_path = o.text_path;
   qo.scored = o.scored;
@@ -328,7 +366,6 @@ Status Tune(const Model& model, const TuneOptions& o,
                              .WithContext("tune needs the model's adapters (strata calibrate)"));
   STRATA_RETURN_IF_ERROR(adapters.CheckModel(model, adapters_path));
 
-  TuneReport report;
   say("profiling the KV device under " + o.kv_dir);
   DeviceProfileOptions dpo;
   dpo.kv_dir = o.kv_dir;
@@ -388,7 +425,6 @@ Status Tune(const Model& model, const TuneOptions& o,
       Format("%.1f ns a Q8_0 token, %.2f ns a context token", cp.disk_seconds_per_q8_token * 1e9,
              cp.disk_seconds_per_context_token * 1e9));
 
-  uint64_t memory = uint64_t(std::max<int64_t>(0, o.memory_bytes));
   if (memory == 0) {
     const uint64_t avail = report.device.platform.memory_available;
     const uint64_t taken = model.weight_bytes() + kMemoryMargin;

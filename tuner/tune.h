@@ -44,7 +44,11 @@ struct TuneOptions {
   // KV memory for all the sequences of a batch (llama.cpp's --fit idea): the memory policy
   // must fit in it, a disk configuration gets memory / batch per sequence. 0 = what the
   // machine has available now, less the model's weights and a margin.
-  int64_t memory_bytes = 0;
+  int64_t kv_memory_bytes = 0;
+  // Or the memory of the whole process (llama.cpp's --fit idea): KV gets what is left after
+  // the process's own needs without KV (model, scratch), measured by running one step of
+  // the largest batch, and a margin. At most one of the two is set.
+  int64_t process_memory_bytes = 0;
   double max_ppl_loss = 0.03;
   int32_t threads = 0;
   // Speed is measured on this CUDA device (-1: the CPU); quality runs stay on the CPU, as
@@ -90,6 +94,7 @@ struct TunedChoice {
 };
 
 struct TuneReport {
+  int64_t process_base_bytes = 0;  // resident memory without KV (model, scratch), measured
   DeviceProfile device;
   ComputeProfile compute;
   std::vector<TunedChoice> choices;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "runtime/engine/forward_cuda.h"
@@ -30,6 +31,15 @@ int64_t PeakRssBytes() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   return int64_t(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+int64_t CurrentRssBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  long long pages = 0, resident = 0;
+  const bool ok = std::fscanf(f, "%lld %lld", &pages, &resident) == 2;
+  std::fclose(f);
+  return ok ? int64_t(resident) * int64_t(sysconf(_SC_PAGESIZE)) : 0;
 }
 
 const char* StopReasonName(StopReason r) {

@@ -103,5 +103,7 @@ class Engine {
 
 // Peak resident set size of this process so far (bytes).
 int64_t PeakRssBytes();
+// Resident set size of this process now (bytes); 0 where /proc is not readable.
+int64_t CurrentRssBytes();
 
 }  // namespace strata

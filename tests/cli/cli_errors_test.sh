@@ -66,6 +66,8 @@ expect seed-range "sampling.seed: 9223372036854775808 is out of range" -- "$stra
 expect tune-output "cannot write $tmp/nodir/strata.yaml.tmp" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/nodir/strata.yaml"
 expect tune-exists "typo.yaml exists; give another -o or --force" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/typo.yaml"
 expect tune-memory "--memory: '12X' is not a positive size" -- "$strata" tune -m "$model" --text "$tmp/long.txt" --memory 12X -o "$tmp/t.yaml"
+expect tune-memory-both "--memory (the whole process) and --kv-memory (KV of a batch) are alternatives" -- "$strata" tune -m "$model" --text "$tmp/long.txt" --memory 1G --kv-memory 64M -o "$tmp/t.yaml"
+expect tune-memory-small "--memory 64 MiB leaves no room for KV: the process needs" -- "$strata" tune -m "$model" --text "$tmp/long.txt" --contexts 512 --windows 1 --memory 64M -o "$tmp/t.yaml"
 expect tune-text "$tmp/missing.txt" -- "$strata" tune -m "$model" --text "$tmp/missing.txt" -o "$tmp/t.yaml"
 expect tune-report-exists "typo.yaml exists; give another --report or --force" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/t.yaml" --report "$tmp/typo.yaml"
 expect tune-plot "cannot write $tmp/nodir/plot.svg (--plot)" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/t.yaml" --plot "$tmp/nodir/plot.svg"

@@ -15,7 +15,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 # 512 tokens of context take 11.25 MiB of full KV: 4 MiB forces the disk policy.
 "$strata" tune -m "$model" --adapters "$tmp/m.adapters" --text "$text" --quick \
   --contexts 512 --batches 1 --windows 1 --scored 16 --verify-steps 4 --max-candidates 3 \
-  --max-ppl-loss 0.5 --memory 4M --kv-dir "$tmp" --work-dir "$tmp/work" -t 2 \
+  --max-ppl-loss 0.5 --kv-memory 4M --kv-dir "$tmp" --work-dir "$tmp/work" -t 2 \
   --validate 1 -o "$tmp/strata.yaml" --report "$tmp/report.json" --plot "$tmp/plot.svg" \
   >"$tmp/out.txt" 2>"$tmp/err.txt" ||
   { tail -5 "$tmp/err.txt"; fail "tune"; }
@@ -57,7 +57,7 @@ if grep -q $'[\r\033]' "$tmp/err.txt"; then fail "progress bar drawn into a file
 # gives it one), where the progress bar with its ETA is drawn.
 script -qec "'$strata' tune -m '$model' --adapters '$tmp/m.adapters' --text '$text' --quick \
   --contexts 512 --batches 1 --windows 1 --scored 16 --verify-steps 4 --max-candidates 3 \
-  --max-ppl-loss 0.5 --memory 4M --kv-dir '$tmp' --work-dir '$tmp/work' -t 2 \
+  --max-ppl-loss 0.5 --kv-memory 4M --kv-dir '$tmp' --work-dir '$tmp/work' -t 2 \
   -o '$tmp/again.yaml'" /dev/null >"$tmp/tty.txt" 2>&1 || fail "second tune: $(tail -3 "$tmp/tty.txt")"
 grep -q "device profile \[#*\.*\] [0-9]/[0-9]" "$tmp/tty.txt" || fail "no progress bar on a terminal"
 grep -q "ETA" "$tmp/tty.txt" || fail "no ETA on a terminal"

@@ -243,7 +243,7 @@ TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
 
 TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFit) {
   TuneOptions o = Options();
-  o.memory_bytes = int64_t(1) << 30;
+  o.kv_memory_bytes = int64_t(1) << 30;
   // No disk plan measured: full KV, which fits, is the choice.
   o.max_candidates = 0;
   TuneReport mem;
@@ -267,7 +267,7 @@ TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFi
 
   // Full KV of 1024 tokens takes 2 layers x 1024 x 32 x 2 x 2 bytes = 256 KiB.
   o.max_ppl_loss = 0.03;
-  o.memory_bytes = 240 << 10;
+  o.kv_memory_bytes = 240 << 10;
   TuneReport disk;
   STRATA_ASSERT_OK(Tune(*model_, o, nullptr, &disk));
   ASSERT_EQ(disk.choices.size(), 1u);
@@ -322,12 +322,12 @@ TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFi
 
 TEST_F(TuneTest, NoPlanInTheMemoryIsAnErrorThatSaysSo) {
   TuneOptions o = Options();
-  o.memory_bytes = 4 << 10;
+  o.kv_memory_bytes = 4 << 10;
   TuneReport r;
   Status st = Tune(*model_, o, nullptr, &r);
   EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.ToString();
   EXPECT_NE(st.message().find("--memory"), std::string::npos) << st.ToString();
-  o.memory_bytes = 0;
+  o.kv_memory_bytes = 0;
   o.contexts = {1 << 20};
   st = Tune(*model_, o, nullptr, &r);
   EXPECT_FALSE(st.ok());
