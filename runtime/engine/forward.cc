@@ -238,7 +238,7 @@ void Forward::Attention(const ForwardBatch& batch, int32_t layer,
   }
   part_out_.resize(size_t(part_rows) * hd);
   part_lse_.resize(size_t(part_rows));
-  const float scale = 1.0f / std::sqrt(float(hd));
+  const float scale = AttentionScale(hp_);
   pool_->Run(int64_t(tasks.size()), [&](int64_t i, int worker) {
     const Task& t = tasks[i];
     kernels::AttentionArgs a;
@@ -291,7 +291,7 @@ Status Forward::AttendWindows(const ForwardBatch& batch, int32_t layer, size_t s
   win_lse_.resize(rows);
   acc_lse_.assign(rows, -std::numeric_limits<float>::infinity());
   std::fill(acc_out_.begin(), acc_out_.end(), 0.0f);
-  const float scale = 1.0f / std::sqrt(float(hd));
+  const float scale = AttentionScale(hp_);
   const int32_t chunks = (n_q + kAttentionQueryChunk - 1) / kAttentionQueryChunk;
   std::span<const kernels::KvSpan> spans = first;
   for (int32_t w = 0; w <= more; ++w) {

@@ -482,7 +482,7 @@ Status CudaForward::PostAttention(int32_t l, int64_t n_tok, const LayerIo& io) {
   ab.n_head_kv = hp_.n_head_kv;
   ab.n_rep = hp_.n_rep();
   ab.head_dim = int32_t(hd);
-  ab.scale = 1.0f / std::sqrt(float(hd));
+  ab.scale = AttentionScale(hp_);
   ab.tok_seq = d_seq_;
   ab.tok_pos = d_pos_;
   ab.span_begin = io.span_begin;

@@ -41,7 +41,7 @@ Status GroupPredictor::Create(const Model& model, const AdapterSet& set, GroupSc
   p->head_dim_ = hp.head_dim;
   p->row_ = hp.n_head_kv * hp.head_dim;
   p->n_embd_ = hp.n_embd;
-  p->scale_ = 1.0f / std::sqrt(float(hp.head_dim));
+  p->scale_ = AttentionScale(hp);
   p->inv_freq_ = RopeInverseFrequencies(model);
   const size_t rows = size_t(std::max(max_rows, 1));
   const size_t q_dim = size_t(hp.n_head) * hp.head_dim;

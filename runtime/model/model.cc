@@ -137,12 +137,30 @@ Status ReadHParams(const GgufFile& g, HParams* hp) {
   float factor = 1.f;
   if (scaling == "linear") {
     STRATA_RETURN_IF_ERROR(r.OptFloat("rope.scaling.factor", 0.f, 1e6f, &factor));
+  } else if (scaling == "yarn") {
+    STRATA_RETURN_IF_ERROR(r.OptFloat("rope.scaling.factor", 0.f, 1e6f, &factor));
+    hp->rope_yarn = true;
+    hp->rope_orig_ctx = hp->n_ctx_train;
+    STRATA_RETURN_IF_ERROR(
+        r.OptInt("rope.scaling.original_context_length", kMaxCtx, &hp->rope_orig_ctx));
+    STRATA_RETURN_IF_ERROR(
+        r.OptFloat("rope.scaling.yarn_beta_fast", 0.f, 1e6f, &hp->rope_yarn_beta_fast));
+    STRATA_RETURN_IF_ERROR(
+        r.OptFloat("rope.scaling.yarn_beta_slow", 0.f, 1e6f, &hp->rope_yarn_beta_slow));
+    float attn = 1.f;
+    STRATA_RETURN_IF_ERROR(r.OptFloat("rope.scaling.attn_factor", 0.f, 1e3f, &attn));
+    // Models whose converters store a log multiplier (DeepSeek's mscale) scale attention by
+    // another rule, which this engine does not implement: refused rather than misread.
+    if (g.Find(r.Key("rope.scaling.yarn_log_multiplier")) != nullptr)
+      return Status::NotSupported(g.path() + ": " + r.Key("rope.scaling.yarn_log_multiplier") +
+                                  " (YaRN with a log multiplier) is not supported");
+    hp->rope_attn_factor = attn * (factor > 1.f ? 1.f + 0.1f * std::log(factor) : 1.f);
   } else if (scaling == "none") {
     // Older files state linear scaling as rope.scale_linear.
     STRATA_RETURN_IF_ERROR(r.OptFloat("rope.scale_linear", 0.f, 1e6f, &factor));
   } else {
     return Status::NotSupported(g.path() + ": " + r.Key("rope.scaling.type") + " '" + scaling +
-                                "' is not supported (none, linear)");
+                                "' is not supported (none, linear, yarn)");
   }
   hp->rope_freq_scale = 1.f / factor;
   return Status::OK();
@@ -344,6 +362,12 @@ uint64_t ComputeIdentity(const GgufFile& g, const HParams& hp) {
   h.Value<float>(hp.rms_eps);
   h.Value<float>(hp.rope_base);
   h.Value<float>(hp.rope_freq_scale);
+  if (hp.rope_yarn) {  // files without YaRN keep the identity they had
+    h.Value<int32_t>(hp.rope_orig_ctx);
+    h.Value<float>(hp.rope_yarn_beta_fast);
+    h.Value<float>(hp.rope_yarn_beta_slow);
+    h.Value<float>(hp.rope_attn_factor);
+  }
   constexpr uint64_t kSample = 64;
   for (const GgufTensor& t : g.tensors()) {
     h.Str(t.name);

@@ -36,8 +36,17 @@ struct HParams {
   float rms_eps = 1e-5f;
   // RoPE: theta_i = pos * freq_scale * rope_base^(-2i/rope_dim) / freq_factor_i.
   float rope_base = 10000.f;
-  float rope_freq_scale = 1.f;  // 1/factor for linear scaling
-  int32_t rope_dim = 0;         // dims rotated per head (<= head_dim)
+  float rope_freq_scale = 1.f;  // 1/factor for linear and YaRN scaling
+  // YaRN (rope.scaling.type "yarn"): dimensions that turn more than beta_fast times over the
+  // original context keep their frequency, those turning fewer than beta_slow times are
+  // interpolated by freq_scale, a linear ramp between; attention logits are scaled by
+  // rope_attn_factor^2 (q and k each by (1 + 0.1 ln factor) * rope.scaling.attn_factor).
+  bool rope_yarn = false;
+  int32_t rope_orig_ctx = 0;  // rope.scaling.original_context_length (else context_length)
+  float rope_yarn_beta_fast = 32.f;
+  float rope_yarn_beta_slow = 1.f;
+  float rope_attn_factor = 1.f;
+  int32_t rope_dim = 0;  // dims rotated per head (<= head_dim)
   kernels::RopeLayout rope_layout = kernels::RopeLayout::kNormal;  // NeoX for qwen2/qwen3
   bool has_qk_norm = false;   // qwen3: RMSNorm on each Q and K head
   bool has_qkv_bias = false;  // qwen2: biases on Q, K, V

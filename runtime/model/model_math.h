@@ -16,6 +16,12 @@ namespace strata {
 // RoPE's inverse frequencies, one per rotated pair, with the model's scaling and frequency
 // factors: theta_i(pos) = pos * inv_freq[i].
 std::vector<float> RopeInverseFrequencies(const Model& model);
+// The same from the hyperparameters and the optional per-pair factors (rope_dim / 2 values).
+std::vector<float> RopeInverseFrequencies(const HParams& hp, const float* factors);
+
+// The scale of the attention logits q.k: 1/sqrt(head_dim), times YaRN's attention factor
+// squared (it scales q and k alike).
+float AttentionScale(const HParams& hp);
 
 // cos and sin of theta_i(pos) interleaved, rope_dim values, the table kernels::RopeApply
 // takes. Angles in double: positions reach 10^5 and more.

@@ -329,6 +329,12 @@ Status BuildSyntheticModel(const SyntheticModelSpec& s, GgufWriter* w) {
     w->AddString(a + ".rope.scaling.type", "linear");
     w->AddF32(a + ".rope.scaling.factor", s.rope_linear_factor);
   }
+  if (s.rope_yarn_factor > 0) {
+    w->AddString(a + ".rope.scaling.type", "yarn");
+    w->AddF32(a + ".rope.scaling.factor", s.rope_yarn_factor);
+    if (s.rope_yarn_orig_ctx > 0)
+      w->AddU32(a + ".rope.scaling.original_context_length", uint32_t(s.rope_yarn_orig_ctx));
+  }
   w->AddU32(a + ".vocab_size", s.n_vocab);
 
   const SyntheticVocab v =

@@ -32,6 +32,8 @@ struct SyntheticModelSpec {
   float rope_base = 10000.f;
   int32_t rope_dim = 0;            // 0: head_dim
   float rope_linear_factor = 0.f;  // > 0 writes rope.scaling.type "linear" and the factor
+  float rope_yarn_factor = 0.f;    // > 0 writes rope.scaling.type "yarn", the factor and
+  int32_t rope_yarn_orig_ctx = 0;  // original_context_length (when > 0)
   bool rope_freqs = false;         // writes rope_freqs.weight (Llama 3.1 style factors)
   bool tied_output = false;        // no output.weight
   kernels::DType weight_type = kernels::DType::kF32;  // attention and FFN matrices

@@ -50,6 +50,12 @@ std::vector<Case> Cases() {
   s.arch = "qwen2";
   s.weight_type = DType::kBF16;
   c.push_back({"qwen2_bias_neox_bf16", s, 5e-3});
+  // Qwen2.5's long-context setting: YaRN over an original context shorter than the test's
+  // positions, so that some pairs keep their frequency, some are interpolated, some mixed.
+  s.weight_type = DType::kF32;
+  s.rope_yarn_factor = 4.f;
+  s.rope_yarn_orig_ctx = 64;
+  c.push_back({"qwen2_yarn", s, 2e-4});
   s = SyntheticModelSpec();
   s.arch = "qwen3";
   s.head_dim = 64;

@@ -42,7 +42,24 @@ void Rope(std::vector<double>& v, int n_heads, const HParams& hp, const float* f
   for (int h = 0; h < n_heads; ++h) {
     double* x = v.data() + h * hd;
     for (int i = 0; i < rd / 2; ++i) {
-      double theta = pos * hp.rope_freq_scale * std::pow(double(hp.rope_base), -2.0 * i / rd);
+      const double base_freq = std::pow(double(hp.rope_base), -2.0 * i / rd);
+      double freq = hp.rope_freq_scale * base_freq;
+      if (hp.rope_yarn) {
+        // YaRN (Peng et al. 2023, "by parts"): the wavelength of pair i is 2 pi / base_freq;
+        // r = original context / wavelength counts its turns. Pairs with r > beta_fast keep
+        // base_freq, r < beta_slow are interpolated, linear in the pair index between the
+        // (rounded outward) indices where r crosses beta_fast and beta_slow.
+        auto index_at = [&](double turns) {
+          return rd * std::log(hp.rope_orig_ctx / (turns * 2 * M_PI)) /
+                 (2 * std::log(double(hp.rope_base)));
+        };
+        const double lo = std::max(0.0, std::floor(index_at(hp.rope_yarn_beta_fast)));
+        const double hi = std::min(rd - 1.0, std::ceil(index_at(hp.rope_yarn_beta_slow)));
+        double gamma = (i - lo) / std::max(hi - lo, 0.001);
+        gamma = gamma < 0 ? 0 : gamma > 1 ? 1 : gamma;
+        freq = gamma * freq + (1 - gamma) * base_freq;
+      }
+      double theta = pos * freq;
       if (factors) theta /= factors[i];
       const double c = std::cos(theta), s = std::sin(theta);
       const int a = hp.rope_layout == kernels::RopeLayout::kNeox ? i : 2 * i;
@@ -108,7 +125,8 @@ std::vector<std::vector<float>> ReferenceLogits(const Model& model,
         for (int j = 0; j <= t; ++j) {
           double s = 0;
           for (int d = 0; d < hd; ++d) s += q[t][h * hd + d] * k[j][g * hd + d];
-          sc[j] = s / std::sqrt(double(hd));
+          // YaRN scales q and k by its attention factor (1 for other models).
+          sc[j] = s * hp.rope_attn_factor * hp.rope_attn_factor / std::sqrt(double(hd));
           mx = std::max(mx, sc[j]);
         }
         double z = 0;

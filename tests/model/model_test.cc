@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/model/gguf_writer.h"
+#include "runtime/model/model_math.h"
 #include "runtime/model/synthetic_model.h"
 #include "tests/testing/test_model.h"
 
@@ -183,6 +184,32 @@ TEST(ModelTest, RopeScalingAndFrequencyFactors) {
   EXPECT_FLOAT_EQ(m->hparams().rope_freq_scale, 0.25f);
   EXPECT_FLOAT_EQ(m->hparams().rope_base, 500000.f);
   ExpectRef(m->weights().rope_freqs, DType::kF32, 8, 1);
+}
+
+TEST(ModelTest, YarnScalingIsReadWithItsDefaultsAndChangesTheIdentity) {
+  SyntheticModelSpec spec;
+  spec.rope_yarn_factor = 4.f;
+  spec.rope_yarn_orig_ctx = 256;
+  std::unique_ptr<Model> m;
+  STRATA_ASSERT_OK(LoadSynthetic(spec, "yarn.gguf", &m));
+  const HParams& hp = m->hparams();
+  EXPECT_TRUE(hp.rope_yarn);
+  EXPECT_FLOAT_EQ(hp.rope_freq_scale, 0.25f);
+  EXPECT_EQ(hp.rope_orig_ctx, 256);
+  EXPECT_FLOAT_EQ(hp.rope_yarn_beta_fast, 32.f);
+  EXPECT_FLOAT_EQ(hp.rope_yarn_beta_slow, 1.f);
+  EXPECT_NEAR(hp.rope_attn_factor, 1.0 + 0.1 * std::log(4.0), 1e-6);
+  // The first pairs turn often over 256 tokens and keep their frequency; the last are
+  // interpolated by the factor.
+  const std::vector<float> inv = RopeInverseFrequencies(*m);
+  const int32_t half = hp.rope_dim / 2;
+  EXPECT_FLOAT_EQ(inv[0], 1.f);
+  EXPECT_NEAR(inv[size_t(half - 1)], 0.25 * std::pow(10000.0, -2.0 * (half - 1) / hp.rope_dim),
+              1e-9);
+  std::unique_ptr<Model> plain;
+  spec.rope_yarn_factor = 0;
+  STRATA_ASSERT_OK(LoadSynthetic(spec, "plain.gguf", &plain));
+  EXPECT_NE(m->identity_hex(), plain->identity_hex());
 }
 
 TEST(ModelTest, QuantizedWeightTypesFollowTheKernelTable) {
