@@ -371,8 +371,17 @@ TEST(ModelTest, ErrorsNameTheProblem) {
   expect(LoadEdited(e), Status::Code::kCorruption, "llama.vocab_size 999 differs from the 384");
 
   e = {};
-  e.extra = [](GgufWriter* w) { w->AddString("llama.rope.scaling.type", "yarn"); };
-  expect(LoadEdited(e), Status::Code::kNotSupported, "rope.scaling.type 'yarn' is not supported");
+  e.extra = [](GgufWriter* w) { w->AddString("llama.rope.scaling.type", "longrope"); };
+  expect(LoadEdited(e), Status::Code::kNotSupported,
+         "rope.scaling.type 'longrope' is not supported (none, linear, yarn)");
+
+  e = {};
+  e.extra = [](GgufWriter* w) {
+    w->AddString("llama.rope.scaling.type", "yarn");
+    w->AddF32("llama.rope.scaling.yarn_log_multiplier", 0.1f);
+  };
+  expect(LoadEdited(e), Status::Code::kNotSupported,
+         "rope.scaling.yarn_log_multiplier (YaRN with a log multiplier) is not supported");
 
   e = {};
   e.keep_kv = [](const std::string& k) { return k != "tokenizer.ggml.model"; };
