@@ -20,14 +20,16 @@ struct Shape {
   const char* what;
 };
 
-// SmolLM2-135M-Instruct (Q4_1 layers, Q8_0 output head) and a Llama-7B-like layer.
+// SmolLM2-135M-Instruct (Q4_1 layers, Q8_0 output head), Llama-3.2-1B's FFN and a
+// Llama-7B-like layer.
 const Shape kShapes[] = {
     {DType::kQ4_1, 576, 576, "smollm2.q_o"},      {DType::kQ4_1, 192, 576, "smollm2.k_v"},
     {DType::kQ4_1, 1536, 576, "smollm2.gate_up"}, {DType::kQ4_1, 576, 1536, "smollm2.down"},
     {DType::kQ8_0, 49152, 576, "smollm2.output"}, {DType::kQ4_0, 1536, 576, "q4_0.gate_up"},
     {DType::kQ4_K, 4096, 4096, "llama.q4_k"},     {DType::kQ6_K, 4096, 4096, "llama.q6_k"},
-    {DType::kF16, 1536, 576, "f16.gate_up"},      {DType::kBF16, 1536, 576, "bf16.gate_up"},
-    {DType::kF32, 576, 576, "f32.q_o"},
+    {DType::kQ4_0, 8192, 2048, "l1b.gate_up"},    {DType::kQ4_K, 8192, 2048, "l1b.gate_up"},
+    {DType::kQ8_0, 8192, 2048, "l1b.gate_up"},    {DType::kF16, 1536, 576, "f16.gate_up"},
+    {DType::kBF16, 1536, 576, "bf16.gate_up"},    {DType::kF32, 576, 576, "f32.q_o"},
 };
 
 // Reads `n` bytes with wide independent accumulators: the ceiling a GEMV can reach.
@@ -149,8 +151,8 @@ int Register() {
       }
     }
   }
-  const Shape gemm_shapes[] = {kShapes[2], kShapes[3], kShapes[4], kShapes[5],
-                               kShapes[6], kShapes[7], kShapes[8]};
+  const Shape gemm_shapes[] = {kShapes[2], kShapes[3], kShapes[4], kShapes[5],  kShapes[6],
+                               kShapes[7], kShapes[8], kShapes[9], kShapes[10], kShapes[11]};
   for (const Shape& s : gemm_shapes) {
     const int64_t rows = s.rows > 8192 ? 8192 : s.rows;  // the output head is a GEMV in use
     for (Isa isa : BenchIsas()) {

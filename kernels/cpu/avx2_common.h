@@ -57,6 +57,7 @@ struct Avx2Vec {
   using F = __m256;
   using I = __m256i;
   static constexpr int kLanes = 8;
+  static constexpr int kRegs = 16;  // vector registers: tile shapes follow them
   STRATA_INLINE static F Zero() { return _mm256_setzero_ps(); }
   template <int N>
   STRATA_INLINE static F Sum(const F* v) {

@@ -72,6 +72,7 @@ struct Avx512Vec {
   using F = __m512;
   using I = __m512i;
   static constexpr int kLanes = 16;
+  static constexpr int kRegs = 32;  // vector registers: tile shapes follow them
   STRATA_INLINE static F Zero() { return _mm512_setzero_ps(); }
   template <int N>
   STRATA_INLINE static F Sum(const F* v) {

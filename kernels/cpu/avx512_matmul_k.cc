@@ -347,7 +347,7 @@ struct IQ4_XSTraits {
 }  // namespace
 
 void Avx512MatmulQ4_K(const MatmulArgs& a, int64_t rb, int64_t re) {
-  MatmulQuantized<Avx512Vec, Q4_KTraits, 8, 2, 4>(a, rb, re);
+  MatmulQuantized<Avx512Vec, Q4_KTraits, 8, 2, 8>(a, rb, re);
 }
 void Avx512MatmulQ6_K(const MatmulArgs& a, int64_t rb, int64_t re) {
   MatmulQuantized<Avx512Vec, Q6_KTraits, 8, 2, 4>(a, rb, re);

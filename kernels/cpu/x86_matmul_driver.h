@@ -12,7 +12,11 @@
 //     dotted with T tokens from the panel (Traits::Dot): integer dot products (VNNI on
 //     AVX-512, vpmaddubsw + vpmaddwd on AVX2) and one float multiply-add per group.
 // A register tile is R rows x T tokens of float accumulators, summed across lanes at the
-// end with one transpose-and-add tree. Decode (n_tok = 1) uses T = 1 and more rows.
+// end with one transpose-and-add tree. Decode (n_tok = 1) uses T = 1 and more rows. Where
+// the R decoded groups fit the register file beside the accumulators (the 32-value formats
+// on AVX-512), a tile goes group by group, so each token's panel vectors are loaded once
+// for all R rows; otherwise row by row. Either way each (row, token) sums its groups in
+// the same order, so a token's result does not depend on the batch it came in.
 //
 // The ISA enters through V (Avx2Vec or Avx512Vec from the ISA's common header): the float
 // and integer register types, their width, a zero, and the lane-sum tree. The tile shapes
@@ -46,9 +50,39 @@ template <class V, class Tr, int R, int T>
 STRATA_INLINE void RunTile(const uint8_t* const* rows, const typename V::I* panel, int64_t tok_vecs,
                            int64_t n_full, int64_t tail_bytes, typename V::F* acc) {
   for (int i = 0; i < R * T; ++i) acc[i] = V::Zero();
-    // Row by row, group by group: the tile's weights (adjacent rows) are read as one
-    // sequential stream, which the hardware prefetcher follows at full bandwidth, and only
-    // one decoded group is live at a time, leaving the registers to the accumulators.
+  // Batches whose decoded weights of all R rows, the R x T accumulators and one token's
+  // panel vectors fit the register file go group by group: the R rows are decoded once per
+  // group and each token's panel vectors are loaded once for all R rows (loads, not
+  // arithmetic, bound the row-by-row order below when the decode is cheap). Formats whose
+  // decoded group is large (the K super-blocks) keep the row-by-row order.
+  constexpr int kWeightRegs = int(sizeof(typename Tr::W) / sizeof(typename V::F));
+  if constexpr (T > 1 && R * kWeightRegs + R * T + Tr::kPanelVecs <= V::kRegs) {
+    for (int64_t g = 0; g < n_full; ++g) {
+      typename Tr::W w[R];
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r)
+        Tr::template Decode<false>(rows[r] + g * Tr::kGroupBytes, 0, w[r]);
+      const typename V::I* x = panel + g * Tr::kPanelVecs;
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+          acc[t * R + r] = Tr::Dot(w[r], x + t * tok_vecs, acc[t * R + r]);
+      }
+    }
+    if (tail_bytes > 0) {
+      for (int r = 0; r < R; ++r) {
+        typename Tr::W w;
+        Tr::template Decode<true>(rows[r] + n_full * Tr::kGroupBytes, tail_bytes, w);
+        const typename V::I* x = panel + n_full * Tr::kPanelVecs;
+        for (int t = 0; t < T; ++t) acc[t * R + r] = Tr::Dot(w, x + t * tok_vecs, acc[t * R + r]);
+      }
+    }
+    return;
+  }
+  // Row by row, group by group: the tile's weights (adjacent rows) are read as one
+  // sequential stream, which the hardware prefetcher follows at full bandwidth, and only
+  // one decoded group is live at a time, leaving the registers to the accumulators.
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     const uint8_t* row = rows[r];
