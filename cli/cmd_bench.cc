@@ -115,8 +115,15 @@ Status Bench(const BenchFlags& f) {
     STRATA_RETURN_IF_ERROR(cfg.engine.cuda->FreeMemory(&free1, &total1));
     gpu_used = gpu_free0 > free1 ? gpu_free0 - free1 : 0;
   }
+  // Weight bytes one decode step streams: every matrix and the output head, but of the
+  // token embedding only the rows looked up (nothing, when it is not also the head).
+  const ModelWeights& w = model->weights();
+  const uint64_t embd_bytes = uint64_t(w.tok_embd.row_bytes) * uint64_t(w.tok_embd.rows);
+  const uint64_t decode_weight_bytes =
+      model->weight_bytes() - (model->hparams().tied_output ? 0 : embd_bytes);
   if (f.json) {
     nlohmann::json j{{"model", path},
+                     {"decode_weight_bytes", decode_weight_bytes},
                      {"threads", engine->options().n_threads},
                      {"pp", f.pp},
                      {"tg", f.tg},

@@ -1,7 +1,6 @@
 // The CUDA implementation of CudaDevice (built only with the CUDA toolkit).
 #include "platforms/cuda_device.h"
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/cuda/cublas_loader.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace strata {
@@ -112,7 +112,7 @@ class CudaDeviceImpl final : public CudaDevice {
       if (r.dev) cudaFree(r.dev);
     }
     if (after_compute_) cudaEventDestroy(after_compute_);
-    if (blas_) cublasDestroy(static_cast<cublasHandle_t>(blas_));
+    if (blas_) kernels::cuda::Cublas(nullptr)->destroy(static_cast<cublasHandle_t>(blas_));
   }
 
   Status Init(int ordinal) {
@@ -177,10 +177,13 @@ class CudaDeviceImpl final : public CudaDevice {
 
   Status Blas(void** handle) override {
     if (!blas_) {
+      std::string why;
+      const kernels::cuda::CublasApi* api = kernels::cuda::Cublas(&why);
+      if (api == nullptr) return Status::IOError("cuda: " + why);
       cublasHandle_t h = nullptr;
-      if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
+      if (api->create(&h) != CUBLAS_STATUS_SUCCESS)
         return Status::IOError("cuda: cannot create a cuBLAS handle on " + name_);
-      cublasSetStream(h, S(Stream::kCompute));
+      api->set_stream(h, S(Stream::kCompute));
       blas_ = h;
     }
     *handle = blas_;

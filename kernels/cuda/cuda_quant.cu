@@ -1,12 +1,12 @@
 // Quantized-weight kernels (see cuda_kernels.h): dequantizing GEMVs for decode-sized
 // batches, dequantization to F16 and cuBLAS GEMMs for prefill. The per-block arithmetic is
 // quant_blocks.h's, shared with the host tests.
-#include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
+#include "kernels/cuda/cublas_loader.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace strata::kernels::cuda {
@@ -237,8 +237,10 @@ bool GemmF16(void* blas, const uint16_t* w, int64_t rows, int64_t k, const uint1
   const float one = 1.0f, zero = 0.0f;
   // Column-major view: W^T (rows x k, W stored k-major) times X (k x n_tok) into Y (rows x
   // n_tok, leading dimension ldy).
+  const CublasApi* api = Cublas(nullptr);  // loaded when the handle was made
+  if (api == nullptr) return false;
   const cublasStatus_t st =
-      cublasGemmEx(static_cast<cublasHandle_t>(blas), CUBLAS_OP_T, CUBLAS_OP_N, int(rows),
+      api->gemm_ex(static_cast<cublasHandle_t>(blas), CUBLAS_OP_T, CUBLAS_OP_N, int(rows),
                    int(n_tok), int(k), &one, w, CUDA_R_16F, int(k), x, CUDA_R_16F, int(k), &zero, y,
                    CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   return st == CUBLAS_STATUS_SUCCESS;
