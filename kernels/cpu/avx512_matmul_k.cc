@@ -44,6 +44,21 @@ STRATA_INLINE __m512i Join(const int8_t* lo, const int8_t* hi) {
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), 1);
 }
 
+// The eight 6-bit scales and eight mins of a Q4_K / Q5_K super-block as words 0..7 and
+// 8..15 (Q4KScalesMinsWords' bit operations, on the four words of one vector register; the
+// scalar form and its moves into a vector cost a decode step as much as its dot products).
+// Reads 16 bytes: the 4 after the 12 scale bytes are the block's own codes, unused.
+STRATA_INLINE __m512i Q4KScalesMins16(const uint8_t* scales) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));  // u0 u1 u2 -
+  const __m128i p = _mm_srlv_epi32(_mm_shuffle_epi32(x, _MM_SHUFFLE(2, 1, 2, 0)),
+                                   _mm_setr_epi32(0, 0, 0, 4));  // u0 u2 u1 u2>>4
+  const __m128i q = _mm_srli_epi32(_mm_shuffle_epi32(x, _MM_SHUFFLE(1, 1, 0, 0)), 2);
+  const __m128i lo =
+      _mm_and_si128(p, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m128i hi = _mm_and_si128(q, _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+  return _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(_mm_or_si128(lo, hi)));
+}
+
 // Q4_K: code vector j holds two sub-blocks (nibbles of qs bytes 64*(j/2) .. +63), so the
 // activations are paired the same way: [0..31 | 64..95], [32..63 | 96..127], ...
 constexpr Idx32w kQ4KScale[4] = {Runs(16, 0, 2, 2), Runs(16, 1, 2, 2), Runs(16, 4, 2, 2),
@@ -63,12 +78,8 @@ struct Q4_KTraits {
   template <bool kTail>
   STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const BlockQ4_K& b = *reinterpret_cast<const BlockQ4_K*>(p);
-    uint32_t sm[4];  // bytes: 8 scales then 8 mins
-    Q4KScalesMinsWords(b.scales, sm);
     // Words 0..15 = scales, mins; word 31 (used as "zero" by the index tables) = 0.
-    const __m512i s16 = _mm512_cvtepu8_epi16(
-        _mm256_zextsi128_si256(_mm_setr_epi32(static_cast<int>(sm[0]), static_cast<int>(sm[1]),
-                                              static_cast<int>(sm[2]), static_cast<int>(sm[3]))));
+    const __m512i s16 = Q4KScalesMins16(b.scales);
     for (int j = 0; j < 4; ++j) w.scale[j] = _mm512_permutexvar_epi16(Load(kQ4KScale[j]), s16);
     w.mins = _mm512_permutexvar_epi16(Load(kQ4KMins), s16);
     const __m512i m4 = _mm512_set1_epi8(0x0f);
@@ -118,11 +129,7 @@ struct Q5_KTraits {
   template <bool kTail>
   STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const BlockQ5_K& b = *reinterpret_cast<const BlockQ5_K*>(p);
-    uint32_t sm[4];
-    Q4KScalesMinsWords(b.scales, sm);
-    const __m512i s16 = _mm512_cvtepu8_epi16(
-        _mm256_zextsi128_si256(_mm_setr_epi32(static_cast<int>(sm[0]), static_cast<int>(sm[1]),
-                                              static_cast<int>(sm[2]), static_cast<int>(sm[3]))));
+    const __m512i s16 = Q4KScalesMins16(b.scales);
     for (int j = 0; j < 4; ++j) w.scale[j] = _mm512_permutexvar_epi16(Load(kQ4KScale[j]), s16);
     w.mins = _mm512_permutexvar_epi16(Load(kQ4KMins), s16);
     const __m512i m4 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
