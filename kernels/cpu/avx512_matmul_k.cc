@@ -44,11 +44,11 @@ STRATA_INLINE __m512i Join(const int8_t* lo, const int8_t* hi) {
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), 1);
 }
 
-// The eight 6-bit scales and eight mins of a Q4_K / Q5_K super-block as words 0..7 and
-// 8..15 (Q4KScalesMinsWords' bit operations, on the four words of one vector register; the
-// scalar form and its moves into a vector cost a decode step as much as its dot products).
+// The eight 6-bit scales and eight mins of a Q4_K / Q5_K super-block as bytes 0..7 and
+// 8..15, unpacked with word-wide bit operations on the four words of one vector register
+// (scalar words moved into a vector cost a decode step as much as its dot products).
 // Reads 16 bytes: the 4 after the 12 scale bytes are the block's own codes, unused.
-STRATA_INLINE __m512i Q4KScalesMins16(const uint8_t* scales) {
+STRATA_INLINE __m128i Q4KScalesMins(const uint8_t* scales) {
   const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));  // u0 u1 u2 -
   const __m128i p = _mm_srlv_epi32(_mm_shuffle_epi32(x, _MM_SHUFFLE(2, 1, 2, 0)),
                                    _mm_setr_epi32(0, 0, 0, 4));  // u0 u2 u1 u2>>4
@@ -56,32 +56,53 @@ STRATA_INLINE __m512i Q4KScalesMins16(const uint8_t* scales) {
   const __m128i lo =
       _mm_and_si128(p, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
   const __m128i hi = _mm_and_si128(q, _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-  return _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(_mm_or_si128(lo, hi)));
+  return _mm_or_si128(lo, hi);
 }
 
 // Q4_K: code vector j holds two sub-blocks (nibbles of qs bytes 64*(j/2) .. +63), so the
 // activations are paired the same way: [0..31 | 64..95], [32..63 | 96..127], ...
 constexpr Idx32w kQ4KScale[4] = {Runs(16, 0, 2, 2), Runs(16, 1, 2, 2), Runs(16, 4, 2, 2),
                                  Runs(16, 5, 2, 2)};
-// Mins duplicated per pair of bsums (each sub-block of 32 spans two 16-value sums), words
-// 16..31 pointing at a zero word.
-constexpr Idx32w kQ4KMins = Runs(2, 8, 1, 8);
+
+// The min term of the formats with mins (Q4_K, Q5_K, Q2_K), -dmin * sum_s m_s * sum(x of
+// sub-block s), is a dot product of at most 16 floats per super-block: the weights'
+// -dmin * m_s (W::min_f) against the panel's dx * (the sub-block's activation sum, panel
+// vector 4), one multiply-add where integer sums, a conversion and two scalings were.
+// `mins` holds m_s in its bytes 0..15 (zero past the format's sub-blocks).
+STRATA_INLINE __m512 MinTerms(__m128i mins, uint16_t dmin) {
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mins)),
+                       _mm512_sub_ps(_mm512_setzero_ps(), BroadcastF16(dmin)));
+}
+// Panel vector 4 for MinTerms: dx * each sub-block's activation sum, from 16-value bsums,
+// summed in pairs for 32-value sub-blocks (Q4_K, Q5_K) or as they are (Q2_K).
+template <bool kPairs>
+STRATA_INLINE __m512i SubBlockSums(const BlockQ8_K& b) {
+  const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.bsums));
+  __m512 sums;
+  if constexpr (kPairs) {
+    sums = _mm512_zextps256_ps512(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, _mm256_set1_epi16(1))));
+  } else {
+    sums = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(bs));
+  }
+  return _mm512_castps_si512(_mm512_mul_ps(sums, _mm512_set1_ps(b.d)));
+}
 
 struct Q4_KTraits {
   static constexpr int kGroupElems = 256, kBlockElems = 256;
   static constexpr int kGroupBytes = sizeof(BlockQ4_K), kActBlockBytes = sizeof(BlockQ8_K);
   static constexpr int kPanelVecs = 6;
   struct W {
-    __m512i code[4], scale[4], mins;
-    __m512 d, neg_dmin;
+    __m512i code[4], scale[4];
+    __m512 d, min_f;  // min_f: MinTerms
   };
   template <bool kTail>
   STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const BlockQ4_K& b = *reinterpret_cast<const BlockQ4_K*>(p);
+    const __m128i sm = Q4KScalesMins(b.scales);
     // Words 0..15 = scales, mins; word 31 (used as "zero" by the index tables) = 0.
-    const __m512i s16 = Q4KScalesMins16(b.scales);
+    const __m512i s16 = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(sm));
     for (int j = 0; j < 4; ++j) w.scale[j] = _mm512_permutexvar_epi16(Load(kQ4KScale[j]), s16);
-    w.mins = _mm512_permutexvar_epi16(Load(kQ4KMins), s16);
+    w.min_f = MinTerms(_mm_srli_si128(sm, 8), b.dmin);
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i q0 = _mm512_loadu_si512(b.qs), q1 = _mm512_loadu_si512(b.qs + 64);
     w.code[0] = _mm512_and_si512(q0, m4);
@@ -89,7 +110,6 @@ struct Q4_KTraits {
     w.code[2] = _mm512_and_si512(q1, m4);
     w.code[3] = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
     w.d = BroadcastF16(b.d);
-    w.neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), BroadcastF16(b.dmin));
   }
   template <bool kTail>
   STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m512i* out) {
@@ -99,6 +119,7 @@ struct Q4_KTraits {
     out[2] = Join(b.qs + 128, b.qs + 192);
     out[3] = Join(b.qs + 160, b.qs + 224);
     StoreBsumsAndScale(b, out);
+    out[4] = SubBlockSums<true>(b);
   }
   STRATA_INLINE static __m512 Dot(const W& w, const __m512i* x, __m512 acc) {
     __m512i i =
@@ -107,10 +128,9 @@ struct Q4_KTraits {
       i = _mm512_dpwssd_epi32(i, _mm512_maddubs_epi16(w.code[j], _mm512_load_si512(x + j)),
                               w.scale[j]);
     }
-    const __m512i mins = _mm512_madd_epi16(w.mins, _mm512_load_si512(x + 4));
     const __m512 dx = _mm512_castsi512_ps(_mm512_load_si512(x + 5));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(w.d, dx), acc);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(w.neg_dmin, dx), acc);
+    return _mm512_fmadd_ps(w.min_f, _mm512_castsi512_ps(_mm512_load_si512(x + 4)), acc);
   }
 };
 
@@ -129,9 +149,10 @@ struct Q5_KTraits {
   template <bool kTail>
   STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const BlockQ5_K& b = *reinterpret_cast<const BlockQ5_K*>(p);
-    const __m512i s16 = Q4KScalesMins16(b.scales);
+    const __m128i sm = Q4KScalesMins(b.scales);
+    const __m512i s16 = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(sm));
     for (int j = 0; j < 4; ++j) w.scale[j] = _mm512_permutexvar_epi16(Load(kQ4KScale[j]), s16);
-    w.mins = _mm512_permutexvar_epi16(Load(kQ4KMins), s16);
+    w.min_f = MinTerms(_mm_srli_si128(sm, 8), b.dmin);
     const __m512i m4 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
     const __m512i qh =
         _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
@@ -143,7 +164,6 @@ struct Q5_KTraits {
       w.code[j] = _mm512_ternarylogic_epi32(nib[j], high, m4, 0xEC);  // (a & m4) | high
     }
     w.d = BroadcastF16(b.d);
-    w.neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), BroadcastF16(b.dmin));
   }
   template <bool kTail>
   STRATA_INLINE static void Prep(const uint8_t* x, int64_t valid, __m512i* out) {
@@ -234,14 +254,14 @@ struct Q2_KTraits {
     const __m128i m4 = _mm_set1_epi8(0x0f);
     const __m512i sc16 = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(s, m4)));
     for (int j = 0; j < 4; ++j) w.scale[j] = _mm512_permutexvar_epi16(Load(kQ6KScale[j]), sc16);
-    w.mins = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), m4)));
+    w.min_f = MinTerms(_mm_and_si128(_mm_srli_epi16(s, 4), m4), b.dmin);
     for (int j = 0; j < 4; ++j) w.code[j] = TwoBitCodes(b.qs, j);
     w.d = BroadcastF16(b.d);
-    w.neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), BroadcastF16(b.dmin));
   }
   template <bool kTail>
   STRATA_INLINE static void Prep(const uint8_t* x, int64_t valid, __m512i* out) {
     Q6_KTraits::Prep<kTail>(x, valid, out);
+    out[4] = SubBlockSums<false>(*reinterpret_cast<const BlockQ8_K*>(x));
   }
   STRATA_INLINE static __m512 Dot(const W& w, const __m512i* x, __m512 acc) {
     return Q4_KTraits::Dot(w, x, acc);

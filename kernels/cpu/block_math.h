@@ -35,20 +35,6 @@ namespace {
   }
 }
 
-// The same eight scales and eight mins as four little-endian words (bytes: scales 0..7, then
-// mins 0..7), computed with word-wide bit operations for the SIMD decoders, which can move
-// them into a vector register without a store/reload.
-[[maybe_unused]] inline void Q4KScalesMinsWords(const uint8_t* s, uint32_t out[4]) {
-  uint32_t u0, u1, u2;
-  std::memcpy(&u0, s, 4);
-  std::memcpy(&u1, s + 4, 4);
-  std::memcpy(&u2, s + 8, 4);
-  out[0] = u0 & 0x3f3f3f3fu;
-  out[1] = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
-  out[2] = u1 & 0x3f3f3f3fu;
-  out[3] = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
-}
-
 // Value i (0..255) of a Q6_K super-block as its unsigned 6-bit code (weight = d*sc*(q-32)).
 // Each half of 128 values uses 64 bytes of ql (low nibbles for values l and l+32, high
 // nibbles for l+64 and l+96) and 32 bytes of qh (2 bits for each of those four values).
