@@ -321,7 +321,11 @@ Status BuildSyntheticModel(const SyntheticModelSpec& s, GgufWriter* w) {
   w->AddU32(a + ".feed_forward_length", s.n_ff);
   w->AddU32(a + ".attention.head_count", s.n_head);
   w->AddU32(a + ".attention.head_count_kv", s.n_head_kv);
-  if (s.head_dim) w->AddU32(a + ".attention.key_length", s.head_dim);
+  if (s.head_dim) {
+    // Real files state both (llama.cpp takes V's width from value_length alone).
+    w->AddU32(a + ".attention.key_length", s.head_dim);
+    w->AddU32(a + ".attention.value_length", s.head_dim);
+  }
   w->AddF32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
   w->AddF32(a + ".rope.freq_base", s.rope_base);
   w->AddU32(a + ".rope.dimension_count", static_cast<uint32_t>(rope_dim));
