@@ -16,7 +16,10 @@ struct Loaded {
 template <class Fn>
 bool Resolve(void* lib, const char* name, Fn* fn, std::string* error) {
   *fn = reinterpret_cast<Fn>(dlsym(lib, name));
-  if (*fn == nullptr) *error = std::string("symbol ") + name + " is missing: " + dlerror();
+  if (*fn == nullptr) {
+    const char* why = dlerror();
+    *error = std::string("symbol ") + name + " is missing" + (why ? std::string(": ") + why : "");
+  }
   return *fn != nullptr;
 }
 
