@@ -23,6 +23,7 @@ void GatherRows(const std::byte* src, size_t stride_bytes, int32_t n, size_t row
 }
 
 size_t Align256(size_t n) { return (n + 255) / 256 * 256; }
+size_t Align16(size_t n) { return (n + 15) / 16 * 16; }
 
 }  // namespace
 
@@ -120,9 +121,13 @@ Status DeviceViewKv::Gather(Half& h, std::span<const kernels::KvSpan> hv,
                             std::vector<kernels::KvSpan>* dv) {
   const int32_t row = host_->shape().row();
   const size_t f16_row = size_t(row) * sizeof(uint16_t);
-  // Raw bytes (as the host holds them) and the F16 expansions of the Q8_0 ones.
+  // Raw bytes (as the host holds them) and the F16 expansions of the Q8_0 ones. An F16 span
+  // starts on 16 bytes (attention reads its rows in 16-byte pieces) even where Q8_0 rows
+  // before it end elsewhere (a Q8_0 row of 192 values is 204 bytes); Q8_0 spans stay packed
+  // so that adjacent ones expand in one launch.
   size_t raw = 0, expanded = 0;
   for (const kernels::KvSpan& sp : hv) {
+    if (sp.type != kernels::KvType::kQ8_0) raw = Align16(raw);
     raw += 2 * size_t(sp.n_tokens) * RowBytesOf(sp, row);
     if (sp.type == kernels::KvType::kQ8_0) expanded += 2 * size_t(sp.n_tokens) * f16_row;
   }
@@ -154,6 +159,7 @@ Status DeviceViewKv::Gather(Half& h, std::span<const kernels::KvSpan> hv,
     } else {
       if (run_rows > 0) runs.push_back({run_raw, run_rows});
       run_rows = 0;
+      at = base + Align16(at - base);
       const size_t stride = size_t(sp.stride) * sizeof(uint16_t);
       GatherRows(reinterpret_cast<const std::byte*>(sp.k), stride, sp.n_tokens, rb, h.host + at);
       GatherRows(reinterpret_cast<const std::byte*>(sp.v), stride, sp.n_tokens, rb,

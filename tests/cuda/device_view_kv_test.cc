@@ -72,7 +72,9 @@ TEST_P(DeviceViewKvTest, ViewsOnTheDeviceHoldTheHostPolicysKeysAndValues) {
   constexpr int32_t kCtx = 512;
   EngineOptions o = testing::DiskEngineOptions(dir.path(), adapters, kCtx);
   o.kv.disk.record_type = GetParam();
-  o.kv.disk.group_size = 4;
+  // Groups of an odd size: a Q8_0 record span of 5 rows of 68 bytes ends 8 bytes off a
+  // 16-byte boundary, so the F16 span of a prefill's fresh keys that follows must be placed.
+  o.kv.disk.group_size = 5;
   // A budget of a fifth of the cache, so decode views are sparse (slots, sink, recent and
   // rolling groups).
   o.kv.disk.budget_bytes = kCtx * 3 * 2 * 64 * 2 / 5;
@@ -107,7 +109,13 @@ TEST_P(DeviceViewKvTest, ViewsOnTheDeviceHoldTheHostPolicysKeysAndValues) {
       std::span<const kernels::KvSpan> dv, hv;
       STRATA_ASSERT_OK(kv->View(l, seq, &dv));
       const Flat got = Flatten(dv, row);
-      for (const kernels::KvSpan& sp : dv) EXPECT_EQ(sp.type, kernels::KvType::kF16);
+      // Attention reads rows in 16-byte pieces: every span starts on 16 bytes, whatever the
+      // Q8_0 rows gathered before it (68 bytes a row here) end on.
+      for (const kernels::KvSpan& sp : dv) {
+        EXPECT_EQ(sp.type, kernels::KvType::kF16);
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(sp.k) % 16, 0u) << "layer " << l << " at " << pos0;
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(sp.v) % 16, 0u) << "layer " << l << " at " << pos0;
+      }
       STRATA_ASSERT_OK(kv->host().View(l, seq, &hv));
       Flat want = Flatten(hv, row);
       // The host's view may come in windows: the device view holds them all, in order.
