@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -39,9 +42,8 @@ __device__ void Unpack8(const uint4& u, float* f) {
 // result for (t, r) depends on neither n_tok nor the chunking.
 constexpr int kRowsPerBlock = 8;
 constexpr int kTokChunk = 8;
-__device__ void MatmulRow(const __half* __restrict__ w, int64_t rows, int64_t k,
-                          const float* __restrict__ x, int64_t n_tok, float* __restrict__ y,
-                          int64_t r, int lane) {
+__device__ void MatmulRow(const __half* __restrict__ w, int64_t rows, int64_t k, const float* x,
+                          int64_t n_tok, float* __restrict__ y, int64_t r, int lane) {
   const uint4* wr = reinterpret_cast<const uint4*>(w + r * k);
   const int64_t groups = k / 8;
   for (int64_t t0 = 0; t0 < n_tok; t0 += kTokChunk) {
@@ -87,8 +89,10 @@ struct MatmulPartsArg {
   int n;
 };
 
-__global__ void MatmulF16PartsKernel(const MatmulPartsArg a, int64_t k, const float* __restrict__ x,
+__global__ void MatmulF16PartsKernel(const MatmulPartsArg a, int64_t k, const float* x,
                                      int64_t n_tok) {
+  WaitForPrevious();
+  LetNextStart();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int p = 0;
   while (p + 1 < a.n && blockIdx.x >= a.first_block[p + 1]) ++p;
@@ -122,7 +126,16 @@ __global__ void RmsNormKernel(float* x, const float* d, const float* weight, flo
   float* xr = x + int64_t(blockIdx.x) * n;
   float* yr = y + int64_t(blockIdx.x) * n;
   const int64_t stride = blockDim.x;
-  float v[kPer];
+  // The norm's weights are read while the kernel before finishes (they are the model's), not
+  // after the reduction: the row is the only memory wait on the way.
+  float v[kPer], w[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t i = j * stride + threadIdx.x;
+    w[j] = weight && i < n ? weight[i] : 1.f;
+  }
+  WaitForPrevious();
+  LetNextStart();
   float ss = 0.f;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
@@ -158,7 +171,7 @@ __global__ void RmsNormKernel(float* x, const float* d, const float* weight, flo
     if (j * stride + warp * 32 >= n) break;
     float o = 0.f;
     if (i < n) {
-      o = v[j] * scale * (weight ? weight[i] : 1.f);
+      o = v[j] * scale * w[j];
       yr[i] = o;
     }
     if (act.q)
@@ -167,11 +180,10 @@ __global__ void RmsNormKernel(float* x, const float* d, const float* weight, flo
   }
 }
 
-// Rotates element pair j of head h of token t of one tensor (see RopeRows).
-__device__ void RopePair(float* x, int64_t t, int64_t stride, int h, int head_dim, int half, int j,
-                         const int32_t* pos, const float* inv_freq, bool neox) {
-  const double a = double(pos[t]) * double(inv_freq[j]);
-  const float c = float(cos(a)), s = float(sin(a));
+// Rotates element pair j of head h of token t of one tensor by the angle whose cosine and
+// sine are c and s (see RopeRows).
+__device__ void RopePair(float* x, int64_t t, int64_t stride, int h, int head_dim, int j, int half,
+                         float c, float s, bool neox) {
   float* v = x + t * stride + int64_t(h) * head_dim;
   const int i0 = neox ? j : 2 * j, i1 = neox ? j + half : 2 * j + 1;
   const float p = v[i0], q = v[i1];
@@ -188,18 +200,29 @@ __global__ void RopeQkKernel(float* q, int64_t q_stride, int q_heads, float* k, 
   float* x = q;
   int64_t stride = q_stride;
   int heads = q_heads;
+  bool live = true;
   if (i >= n_tok * q_heads * half) {
     i -= n_tok * q_heads * half;
     x = k;
     stride = k_stride;
     heads = k_heads;
-    if (i >= n_tok * k_heads * half) return;
+    live = i < n_tok * k_heads * half;
   }
-  RopePair(x, i / (int64_t(half) * heads), stride, int((i / half) % heads), head_dim, half,
-           int(i % half), pos, inv_freq, neox);
+  // Positions and frequencies come from the host: the angle (in double, like the CPU's) is
+  // computed while the projections before this kernel finish.
+  const int64_t t = live ? i / (int64_t(half) * heads) : 0;
+  const int j = live ? int(i % half) : 0;
+  double a = 0.0;
+  if (live) a = double(pos[t]) * double(inv_freq[j]);
+  const float c = float(cos(a)), s = float(sin(a));
+  WaitForPrevious();
+  LetNextStart();
+  if (live) RopePair(x, t, stride, int((i / half) % heads), head_dim, j, half, c, s, neox);
 }
 
 __global__ void SwiGluKernel(float* g, const float* u, int64_t n, ActOut act) {
+  WaitForPrevious();
+  LetNextStart();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (!act.q) {
     if (i < n) {
@@ -218,6 +241,8 @@ __global__ void SwiGluKernel(float* g, const float* u, int64_t n, ActOut act) {
 }
 
 __global__ void QuantizeKernel(const float* x, int64_t n, ActOut act) {
+  WaitForPrevious();
+  LetNextStart();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t base = i - (threadIdx.x & 31);
   if (base >= n) return;
@@ -225,16 +250,22 @@ __global__ void QuantizeKernel(const float* x, int64_t n, ActOut act) {
 }
 
 __global__ void AddKernel(float* y, const float* x, int64_t n) {
+  WaitForPrevious();
+  LetNextStart();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] += x[i];
 }
 
 __global__ void AddRowBiasKernel(float* y, const float* b, int64_t total, int64_t n) {
+  WaitForPrevious();
+  LetNextStart();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < total) y[i] += b[i % n];
 }
 
 __global__ void GatherRowsKernel(const float* src, const int32_t* rows, float* dst, int64_t n) {
+  WaitForPrevious();
+  LetNextStart();
   const float* s = src + int64_t(rows[blockIdx.x]) * n;
   float* d = dst + int64_t(blockIdx.x) * n;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
@@ -242,6 +273,8 @@ __global__ void GatherRowsKernel(const float* src, const int32_t* rows, float* d
 
 constexpr int64_t kStoreChunk = 4096;
 __global__ void StoreF16Kernel(const StoreF16Op* ops) {
+  WaitForPrevious();
+  LetNextStart();
   const StoreF16Op op = ops[blockIdx.x];
   const int64_t begin = int64_t(blockIdx.y) * kStoreChunk;
   const int64_t end = min(op.n, begin + kStoreChunk);
@@ -250,8 +283,13 @@ __global__ void StoreF16Kernel(const StoreF16Op* ops) {
 }
 
 __global__ void StoreF16CountedKernel(const StoreF16Op* ops, const int32_t* n_ops) {
-  if (int32_t(blockIdx.x) >= *n_ops) return;
-  const StoreF16Op op = ops[blockIdx.x];
+  // The op list comes from the host; the values it copies come from the kernels before.
+  const bool mine = int32_t(blockIdx.x) < *n_ops;
+  StoreF16Op op{};
+  if (mine) op = ops[blockIdx.x];
+  WaitForPrevious();
+  LetNextStart();
+  if (!mine) return;
   const int64_t begin = int64_t(blockIdx.y) * kStoreChunk;
   const int64_t end = min(op.n, begin + kStoreChunk);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
@@ -260,6 +298,8 @@ __global__ void StoreF16CountedKernel(const StoreF16Op* ops, const int32_t* n_op
 
 constexpr uint64_t kCopyChunk = 16384;
 __global__ void CopyExtentsKernel(const CopyOp* ops) {
+  WaitForPrevious();
+  LetNextStart();
   const CopyOp op = ops[blockIdx.x];
   const uint64_t begin = uint64_t(blockIdx.y) * kCopyChunk;
   if (begin >= op.bytes) return;
@@ -290,11 +330,15 @@ __global__ void __launch_bounds__(32 * kAttentionMaxWarps)
   float* qs = smem + warp * hd;                // this warp's scaled query
   float* part = smem + a.n_rep * splits * hd;  // per warp: m, l, acc[hd]
   float* mine = part + warp * (hd + 2);
-  for (int d = lane; d < hd; d += 32) qs[d] = a.q[int64_t(t) * q_stride + qh * hd + d] * a.scale;
-  __syncwarp();
+  // The pass's token table and spans come from the host, not from a kernel: read while the
+  // kernel before (the store of the new keys) finishes.
   const int seq = a.tok_seq[t];
   const int32_t qpos = a.tok_pos[t];
   const int sb = a.span_begin[seq], se = a.span_begin[seq + 1];
+  WaitForPrevious();
+  LetNextStart();
+  for (int d = lane; d < hd; d += 32) qs[d] = a.q[int64_t(t) * q_stride + qh * hd + d] * a.scale;
+  __syncwarp();
 
   float m = -INFINITY, l = 0.f, acc[kDpl];
 #pragma unroll
@@ -420,6 +464,8 @@ __global__ void __launch_bounds__(32 * kAttentionMaxWarps)
 // kernel's own merge of its splits: a row with one non-empty chunk gets the bits it would
 // have got unchunked.
 __global__ void AttentionMergeKernel(AttentionBatch a, int n_chunks) {
+  WaitForPrevious();
+  LetNextStart();
   const int t = blockIdx.x, qh = blockIdx.y;
   const int hd = a.head_dim;
   const int n_head = a.n_head_kv * a.n_rep;
@@ -466,6 +512,8 @@ size_t TiledSharedBytes(int rows, int hd) {
 template <int kDpl, int kRpw>
 __global__ void __launch_bounds__(32 * kTileWarps)
     AttentionTiledKernel(AttentionBatch a, int tile_tokens) {
+  WaitForPrevious();
+  LetNextStart();
   extern __shared__ float4 tiled_smem[];
   __shared__ TileShared ts;
   const int hd = a.head_dim, n_rep = a.n_rep, h = blockIdx.y;
@@ -627,7 +675,7 @@ void LaunchTiled(const AttentionBatch& a, cudaStream_t s) {
   auto* kernel = AttentionTiledKernel<kDpl, kRpw>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
   const dim3 grid(unsigned((a.n_tok + tile_tokens - 1) / tile_tokens), unsigned(a.n_head_kv));
-  kernel<<<grid, 32 * kTileWarps, shared, s>>>(a, tile_tokens);
+  Launch<AttentionTiledKernel<kDpl, kRpw>>(grid, 32 * kTileWarps, shared, s, a, tile_tokens);
 }
 
 template <int kDpl>
@@ -643,6 +691,28 @@ void LaunchTiledRows(const AttentionBatch& a, int rpw, cudaStream_t s) {
 unsigned Blocks(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 
 }  // namespace
+
+bool LaunchesOverlap() {
+  static const bool overlap = [] {
+    const char* env = std::getenv("STRATA_CUDA_PDL");
+    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+      return false;
+    cudaFuncAttributes attr{};
+    // The wait and the trigger exist in code built for compute capability 9.0 and later only.
+    return major >= 9 &&
+           cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(AddKernel)) == cudaSuccess &&
+           attr.ptxVersion >= 90;
+  }();
+  return overlap;
+}
+
+void PrepareLaunches() {
+  (void)LaunchesOverlap();
+  PrepareQuantLaunches();
+}
 
 void MatmulF16(const uint16_t* w, int64_t rows, int64_t k, const float* x, int64_t n_tok, float* y,
                void* stream) {
@@ -663,7 +733,7 @@ void MatmulF16Parts(const MatmulPart* parts, int n_parts, int64_t k, const float
   }
   a.first_block[n_parts] = blocks;
   if (blocks > 0)
-    MatmulF16PartsKernel<<<blocks, 32 * kRowsPerBlock, 0, S(stream)>>>(a, k, x, n_tok);
+    Launch<MatmulF16PartsKernel>(blocks, 32 * kRowsPerBlock, 0, S(stream), a, k, x, n_tok);
 }
 
 // Threads and values a thread for a row of n: the fewest values (1, 2, 4, 8, 16) that fit
@@ -678,19 +748,19 @@ void LaunchRmsNorm(float* x, const float* d, const float* weight, float* y, int6
   const unsigned blocks = unsigned(n_rows);
   switch (per) {
     case 1:
-      RmsNormKernel<kAdd, 1><<<blocks, threads, 0, s>>>(x, d, weight, y, n, eps, act);
+      Launch<RmsNormKernel<kAdd, 1>>(blocks, threads, 0, s, x, d, weight, y, n, eps, act);
       break;
     case 2:
-      RmsNormKernel<kAdd, 2><<<blocks, threads, 0, s>>>(x, d, weight, y, n, eps, act);
+      Launch<RmsNormKernel<kAdd, 2>>(blocks, threads, 0, s, x, d, weight, y, n, eps, act);
       break;
     case 4:
-      RmsNormKernel<kAdd, 4><<<blocks, threads, 0, s>>>(x, d, weight, y, n, eps, act);
+      Launch<RmsNormKernel<kAdd, 4>>(blocks, threads, 0, s, x, d, weight, y, n, eps, act);
       break;
     case 8:
-      RmsNormKernel<kAdd, 8><<<blocks, threads, 0, s>>>(x, d, weight, y, n, eps, act);
+      Launch<RmsNormKernel<kAdd, 8>>(blocks, threads, 0, s, x, d, weight, y, n, eps, act);
       break;
     default:
-      RmsNormKernel<kAdd, 16><<<blocks, threads, 0, s>>>(x, d, weight, y, n, eps, act);
+      Launch<RmsNormKernel<kAdd, 16>>(blocks, threads, 0, s, x, d, weight, y, n, eps, act);
       break;
   }
 }
@@ -708,7 +778,7 @@ void AddRmsNormRows(float* x, const float* d, const float* weight, float* y, int
 
 void QuantizeActivations(const float* x, int64_t n_rows, int64_t k, ActOut out, void* stream) {
   const int64_t n = n_rows * k;
-  if (n > 0) QuantizeKernel<<<Blocks(n, 256), 256, 0, S(stream)>>>(x, n, out);
+  if (n > 0) Launch<QuantizeKernel>(Blocks(n, 256), 256, 0, S(stream), x, n, out);
 }
 
 void RopeRows(float* x, int64_t n_tok, int64_t stride, int n_heads, int head_dim, int rot_dim,
@@ -722,46 +792,46 @@ void RopeQk(float* q, int64_t q_stride, int q_heads, float* k, int64_t k_stride,
             RopeLayout layout, void* stream) {
   const int64_t total = n_tok * (q_heads + k_heads) * (rot_dim / 2);
   if (total <= 0) return;
-  RopeQkKernel<<<Blocks(total, 256), 256, 0, S(stream)>>>(q, q_stride, q_heads, k, k_stride,
-                                                          k_heads, n_tok, head_dim, rot_dim, pos,
-                                                          inv_freq, layout == RopeLayout::kNeox);
+  Launch<RopeQkKernel>(Blocks(total, 256), 256, 0, S(stream), q, q_stride, q_heads, k, k_stride,
+                       k_heads, n_tok, head_dim, rot_dim, pos, inv_freq,
+                       layout == RopeLayout::kNeox);
 }
 
 void SwiGlu(float* gate, const float* up, int64_t n, void* stream, ActOut act) {
-  if (n > 0) SwiGluKernel<<<Blocks(n, 256), 256, 0, S(stream)>>>(gate, up, n, act);
+  if (n > 0) Launch<SwiGluKernel>(Blocks(n, 256), 256, 0, S(stream), gate, up, n, act);
 }
 
 void Add(float* y, const float* x, int64_t n, void* stream) {
-  if (n > 0) AddKernel<<<Blocks(n, 256), 256, 0, S(stream)>>>(y, x, n);
+  if (n > 0) Launch<AddKernel>(Blocks(n, 256), 256, 0, S(stream), y, x, n);
 }
 
 void AddRowBias(float* y, const float* b, int64_t n_rows, int64_t n, void* stream) {
   const int64_t total = n_rows * n;
-  if (total > 0) AddRowBiasKernel<<<Blocks(total, 256), 256, 0, S(stream)>>>(y, b, total, n);
+  if (total > 0) Launch<AddRowBiasKernel>(Blocks(total, 256), 256, 0, S(stream), y, b, total, n);
 }
 
 void GatherRows(const float* src, const int32_t* rows, float* dst, int64_t n_rows, int64_t n,
                 void* stream) {
-  if (n_rows > 0) GatherRowsKernel<<<unsigned(n_rows), 256, 0, S(stream)>>>(src, rows, dst, n);
+  if (n_rows > 0) Launch<GatherRowsKernel>(unsigned(n_rows), 256, 0, S(stream), src, rows, dst, n);
 }
 
 void StoreF16(const StoreF16Op* ops, int32_t n_ops, int64_t max_n, void* stream) {
   if (n_ops <= 0 || max_n <= 0) return;
   const dim3 grid(unsigned(n_ops), unsigned((max_n + kStoreChunk - 1) / kStoreChunk));
-  StoreF16Kernel<<<grid, 256, 0, S(stream)>>>(ops);
+  Launch<StoreF16Kernel>(grid, 256, 0, S(stream), ops);
 }
 
 void StoreF16Counted(const StoreF16Op* ops, const int32_t* n_ops, int32_t max_ops, int64_t max_n,
                      void* stream) {
   if (max_ops <= 0 || max_n <= 0) return;
   const dim3 grid(unsigned(max_ops), unsigned((max_n + kStoreChunk - 1) / kStoreChunk));
-  StoreF16CountedKernel<<<grid, 256, 0, S(stream)>>>(ops, n_ops);
+  Launch<StoreF16CountedKernel>(grid, 256, 0, S(stream), ops, n_ops);
 }
 
 void CopyExtents(const CopyOp* ops, int32_t n_ops, uint64_t max_bytes, void* stream) {
   if (n_ops <= 0 || max_bytes == 0) return;
   const dim3 grid(unsigned(n_ops), unsigned((max_bytes + kCopyChunk - 1) / kCopyChunk));
-  CopyExtentsKernel<<<grid, 256, 0, S(stream)>>>(ops);
+  Launch<CopyExtentsKernel>(grid, 256, 0, S(stream), ops);
 }
 
 // As many key splits as fit 16 warps (a block of 1024 threads would leave each at most 64
@@ -781,22 +851,23 @@ void Attention(const AttentionBatch& a, void* stream) {
   const size_t shared = AttentionSharedBytes(a.n_rep, a.head_dim);
   switch (a.head_dim / 32) {
     case 1:
-      AttentionKernel<1><<<grid, 32 * warps, shared, S(stream)>>>(a, splits);
+      Launch<AttentionKernel<1>>(grid, 32 * warps, shared, S(stream), a, splits);
       break;
     case 2:
-      AttentionKernel<2><<<grid, 32 * warps, shared, S(stream)>>>(a, splits);
+      Launch<AttentionKernel<2>>(grid, 32 * warps, shared, S(stream), a, splits);
       break;
     case 3:
     case 4:
-      AttentionKernel<4><<<grid, 32 * warps, shared, S(stream)>>>(a, splits);
+      Launch<AttentionKernel<4>>(grid, 32 * warps, shared, S(stream), a, splits);
       break;
     default:
-      AttentionKernel<8><<<grid, 32 * warps, shared, S(stream)>>>(a, splits);
+      Launch<AttentionKernel<8>>(grid, 32 * warps, shared, S(stream), a, splits);
       break;
   }
   if (chunks > 1)
-    AttentionMergeKernel<<<dim3(unsigned(a.n_tok), unsigned(a.n_head_kv * a.n_rep)),
-                           std::min(128, (a.head_dim + 31) / 32 * 32), 0, S(stream)>>>(a, chunks);
+    Launch<AttentionMergeKernel>(dim3(unsigned(a.n_tok), unsigned(a.n_head_kv * a.n_rep)),
+                                 std::min(128, (a.head_dim + 31) / 32 * 32), 0, S(stream), a,
+                                 chunks);
 }
 
 bool AttentionTiled(const AttentionBatch& a, void* stream) {

@@ -6,6 +6,11 @@
 // No allocation, no synchronization. Launch errors are reported by the caller's next
 // synchronizing call (see platforms/cuda_device.h).
 //
+// A kernel may start before the one before it on the stream has finished (launch.cuh), and
+// reads some inputs before it waits: weights (matmul weights, norm weights) and the tables
+// marked "host-written" below must not be written by a kernel of the same pass (the host
+// copies them in, or they are the model's).
+//
 // Results do not depend on how many rows or sequences share a launch: every output
 // element is reduced in a fixed order that depends only on its own inputs. That is what
 // lets beam search promise the same results under any grouping on the GPU too.
@@ -27,6 +32,13 @@ struct ActOut {
   q::ActScale* s = nullptr;
 };
 
+// Asks the GPU, once, what the launches need (whether a kernel may start while the one before
+// it finishes, how many GEMV blocks the GPU holds at once), so that no such query runs inside
+// a graph capture. Call with the device current, before the first capture.
+void PrepareLaunches();
+// The quantized matmuls' share of PrepareLaunches (cuda_quant.cu).
+void PrepareQuantLaunches();
+
 // y[t * rows + r] = dot(W[r], x[t]) for t < n_tok, r < rows. W: F16 [rows][k] row-major;
 // x: F32 [n_tok][k]; k % 8 == 0.
 void MatmulF16(const uint16_t* w, int64_t rows, int64_t k, const float* x, int64_t n_tok, float* y,
@@ -45,13 +57,14 @@ void MatmulF16Parts(const MatmulPart* parts, int n_parts, int64_t k, const float
                     void* stream);
 
 // y = x / sqrt(mean(x^2) + eps) * weight per row of n <= kMaxNormRow values (weight may be
-// null). y may equal x. With `act` (n % 32 == 0), y is also written quantized.
+// null; a weight, read before the wait). y may equal x. With `act` (n % 32 == 0), y is also
+// written quantized.
 constexpr int64_t kMaxNormRow = 16384;
 void RmsNormRows(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n,
                  float eps, void* stream, ActOut act = {});
 
 // x[t * stride + h * head_dim ...]: rotates the first rot_dim dims of n_heads heads of every
-// token t < n_tok by position pos[t]; inv_freq has rot_dim / 2 entries.
+// token t < n_tok by position pos[t]; inv_freq has rot_dim / 2 entries (both host-written).
 void RopeRows(float* x, int64_t n_tok, int64_t stride, int n_heads, int head_dim, int rot_dim,
               const int32_t* pos, const float* inv_freq, RopeLayout layout, void* stream);
 
@@ -84,7 +97,7 @@ struct StoreF16Op {
 };
 void StoreF16(const StoreF16Op* ops, int32_t n_ops, int64_t max_n, void* stream);
 // The same with the op count read from device memory at run time (*n_ops <= max_ops): a
-// launch that a captured graph can replay with other ops.
+// launch that a captured graph can replay with other ops. ops and n_ops are host-written.
 void StoreF16Counted(const StoreF16Op* ops, const int32_t* n_ops, int32_t max_ops, int64_t max_n,
                      void* stream);
 struct CopyOp {
@@ -96,7 +109,8 @@ void CopyExtents(const CopyOp* ops, int32_t n_ops, uint64_t max_bytes, void* str
 
 // Attention of n_tok query tokens over spans of F16 K/V (kernels::KvSpan, device pointers).
 // Token t belongs to sequence tok_seq[t] at position tok_pos[t]; that sequence's spans are
-// spans[span_begin[s] .. span_begin[s + 1]). q: [n_tok][n_head * head_dim] (post-RoPE),
+// spans[span_begin[s] .. span_begin[s + 1]) (tok_seq, tok_pos, span_begin and the span list
+// are host-written; the K/V they point at need not be). q: [n_tok][n_head * head_dim] (post-RoPE),
 // out: same shape. Keys after the query's position are masked; a query that sees no key
 // gets zeros. head_dim % 32 == 0 and <= 256; n_rep <= 16.
 struct AttentionBatch {

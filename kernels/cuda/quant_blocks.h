@@ -72,11 +72,13 @@ STRATA_HD uint32_t Load32(const uint8_t* p) {
   return v;
 #endif
 }
-// Eight int8 activations' words (32 bytes, 16-byte aligned).
+// Eight int8 activations' words (32 bytes, 16-byte aligned). Ordinary loads, not the
+// read-only path: activations are written by the kernel before, which may still be running
+// when this one starts (kernels/cuda/launch.cuh).
 STRATA_HD void LoadAct8(const int8_t* p, int* w) {
 #ifdef __CUDA_ARCH__
-  const int4 a = __ldg(reinterpret_cast<const int4*>(p));
-  const int4 b = __ldg(reinterpret_cast<const int4*>(p) + 1);
+  const int4 a = reinterpret_cast<const int4*>(p)[0];
+  const int4 b = reinterpret_cast<const int4*>(p)[1];
   w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
   w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
 #else

@@ -375,12 +375,14 @@ Status Forward::RunLayers(const ForwardBatch& batch, int64_t n_tok) {
 
   auto tk = Clock::now();
   STRATA_RETURN_IF_ERROR(kv_->Prepare(0, x_.data(), n_embd));
+  times_.kv_prepare += Seconds(tk, Clock::now());
   times_.kv += Seconds(tk, Clock::now());
   for (int32_t l = 0; l < hp_.n_layer; ++l) {
     const LayerWeights& L = W.layers[l];
     if (l + 1 < hp_.n_layer) {
       tk = Clock::now();
       STRATA_RETURN_IF_ERROR(kv_->Prepare(l + 1, x_.data(), n_embd));
+      times_.kv_prepare += Seconds(tk, Clock::now());
       times_.kv += Seconds(tk, Clock::now());
     }
 

@@ -42,6 +42,7 @@ struct ForwardBatch {
 // Time spent in each part of the pass, summed over calls (seconds).
 struct ForwardTimes {
   double matmul = 0, attention = 0, kv = 0, other = 0;
+  double kv_prepare = 0;  // the part of kv spent in KvPolicy::Prepare (prediction, reads issued)
 };
 
 // A forward pass on some backend: the CPU (Forward, below) or a CUDA GPU
