@@ -58,6 +58,8 @@ Status Bench(const BenchFlags& f) {
   for (int32_t& t : context) t = int32_t(rng() % uint32_t(n_vocab));
 
   std::vector<double> pp_tps, tg_tps;
+  ForwardTimes tg_times;
+  double tg_predict = 0, tg_io_wait = 0;  // the KV policy's own clocks over the tg runs
   std::vector<float> logits;
   ForwardBatch batch;
   // One warm-up pass so first-touch page faults of weights do not count.
@@ -87,6 +89,8 @@ Status Bench(const BenchFlags& f) {
         if (f.depth > 0) STRATA_RETURN_IF_ERROR(engine->Prefill(seq, context, &logits));
       }
       int32_t tok = 1;
+      const ForwardTimes t_before = engine->forward().times();
+      const KvCounters c_before = engine->kv().counters();
       const auto a = Clock::now();
       for (int32_t i = 0; i < f.tg; ++i) {
         batch.Clear();
@@ -99,6 +103,16 @@ Status Bench(const BenchFlags& f) {
       }
       tg_tps.push_back(double(f.tg) * f.seqs /
                        std::chrono::duration<double>(Clock::now() - a).count());
+      // Where the decode time went, by the forward pass's own clocks.
+      const ForwardTimes& t_after = engine->forward().times();
+      tg_times.matmul += t_after.matmul - t_before.matmul;
+      tg_times.attention += t_after.attention - t_before.attention;
+      tg_times.kv += t_after.kv - t_before.kv;
+      tg_times.other += t_after.other - t_before.other;
+      tg_times.kv_prepare += t_after.kv_prepare - t_before.kv_prepare;
+      const KvCounters c_after = engine->kv().counters();
+      tg_predict += c_after.predict_seconds - c_before.predict_seconds;
+      tg_io_wait += c_after.io_wait_seconds - c_before.io_wait_seconds;
       for (SeqId seq : seqs) STRATA_RETURN_IF_ERROR(engine->RemoveSequence(seq));
     }
   }
@@ -146,6 +160,14 @@ Status Bench(const BenchFlags& f) {
                      {"kv_io_wait_seconds", kv.io_wait_seconds},
                      {"kv_budget_bytes", kv.budget_bytes},
                      {"kv_peak_staging_bytes", kv.peak_staging_bytes},
+                     {"tg_seconds_by_part",
+                      {{"matmul", tg_times.matmul},
+                       {"attention", tg_times.attention},
+                       {"kv", tg_times.kv},
+                       {"kv_prepare", tg_times.kv_prepare},
+                       {"kv_predict", tg_predict},
+                       {"kv_io_wait", tg_io_wait},
+                       {"other", tg_times.other}}},
                      {"kernels", kernels::IsaName(kernels::ActiveIsa())}};
     if (!cfg.tuned_choice.empty()) j["tuned"] = cfg.tuned_choice;
     std::printf("%s\n", j.dump(2).c_str());

@@ -11,6 +11,16 @@
 #   gpu_checks.sh bench    strata bench against llama-bench on the same files, interleaved,
 #                          GPU memory of each by nvidia-smi; the disk policy on the 1B shape
 #   gpu_checks.sh speed    quick's tests and speed comparison only, and a prefill profile
+#   gpu_checks.sh profile  what bounds a decode step, without the peer or the default model:
+#                          the tests that need no real model, strata bench on the 1B and 8B
+#                          shapes, Nsight Compute's memory and warp-state sections for the
+#                          8B decode's kernels and every kernel's duration, a timeline where
+#                          the image has Nsight Systems, the disk policy's host time on the 1B
+#                          shape
+#   gpu_checks.sh memcheck the disk policy's decode on the SmolLM2-135M shape at depth 8192
+#                          plain, without launch overlap, and under compute-sanitizer
+#   gpu_checks.sh disk     the disk policy alone, after `tests` left the default model: on it
+#                          at depth 8192 (batch 1 and 8), on the 1B shape at 8192 and 32768
 #   gpu_checks.sh quick    one command without the default model (binaries and llama-bench
 #                          only): the tests that need no real model, the speed comparison on
 #                          shaped models (SmolLM2's shape included), full KV and the disk
@@ -117,7 +127,7 @@ tests)
     # Shaped models for `bench`, written while the tests run (the session leader survives the
     # end of this command; the files are ready by the next command).
     setsid nohup bash -c "
-      for spec in llama-3.2-1b:q4_0 llama-3.2-1b:q4_k llama-3.1-8b:q4_0 llama-3.1-8b:q4_k; do
+      for spec in llama-3.2-1b:q4_0 llama-3.2-1b:q4_k llama-3.1-8b:q4_0; do
         ./bin/make_shaped_model --shape \${spec%%:*} --type \${spec##*:} \
           -o models/\${spec%%:*}.\${spec##*:}.gguf.part &&
           mv models/\${spec%%:*}.\${spec##*:}.gguf.part models/\${spec%%:*}.\${spec##*:}.gguf
@@ -136,10 +146,10 @@ tests)
 bench)
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$log"
   cat models/make.log >>"$log" 2>/dev/null
-  for i in $(seq 60); do [ -f models/llama-3.1-8b.q4_k.gguf ] && break; sleep 1; done
+  for i in $(seq 60); do [ -f models/llama-3.1-8b.q4_0.gguf ] && break; sleep 1; done
   ls -la models | tee -a "$log"
   files=("$d/model.gguf")
-  for m in llama-3.2-1b.q4_0 llama-3.2-1b.q4_k llama-3.1-8b.q4_0 llama-3.1-8b.q4_k; do
+  for m in llama-3.2-1b.q4_0 llama-3.2-1b.q4_k llama-3.1-8b.q4_0; do
     [ -f "models/$m.gguf" ] && files+=("$d/models/$m.gguf")
   done
   # 1. Speed against llama.cpp on the same files, same GPU, interleaved.
@@ -149,6 +159,18 @@ bench)
     run "strata.$n" 240 ./bin/strata bench -m "$f" --device cuda --pp 512 --tg 128 --reps 3 \
       --json
   done
+  # Launch overlap (kernels/cuda/launch.cuh) and the resident GEMV grid each turned off, and
+  # both (the launches as they were before either).
+  for f in "$d/model.gguf" "$d/models/llama-3.2-1b.q4_0.gguf" "$d/models/llama-3.1-8b.q4_0.gguf"; do
+    n=$(basename "$f" .gguf)
+    [ -f "$f" ] || continue
+    run "strata-nopdl.$n" 120 env STRATA_CUDA_PDL=0 STRATA_CUDA_GEMV_RESIDENT=0 ./bin/strata \
+      bench -m "$f" --device cuda --pp 512 --tg 128 --reps 3 --json
+    run "strata-pdl-only.$n" 120 env STRATA_CUDA_GEMV_RESIDENT=0 ./bin/strata bench -m "$f" \
+      --device cuda --pp 0 --tg 128 --reps 3 --json
+    run "strata-resident-only.$n" 120 env STRATA_CUDA_PDL=0 ./bin/strata bench -m "$f" \
+      --device cuda --pp 0 --tg 128 --reps 3 --json
+  done
   # The weights read in place from the file (an integrated GPU's mode) on the 1B shape.
   run "strata-mapped.llama-3.2-1b.q4_0" 120 ./bin/strata bench \
     -m models/llama-3.2-1b.q4_0.gguf --device cuda --gpu-weights mapped --pp 512 --tg 128 \
@@ -157,12 +179,107 @@ bench)
   #    random, so only the speed means anything).
   l1b=models/llama-3.2-1b.q4_0.gguf
   if [ -f $l1b ]; then
-    run "calibrate.llama-3.2-1b" 120 ./bin/strata calibrate -m $l1b \
-      --text "$src/tuner/data/calibration.txt" --tokens 2048 --window 2048 --ratios 4,8,16,32 \
+    run "calibrate.llama-3.2-1b" 60 ./bin/strata calibrate -m $l1b \
+      --text "$src/tuner/data/calibration.txt" --tokens 1024 --window 1024 --ratios 4,8,16,32 \
       -t "$(nproc)"
     disk_runs l1b $l1b 8192 1 cpu
     disk_runs l1b $l1b 8192 8
     disk_runs l1b $l1b 32768 1
+    # What the disk under the store gives a reader that bypasses the page cache (1 GiB).
+    dd if=/dev/urandom of="$d/kv/probe" bs=4M count=256 oflag=direct status=none
+    run "disk-read" 30 dd if="$d/kv/probe" of=/dev/null bs=4M iflag=direct
+    rm -f "$d/kv/probe"
+  fi
+  python3 "$src/scripts/device/summarize.py" "$jl" | tee "$out/summary.md"
+  ;;
+profile)
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+    --format=csv | tee "$log"
+  echo "nsys: ${nsys:-none}; ncu: ${ncu:-none}" | tee -a "$log"
+  l1b=models/llama-3.2-1b.q4_0.gguf
+  l8b=models/llama-3.1-8b.q4_0.gguf
+  ./bin/make_shaped_model --shape llama-3.2-1b --type q4_0 -o $l1b >/dev/null
+  ./bin/make_shaped_model --shape llama-3.1-8b --type q4_0 -o $l8b.part >/dev/null &&
+    mv $l8b.part $l8b &
+  # The 1B shape while the 8B file is written: speed (prefill goes through cuBLAS), the disk
+  # policy's host time.
+  run "strata.llama-3.2-1b.q4_0" 90 ./bin/strata bench -m $l1b --device cuda --pp 512 --tg 128 \
+    --reps 3 --json
+  run "calibrate.llama-3.2-1b" 60 ./bin/strata calibrate -m $l1b \
+    --text "$src/tuner/data/calibration.txt" --tokens 1024 --window 1024 --ratios 4,8,16,32 \
+    -t "$(nproc)"
+  disk_runs l1b $l1b 8192 1
+  wait
+  run "strata.llama-3.1-8b.q4_0" 90 ./bin/strata bench -m $l8b --device cuda --pp 512 --tg 128 \
+    --reps 3 --json
+  printf 'gpu:\n  graphs: false\n' >"$d/nograph.yaml"
+  run "strata-nograph.llama-3.1-8b.q4_0" 60 ./bin/strata bench -m $l8b --device cuda \
+    --config "$d/nograph.yaml" --pp 0 --tg 32 --reps 1 --json
+  if [ -n "$nsys" ]; then
+    for m in $l1b $l8b; do
+      n=$(basename $m .gguf)
+      timeout 60 "$nsys" profile -t cuda --cuda-graph-trace=node -f true -o "$d/tl.$n" \
+        ./bin/strata bench -m $m --device cuda --pp 0 --tg 16 --reps 1 >"$d/tl.$n.log" 2>&1
+      timeout 60 "$nsys" stats -r cuda_gpu_trace,cuda_gpu_kern_sum -f csv -o "$out/tl.$n" \
+        "$d/tl.$n.nsys-rep" >>"$d/tl.$n.log" 2>&1
+      echo "== nsys $n rc=$?" | tee -a "$log"
+      tail -3 "$d/tl.$n.log" >>"$log"
+    done
+  fi
+  if [ -n "$ncu" ]; then
+    # Four layers of one decode token (past the warm-up pass's kernels), caches flushed per
+    # kernel as a model larger than L2 sees them.
+    timeout 120 "$ncu" --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section WarpStateStats --section Occupancy --section LaunchStats --csv \
+      --clock-control none -s 340 -c 40 ./bin/strata bench -m $l8b --device cuda --pp 0 \
+      --tg 2 --reps 1 >"$out/ncu.sections.l8b.csv" 2>"$d/ncu.sections.log"
+    echo "== ncu sections rc=$?" | tee -a "$log"
+    tail -3 "$d/ncu.sections.log" >>"$log"
+    if [ -z "$nsys" ]; then
+      # Every kernel's duration of one 1B decode token, caches as a replay leaves them.
+      timeout 60 "$ncu" --metrics gpu__time_duration.sum --csv --clock-control none \
+        --cache-control none -s 170 -c 170 ./bin/strata bench -m $l1b --device cuda --pp 0 \
+        --tg 2 --reps 1 >"$out/ncu.time.l1b.csv" 2>"$d/ncu.time.log"
+      echo "== ncu durations rc=$?" | tee -a "$log"
+    fi
+  fi
+  python3 "$src/scripts/device/summarize.py" "$jl" | tee "$out/summary.md"
+  ;;
+disk)
+  disk_runs smollm2 model.gguf 8192 1 cpu
+  l1b=models/llama-3.2-1b.q4_0.gguf
+  [ -f $l1b ] || ./bin/make_shaped_model --shape llama-3.2-1b --type q4_0 -o $l1b >/dev/null
+  run "calibrate.llama-3.2-1b" 60 ./bin/strata calibrate -m $l1b \
+    --text "$src/tuner/data/calibration.txt" --tokens 1024 --window 1024 --ratios 4,8,16,32 \
+    -t "$(nproc)"
+  disk_runs l1b $l1b 8192 1 cpu
+  disk_runs l1b $l1b 32768 1
+  disk_runs smollm2 model.gguf 8192 8
+  disk_runs l1b $l1b 8192 8
+  python3 "$src/scripts/device/summarize.py" "$jl" | tee "$out/summary.md"
+  ;;
+memcheck)
+  # gpu_checks.sh memcheck [MODEL]: MODEL (with its adapters beside it) instead of the shape.
+  m=${2:-models/smollm2-135m.q4_1.gguf}
+  if [ -z "${2:-}" ]; then
+    ./bin/make_shaped_model --shape smollm2-135m --type q4_1 -o $m >/dev/null
+    run "calibrate.smollm2" 60 ./bin/strata calibrate -m $m \
+      --text "$src/tuner/data/calibration.txt" --tokens 1024 --window 1024 --ratios 4,8,16,32 \
+      -t "$(nproc)"
+  fi
+  run "gpu-disk.smollm2-shape.d8192.b1" 60 ./bin/strata bench -m $m --device cuda "${disk[@]}" \
+    -d 8192 --pp 0 --tg 64 --reps 1 --json
+  run "gpu-disk-nopdl.smollm2-shape.d8192.b1" 60 env STRATA_CUDA_PDL=0 \
+    STRATA_CUDA_GEMV_RESIDENT=0 ./bin/strata bench -m $m --device cuda "${disk[@]}" -d 8192 \
+    --pp 0 --tg 64 --reps 1 --json
+  san=$(ls /usr/local/cuda*/bin/compute-sanitizer /usr/local/cuda*/compute-sanitizer/compute-sanitizer \
+    2>/dev/null | head -1)
+  if [ -n "$san" ]; then
+    run "memcheck.smollm2-shape.d8192" 150 "$san" --tool memcheck --print-limit 20 ./bin/strata \
+      bench -m $m --device cuda "${disk[@]}" -d 8192 --pp 0 --tg 64 --reps 1
+    tail -60 "$d/out.memcheck.smollm2-shape.d8192" >"$out/memcheck.txt"
+  else
+    echo "no compute-sanitizer on this machine" | tee -a "$log"
   fi
   python3 "$src/scripts/device/summarize.py" "$jl" | tee "$out/summary.md"
   ;;

@@ -1,27 +1,31 @@
 #!/usr/bin/env bash
 # Packs what scripts/device/gpu_checks.sh needs on a separate GPU machine that receives the
 # working tree plus at most 64 MiB of other, git-ignored files per command and keeps them only
-# briefly between commands. Three parts, each sent along with one command run there in quick
+# briefly between commands. Four parts, each sent along with one command run there in quick
 # succession; the parts land in /root/dev there:
 #
-#   scripts/device/pack.sh          # here, after a Release build in build/ and
-#                                   # PEER_BENCH=path/to/llama-bench (CUDA build)
-#   with .dev/a and .dev/unpack.sh: bash .dev/unpack.sh a && scripts/device/gpu_checks.sh probe
-#   with .dev/b and .dev/unpack.sh: bash .dev/unpack.sh b && scripts/device/gpu_checks.sh tests
-#   with .dev/c and .dev/unpack.sh: bash .dev/unpack.sh c && scripts/device/gpu_checks.sh bench
+#   scripts/device/pack.sh          # here, after a Release build in build/ and, for the
+#                                   # comparison, PEER_BENCH=path/to/llama-bench (CUDA build)
+#   .dev/bin: the binaries and the shared libraries the GPU machine's image lacks (this
+#             machine's ICU, liburing, yaml-cpp, LAPACK), with the default model's adapters
+#   .dev/a, .dev/b: the default model in two pieces (98 MB)
+#   .dev/c: the peer's llama-bench (without PEER_BENCH, no part c)
 #
-# The default model is 98 MB, so it travels in two pieces (a and b); b also holds the
-# binaries and the shared libraries the GPU machine's image lacks (this machine's ICU,
-# liburing, yaml-cpp, LAPACK); c holds the peer's llama-bench. .dev/ is in .git/info/exclude.
+#   with .dev/bin and .dev/unpack.sh: bash .dev/unpack.sh bin && scripts/device/gpu_checks.sh profile
+#   with .dev/a: bash .dev/unpack.sh a
+#   with .dev/b, .dev/bin: bash .dev/unpack.sh b bin && scripts/device/gpu_checks.sh tests
+#   with .dev/c: bash .dev/unpack.sh c && scripts/device/gpu_checks.sh bench
+#
+# .dev/ is in .git/info/exclude.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 model=${STRATA_TEST_MODEL:-${STRATA_HOME:-$HOME/.cache/strata}/SmolLM2-135M-Instruct.Q4_1.gguf}
 adapters=${model%.gguf}.adapters
 build=${BUILD:-$root/build}
-peer=${PEER_BENCH:?set PEER_BENCH to a CUDA build of llama-bench}
+peer=${PEER_BENCH:-}
 cd "$root"
 grep -qx '/.dev/' .git/info/exclude 2>/dev/null || echo '/.dev/' >>.git/info/exclude
-rm -rf .dev && mkdir -p .dev/a .dev/b .dev/c
+rm -rf .dev && mkdir -p .dev/a .dev/b .dev/bin
 [ -f "$adapters" ] || { echo "pack.sh: $adapters is missing (scripts/setup.sh makes it)" >&2; exit 1; }
 size=$(stat -c %s "$model")
 half=58000000
@@ -43,18 +47,20 @@ for l in $(ldd "$stage/bin/"* | awk '/=>/ {print $3}' | sort -u); do
   esac
 done
 cp "$adapters" "$stage/model.adapters"
-tar -C "$stage" -cJf .dev/b/strata.tar.xz bin lib model.adapters
+tar -C "$stage" -cJf .dev/bin/strata.tar.xz bin lib model.adapters
 rm -rf "$stage"
-strip -o .dev/c/llama-bench "$peer"
-xz -T0 -6 -f .dev/c/llama-bench
+if [ -n "$peer" ]; then
+  mkdir -p .dev/c
+  strip -o .dev/c/llama-bench "$peer"
+  xz -T0 -6 -f .dev/c/llama-bench
+fi
 cat >.dev/unpack.sh <<UNPACK
 #!/usr/bin/env bash
-# Runs on the device machine: gathers carried part \$1 in /root/dev.
+# Runs on the device machine: gathers the carried parts named in /root/dev.
 set -euo pipefail
 d=/root/dev
 mkdir -p \$d
-part=.dev/\$1
-cp -r \$part/. \$d/
+for part in "\$@"; do cp -r .dev/\$part/. \$d/; done
 cd \$d
 if [ -f strata.tar.xz ]; then tar -xJf strata.tar.xz && rm strata.tar.xz; fi
 if [ -f llama-bench.xz ]; then xz -d -f llama-bench.xz && chmod +x llama-bench; fi
@@ -64,4 +70,4 @@ if [ -f model.0 ] && [ -f model.1 ]; then
 fi
 ls -la \$d
 UNPACK
-du -sh .dev/a .dev/b .dev/c
+du -sh .dev/*/

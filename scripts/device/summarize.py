@@ -45,10 +45,13 @@ def main():
     models = [n[len("strata."):] for n in by if n.startswith("strata.")]
     if models:
         print("| model | llama.cpp pp512 | strata pp512 | ratio | llama.cpp tg128 | strata tg128 "
-              "| ratio | GPU MiB llama.cpp | GPU MiB strata | ratio |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "| ratio | GPU MiB llama.cpp | GPU MiB strata | ratio | strata pp512, tg128 without "
+              "launch overlap |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for m in models:
             s = strata(by["strata." + m])
+            n = by.get("strata-nopdl." + m)
+            n = n and strata(n)
             l = by.get("llama." + m)
             lpp, ltg = llama(l) if l else (None, None)
             spp = s and s.get("pp_tokens_per_second")
@@ -57,14 +60,27 @@ def main():
             sm = by["strata." + m]["gpu_peak_mib"] - by["strata." + m]["gpu_idle_mib"]
             f = lambda a, b: f"{a / b:.2f}" if a and b else "-"
             g = lambda v: f"{v:.1f}" if v else "-"
+            npp = n and n.get("pp_tokens_per_second")
+            ntg = n and n.get("tg_tokens_per_second")
             print(f"| {m} | {g(lpp)} | {g(spp)} | {f(spp, lpp)} | {g(ltg)} | {g(stg)} | "
-                  f"{f(stg, ltg)} | {lm or '-'} | {sm} | {f(sm, lm)} |")
+                  f"{f(stg, ltg)} | {lm or '-'} | {sm} | {f(sm, lm)} | {g(npp)}, {g(ntg)} |")
+        print()
+    # The same bench with one launch feature off (names strata-VARIANT.MODEL).
+    variants = [n for n in by if n.startswith("strata-") and "." in n]
+    if variants:
+        print("| run | pp512 | tg128 |\n|---|---|---|")
+        for n in variants:
+            j = strata(by[n])
+            g = lambda v: f"{v:.1f}" if v else "-"
+            print(f"| {n} | {g(j and j.get('pp_tokens_per_second'))} | "
+                  f"{g(j and j.get('tg_tokens_per_second'))} |")
         print()
     disk = [n for n in by if n.startswith("gpu-disk.")]
     if disk:
         print("| run | GPU full KV tg | GPU disk tg | disk/full | CPU disk tg | GPU disk/CPU disk "
-              "| GPU disk: GB read, I/O wait s |")
-        print("|---|---|---|---|---|---|---|")
+              "| GPU disk: GB read, I/O wait s | GPU disk, ms a step: prediction, I/O wait, rest "
+              "of the policy, GPU and waits |")
+        print("|---|---|---|---|---|---|---|---|")
         for n in disk:
             key = n[len("gpu-disk."):]
             gd = strata(by[n])
@@ -77,11 +93,20 @@ def main():
             g = lambda v: f"{v:.1f}" if v else "-"
             io = (f"{gd.get('kv_bytes_read', 0) / 1e9:.2f}, {gd.get('kv_io_wait_seconds', 0):.2f}"
                   if gd else "-")
+            parts = "-"
+            if gd and gd.get("tg_seconds_by_part"):
+                p = gd["tg_seconds_by_part"]
+                # Decode steps (a step serves every sequence of the batch).
+                steps = (gd.get("tg", 0) * gd.get("reps", 1)) or 1
+                ms = lambda v: f"{1000 * v / steps:.2f}"
+                rest = p["kv"] - p.get("kv_predict", 0) - p.get("kv_io_wait", 0)
+                parts = (f"{ms(p.get('kv_predict', 0))}, {ms(p.get('kv_io_wait', 0))}, {ms(rest)}, "
+                         f"{ms(p['other'])}")
             print(f"| {key} | {g(t(gm))} | {g(t(gd))} | {f(t(gd), t(gm))} | {g(t(cd))} | "
-                  f"{f(t(gd), t(cd))} | {io} |")
+                  f"{f(t(gd), t(cd))} | {io} | {parts} |")
         print()
     for n, r in by.items():
-        if n.startswith("run.") or n.startswith("calibrate."):
+        if n.startswith(("run.", "calibrate.", "disk-read")):
             print(f"{n} (exit {r['rc']}, {r['seconds']:.1f} s):\n{r['output'][-1500:]}\n")
 
 
