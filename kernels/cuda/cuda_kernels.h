@@ -36,8 +36,6 @@ struct ActOut {
 // it finishes, how many GEMV blocks the GPU holds at once), so that no such query runs inside
 // a graph capture. Call with the device current, before the first capture.
 void PrepareLaunches();
-// The quantized matmuls' share of PrepareLaunches (cuda_quant.cu).
-void PrepareQuantLaunches();
 
 // y[t * rows + r] = dot(W[r], x[t]) for t < n_tok, r < rows. W: F16 [rows][k] row-major;
 // x: F32 [n_tok][k]; k % 8 == 0.

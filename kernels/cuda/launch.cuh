@@ -56,6 +56,10 @@ __device__ __forceinline__ void PrefetchL2(const void* p, long long bytes, int l
 // (cuda_kernels.h) before any graph capture; the process drives one GPU model at a time.
 bool LaunchesOverlap();
 
+// The quantized matmuls' share of PrepareLaunches (cuda_quant.cu): how many blocks of each
+// GEMV kernel the GPU holds at once.
+void PrepareQuantLaunches();
+
 template <auto Kernel, class... Args>
 void Launch(dim3 grid, dim3 block, size_t shared, cudaStream_t stream, Args&&... args) {
   const bool overlap = LaunchesOverlap();
