@@ -85,6 +85,13 @@ disk_runs() {
   fi
 }
 
+# calibrate NAME MODEL: the disk policy's adapters for MODEL from a short calibration (shaped
+# models have random weights: only the speed of what follows means anything).
+calibrate() {
+  run "calibrate.$1" 60 ./bin/strata calibrate -m "$2" --text "$src/tuner/data/calibration.txt" \
+    --tokens 1024 --window 1024 --ratios 4,8,16,32 -t "$(nproc)"
+}
+
 # profile NAME CMD...: GPU time per kernel of CMD into $out/prof.NAME.csv, by Nsight Systems
 # where the image has it, else by Nsight Compute (one metric, the kernel's duration).
 nsys=$(ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
@@ -179,9 +186,7 @@ bench)
   #    random, so only the speed means anything).
   l1b=models/llama-3.2-1b.q4_0.gguf
   if [ -f $l1b ]; then
-    run "calibrate.llama-3.2-1b" 60 ./bin/strata calibrate -m $l1b \
-      --text "$src/tuner/data/calibration.txt" --tokens 1024 --window 1024 --ratios 4,8,16,32 \
-      -t "$(nproc)"
+    calibrate llama-3.2-1b $l1b
     disk_runs l1b $l1b 8192 1 cpu
     disk_runs l1b $l1b 8192 8
     disk_runs l1b $l1b 32768 1
@@ -205,9 +210,7 @@ profile)
   # policy's host time.
   run "strata.llama-3.2-1b.q4_0" 90 ./bin/strata bench -m $l1b --device cuda --pp 512 --tg 128 \
     --reps 3 --json
-  run "calibrate.llama-3.2-1b" 60 ./bin/strata calibrate -m $l1b \
-    --text "$src/tuner/data/calibration.txt" --tokens 1024 --window 1024 --ratios 4,8,16,32 \
-    -t "$(nproc)"
+  calibrate llama-3.2-1b $l1b
   disk_runs l1b $l1b 8192 1
   wait
   run "strata.llama-3.1-8b.q4_0" 90 ./bin/strata bench -m $l8b --device cuda --pp 512 --tg 128 \
@@ -249,9 +252,7 @@ disk)
   disk_runs smollm2 model.gguf 8192 1 cpu
   l1b=models/llama-3.2-1b.q4_0.gguf
   [ -f $l1b ] || ./bin/make_shaped_model --shape llama-3.2-1b --type q4_0 -o $l1b >/dev/null
-  run "calibrate.llama-3.2-1b" 60 ./bin/strata calibrate -m $l1b \
-    --text "$src/tuner/data/calibration.txt" --tokens 1024 --window 1024 --ratios 4,8,16,32 \
-    -t "$(nproc)"
+  calibrate llama-3.2-1b $l1b
   disk_runs l1b $l1b 8192 1 cpu
   disk_runs l1b $l1b 32768 1
   disk_runs smollm2 model.gguf 8192 8
@@ -263,9 +264,7 @@ memcheck)
   m=${2:-models/smollm2-135m.q4_1.gguf}
   if [ -z "${2:-}" ]; then
     ./bin/make_shaped_model --shape smollm2-135m --type q4_1 -o $m >/dev/null
-    run "calibrate.smollm2" 60 ./bin/strata calibrate -m $m \
-      --text "$src/tuner/data/calibration.txt" --tokens 1024 --window 1024 --ratios 4,8,16,32 \
-      -t "$(nproc)"
+    calibrate smollm2 $m
   fi
   run "gpu-disk.smollm2-shape.d8192.b1" 60 ./bin/strata bench -m $m --device cuda "${disk[@]}" \
     -d 8192 --pp 0 --tg 64 --reps 1 --json
@@ -306,9 +305,7 @@ quick | speed)
   fi
   run "gpu-memory.smollm2.d8192.b1" 60 ./bin/strata bench -m models/smollm2-135m.q4_1.gguf \
     --device cuda -d 8192 --pp 0 --tg 64 --reps 1 --json
-  run "calibrate.llama-3.2-1b" 60 ./bin/strata calibrate -m $l1b \
-    --text "$src/tuner/data/calibration.txt" --tokens 1024 --window 1024 --ratios 4,8,16,32 \
-    -t "$(nproc)"
+  calibrate llama-3.2-1b $l1b
   disk_runs l1b $l1b 8192 1
   run "gpu-memory.l1b.d8192.b8" 60 ./bin/strata bench -m $l1b --device cuda -d 8192 \
     --pp 0 --tg 64 --reps 1 --seqs 8 --json
