@@ -173,6 +173,10 @@ struct QMatmulPart {
 };
 void QMatmulParts(DType type, const QMatmulPart* parts, int n_parts, int64_t k, const int8_t* xq,
                   const q::ActScale* xs, int64_t n_tok, void* stream);
+// Rows one warp of QMatmulParts sums at once: 1, 2 or 4 (0 restores the default). The outputs
+// are the same bits for each; STRATA_CUDA_GEMV_ROWS, when set, overrides it. Returns the
+// setting it replaced (0: the default). For measuring and testing the launch shapes.
+int SetGemvRowsPerWarp(int rows);
 // out[(r - r0) * k + c] = W[r][c] as F16 for rows [r0, r1).
 void DequantizeF16(DType type, const uint8_t* w, int64_t r0, int64_t r1, int64_t k, uint16_t* out,
                    void* stream);

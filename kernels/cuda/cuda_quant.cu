@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -23,72 +24,163 @@ __device__ float WarpSum(float v) {
   return v;
 }
 
-// One warp (a block) per weight row at a time. Lane i takes units i, i + 32, ... of the row
-// (whole GGUF blocks, or fixed parts of a super-block), for up to NT tokens at once so each
-// weight is read once per NT tokens; then the warp reduces. A token's sum runs over the same
-// units on the same lanes in the same order whatever NT and n_tok are, so its result is
-// independent of the batch. (Splitting a long row over 2-4 warps of a block, with a
-// shared-memory reduction, measured slower on an H200; of 1, 2, 4 and 8 rows a block and loops
-// unrolled 2 or 4 times, one row a block unrolled 4 times decoded fastest on an H100, by 3% at
-// most: see docs/experiments/gpu.md.)
+// One warp (a block) per R weight rows at a time. Lane i takes units i, i + 32, ... of the
+// rows (whole GGUF blocks, or fixed parts of a super-block), for up to NT tokens at once so
+// each weight is read once per NT tokens; then the warp reduces. A token's sum over a row runs
+// over the same units on the same lanes in the same order whatever R, NT and n_tok are, so
+// its result is independent of the batch and of R. (Splitting a long row over 2-4 warps of a
+// block, with a shared-memory reduction, measured slower on an H200; see
+// docs/experiments/gpu.md for the launch shapes tried.)
 //
-// The grid is what the GPU holds at once (ResidentBlocks), and each warp walks the rows n_warps
-// apart: while it sums one row, the next one's lines are already on their way into L2, so a
-// warp has two rows' weights in flight instead of one and the latency of DRAM is paid once a
-// row pair, not once a row. The rows of all parts form one range, part after part.
+// R rows a warp: the R rows' dot products with a unit take the same activations, which the
+// warp loads once for all of them (SumUnit), and the R rows' weights are independent loads in
+// flight together. A row's activations (k int8 and k / 32 scales) are more bytes
+// than its Q4 weights, so with one row a warp the GEMV moved more activation bytes through
+// L1 and L2 than weight bytes from DRAM.
+//
+// The grid is what the GPU holds at once (ResidentBlocks), and each warp walks the row groups
+// n_warps apart: while it sums one group, the next one's lines are already on their way into
+// L2, so the latency of DRAM is paid once a pair of groups, not once a row. The rows of all
+// parts form one range, part after part; a group may straddle two parts.
 struct QPartsArg {
   QMatmulPart part[3];
   int64_t first_row[4];
   int n;
 };
 
-template <class B, int NT>
-__global__ void __launch_bounds__(32) QMatmulKernel(const QPartsArg a, int64_t k, const int8_t* xq,
-                                                    const q::ActScale* xs, int64_t n_tok) {
+// acc[j][t] += unit u of row j dotted with token t, for R rows and nt <= NT tokens: each
+// row's weights loaded once, each token's activations once for all R rows.
+template <class B, int NT, int R>
+__device__ __forceinline__ void SumUnit(const uint8_t* const* row, int64_t u, const int8_t* xq,
+                                        const q::ActScale* xs, int64_t k, int nt,
+                                        float (*acc)[NT]) {
+  typename B::W w[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) w[j] = B::Load(row[j], u);
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    if (t >= nt) break;
+    int x[B::kUnit / 4];
+    q::ActScale a[B::kUnit / 32];
+    q::LoadUnitActs<B::kUnit>(xq + t * k, xs + t * (k / 32), u, x, a);
+#pragma unroll
+    for (int j = 0; j < R; ++j) B::Acc(w[j], x, a, &acc[j][t]);
+  }
+}
+
+template <class B, int NT, int R>
+__global__ void __launch_bounds__(32)
+    QMatmulKernel(const QPartsArg a, int64_t k, const int8_t* xq, const q::ActScale* xs,
+                  int64_t n_tok, int64_t prefetch_bytes) {
   const int lane = threadIdx.x & 31;
   const int64_t n_warps = gridDim.x, total = a.first_row[a.n];
+  const int64_t n_groups = (total + R - 1) / R;
   const int64_t row_bytes = k / B::kBlockElems * B::kBlockBytes;
-  auto row_of = [&](int64_t g, int* p) {
+  // Row g of the joined range: its weights, its part and its index in the part.
+  auto row_of = [&](int64_t g, int* p, int64_t* r) {
     int i = 0;
     while (i + 1 < a.n && g >= a.first_row[i + 1]) ++i;
     *p = i;
-    return a.part[i].w + (g - a.first_row[i]) * row_bytes;
+    *r = g - a.first_row[i];
+    return a.part[i].w + *r * row_bytes;
   };
-  int p = 0;
-  // The weights are the one input no kernel writes: the first row is on its way into L2
+  auto prefetch_group = [&](int64_t grp) {
+    int p;
+    int64_t r;
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+      if (grp * R + j < total) PrefetchL2(row_of(grp * R + j, &p, &r), prefetch_bytes, lane);
+  };
+  // The weights are the one input no kernel writes: the first rows are on their way into L2
   // while the kernel before (a norm, a quantization) finishes.
-  if (int64_t(blockIdx.x) < total) PrefetchL2(row_of(blockIdx.x, &p), row_bytes, lane);
+  if (int64_t(blockIdx.x) < n_groups) prefetch_group(blockIdx.x);
   WaitForPrevious();
   LetNextStart();
   const int64_t units = k / B::kUnit;
-  for (int64_t g = blockIdx.x; g < total; g += n_warps) {
-    int next_p = 0;
-    if (g + n_warps < total) PrefetchL2(row_of(g + n_warps, &next_p), row_bytes, lane);
-    const uint8_t* row = row_of(g, &p);
-    const QMatmulPart& part = a.part[p];
-    const int64_t r = g - a.first_row[p];
+  // Units in flight per lane: four with one row (measured best), fewer with more rows.
+  constexpr int kUnroll = R >= 4 ? 1 : 4 / R;
+  for (int64_t grp = blockIdx.x; grp < n_groups; grp += n_warps) {
+    if (grp + n_warps < n_groups) prefetch_group(grp + n_warps);
+    const uint8_t* row[R];
+    int part[R];
+    int64_t index[R];
+    // Rows past the end repeat the last row; their sums are not stored.
+    const int valid = total - grp * R < R ? int(total - grp * R) : R;
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+      row[j] = row_of(grp * R + (j < valid ? j : valid - 1), &part[j], &index[j]);
     for (int64_t t0 = 0; t0 < n_tok; t0 += NT) {
       const int nt = n_tok - t0 < NT ? int(n_tok - t0) : NT;
-      float acc[NT];
+      float acc[R][NT];
 #pragma unroll
-      for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-#pragma unroll 4
-      for (int64_t u = lane; u < units; u += 32)
-        B::template Dot<NT>(row, u, xq + t0 * k, xs + t0 * (k / 32), k, nt, acc);
+      for (int j = 0; j < R; ++j)
 #pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        if (t < nt) {
-          const float s = WarpSum(acc[t]);
-          if (lane == 0) part.y[(t0 + t) * part.rows + r] = s;
-        }
+        for (int t = 0; t < NT; ++t) acc[j][t] = 0.f;
+      const int8_t* x = xq + t0 * k;
+      const q::ActScale* s = xs + t0 * (k / 32);
+      // Whole chunks (every decode step of one sequence) take the branch with nt constant, so
+      // its token loop unrolls without exits.
+      if (nt == NT) {
+#pragma unroll kUnroll
+        for (int64_t u = lane; u < units; u += 32) SumUnit<B, NT, R>(row, u, x, s, k, NT, acc);
+      } else {
+        for (int64_t u = lane; u < units; u += 32) SumUnit<B, NT, R>(row, u, x, s, k, nt, acc);
       }
+#pragma unroll
+      for (int j = 0; j < R; ++j)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          if (t < nt) {
+            const float v = WarpSum(acc[j][t]);
+            if (lane == 0 && j < valid)
+              a.part[part[j]].y[(t0 + t) * a.part[part[j]].rows + index[j]] = v;
+          }
+        }
     }
   }
 }
 
+// Rows a warp sums at once (R of QMatmulKernel): STRATA_CUDA_GEMV_ROWS (1, 2 or 4) when set,
+// else SetGemvRowsPerWarp's, else two rows for one or two tokens and four for more (the
+// fastest of 1, 2 and 4 on an H200 at each: docs/experiments/gpu.md).
+std::atomic<int> g_rows_per_warp{0};
+int RowsPerWarp(int64_t n_tok) {
+  static const int env = [] {
+    const char* v = std::getenv("STRATA_CUDA_GEMV_ROWS");
+    if (v == nullptr) return 0;
+    const int r = std::atoi(v);
+    return r == 1 || r == 2 || r == 4 ? r : 0;
+  }();
+  if (env != 0) return env;
+  const int set = g_rows_per_warp.load(std::memory_order_relaxed);
+  return set != 0 ? set : n_tok <= 2 ? 2 : 4;
+}
+
+// Bytes of each row of its next group a warp prefetches into L2 (see QMatmulKernel), for
+// `warps` warps of R rows of row_bytes: STRATA_CUDA_GEMV_PREFETCH = a byte count, "all" or
+// "l2" (half the L2 cache shared by the warps' next groups) when set; else all.
+int64_t PrefetchBytes(int64_t row_bytes, int64_t warps, int r) {
+  static const int64_t env = [] {
+    const char* v = std::getenv("STRATA_CUDA_GEMV_PREFETCH");
+    if (v == nullptr || std::strcmp(v, "all") == 0) return int64_t(-1);
+    if (std::strcmp(v, "l2") == 0) return int64_t(-2);
+    return int64_t(std::atoll(v));
+  }();
+  static const int64_t l2 = [] {
+    int device = 0, bytes = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device) != cudaSuccess)
+      return int64_t(0);
+    return int64_t(bytes);
+  }();
+  if (env == -1) return row_bytes;
+  if (env == -2) return std::min(row_bytes, l2 / 2 / std::max<int64_t>(1, warps * r) / 128 * 128);
+  return std::min(row_bytes, env);
+}
+
 // Blocks of `Kernel` (32 threads, no shared memory) the GPU holds at once; asked once per
 // kernel, by PrepareQuantLaunches outside any graph capture. STRATA_CUDA_GEMV_RESIDENT=0
-// gives 0: one block per row, as the GPU schedules them (for measuring the difference).
+// gives 0: one block per row group, as the GPU schedules them (for measuring the difference).
 template <auto Kernel>
 int64_t ResidentBlocks() {
   static const int64_t n = [] {
@@ -104,12 +196,27 @@ int64_t ResidentBlocks() {
   return n;
 }
 
-template <auto Kernel>
-void LaunchRows(QPartsArg a, int64_t k, const int8_t* xq, const q::ActScale* xs, int64_t n_tok,
-                cudaStream_t s) {
-  const int64_t total = a.first_row[a.n], resident = ResidentBlocks<Kernel>();
-  const int64_t blocks = resident > 0 ? std::min(total, resident) : total;
-  Launch<Kernel>(dim3(unsigned(blocks)), dim3(32), 0, s, a, k, xq, xs, n_tok);
+template <auto Kernel, int R>
+void LaunchRows(QPartsArg a, int64_t k, int64_t row_bytes, const int8_t* xq, const q::ActScale* xs,
+                int64_t n_tok, cudaStream_t s) {
+  const int64_t groups = (a.first_row[a.n] + R - 1) / R, resident = ResidentBlocks<Kernel>();
+  const int64_t blocks = resident > 0 ? std::min(groups, resident) : groups;
+  Launch<Kernel>(dim3(unsigned(blocks)), dim3(32), 0, s, a, k, xq, xs, n_tok,
+                 PrefetchBytes(row_bytes, blocks, R));
+}
+
+template <class B, int R>
+void LaunchQMatmulR(QPartsArg a, int64_t k, const int8_t* xq, const q::ActScale* xs, int64_t n_tok,
+                    cudaStream_t s) {
+  const int64_t rb = k / B::kBlockElems * B::kBlockBytes;
+  if (n_tok == 1)
+    LaunchRows<QMatmulKernel<B, 1, R>, R>(a, k, rb, xq, xs, n_tok, s);
+  else if (n_tok == 2)
+    LaunchRows<QMatmulKernel<B, 2, R>, R>(a, k, rb, xq, xs, n_tok, s);
+  else if (n_tok <= 4)
+    LaunchRows<QMatmulKernel<B, 4, R>, R>(a, k, rb, xq, xs, n_tok, s);
+  else
+    LaunchRows<QMatmulKernel<B, 8, R>, R>(a, k, rb, xq, xs, n_tok, s);
 }
 
 template <class B>
@@ -122,14 +229,14 @@ void LaunchQMatmul(QPartsArg a, int n_parts, int64_t k, const int8_t* xq, const 
   }
   a.first_row[n_parts] = rows;
   if (rows == 0) return;
-  if (n_tok == 1)
-    LaunchRows<QMatmulKernel<B, 1>>(a, k, xq, xs, n_tok, s);
-  else if (n_tok == 2)
-    LaunchRows<QMatmulKernel<B, 2>>(a, k, xq, xs, n_tok, s);
-  else if (n_tok <= 4)
-    LaunchRows<QMatmulKernel<B, 4>>(a, k, xq, xs, n_tok, s);
-  else
-    LaunchRows<QMatmulKernel<B, 8>>(a, k, xq, xs, n_tok, s);
+  switch (RowsPerWarp(n_tok)) {
+    case 1:
+      return LaunchQMatmulR<B, 1>(a, k, xq, xs, n_tok, s);
+    case 2:
+      return LaunchQMatmulR<B, 2>(a, k, xq, xs, n_tok, s);
+    default:
+      return LaunchQMatmulR<B, 4>(a, k, xq, xs, n_tok, s);
+  }
 }
 
 // One thread per unit of rows [r0, r1). The units of a block are consecutive in the output
@@ -211,17 +318,24 @@ __global__ void AttendTailKernel(float* o, const float* ratio, const float* mean
   }
 }
 
+template <class B, int R>
+void PrepareRows() {
+  (void)ResidentBlocks<QMatmulKernel<B, 1, R>>();
+  (void)ResidentBlocks<QMatmulKernel<B, 2, R>>();
+  (void)ResidentBlocks<QMatmulKernel<B, 4, R>>();
+  (void)ResidentBlocks<QMatmulKernel<B, 8, R>>();
+}
 template <class B>
 void PrepareType() {
-  (void)ResidentBlocks<QMatmulKernel<B, 1>>();
-  (void)ResidentBlocks<QMatmulKernel<B, 2>>();
-  (void)ResidentBlocks<QMatmulKernel<B, 4>>();
-  (void)ResidentBlocks<QMatmulKernel<B, 8>>();
+  PrepareRows<B, 1>();
+  PrepareRows<B, 2>();
+  PrepareRows<B, 4>();
 }
 
 }  // namespace
 
 void PrepareQuantLaunches() {
+  (void)PrefetchBytes(0, 1, 1);  // asks the GPU its L2 size now, outside any capture
   PrepareType<q::Q4_0>();
   PrepareType<q::Q4_1>();
   PrepareType<q::Q8_0>();
@@ -253,6 +367,11 @@ bool QuantizedWeightType(DType t) {
     default:
       return false;
   }
+}
+
+int SetGemvRowsPerWarp(int rows) {
+  return g_rows_per_warp.exchange(rows == 1 || rows == 2 || rows == 4 ? rows : 0,
+                                  std::memory_order_relaxed);
 }
 
 void QMatmulParts(DType type, const QMatmulPart* parts, int n_parts, int64_t k, const int8_t* xq,

@@ -142,34 +142,66 @@ STRATA_HD void Q4KScaleMin(const uint8_t* s, int j, int* sc, int* m) {
 }
 
 // Each type: kBlockElems / kBlockBytes (the GGUF block), kUnit (weights one lane takes at a
-// time: one block, or a part of a super-block), Dot (the unit's partial dot product with nt
-// <= NT activation rows, added to acc[t]) and Dequant (the unit's weights as floats).
-// xq / xs point at the first of the rows, k values (and k / 32 scales) apart.
+// time: one block, or a part of a super-block; unit u's activations are values [u * kUnit,
+// (u + 1) * kUnit) and their kUnit / 32 scales), W (a unit's weights as the dot products
+// take them), Load (a unit's W from its row), Acc (W's dot product with one token's unit of
+// activations, added to acc) and Dequant (the unit's weights as floats). UnitDot adds Dot,
+// the unit's partial dot products with nt <= NT activation rows.
+//
+// The GEMV loads a unit's activations once for all the rows it sums at once, so Acc takes
+// them loaded: kUnit / 4 words of four int8 values, and the scales.
 
-struct Q4_0 {
-  static constexpr int kBlockElems = 32, kBlockBytes = 18, kUnit = 32;
+// Loads one token's activations of unit u: x gets kUnit / 4 words, a the kUnit / 32 scales.
+template <int kUnit>
+STRATA_HD void LoadUnitActs(const int8_t* xq, const ActScale* xs, int64_t u, int* x, ActScale* a) {
+  STRATA_UNROLL
+  for (int i = 0; i < kUnit / 32; ++i) {
+    LoadAct8(xq + u * kUnit + 32 * i, x + 8 * i);
+    a[i] = xs[u * (kUnit / 32) + i];
+  }
+}
+
+template <class B>
+struct UnitDot {
+  // acc[t] += the unit's dot product with token t (t < nt; acc[t] for t >= nt untouched). xq /
+  // xs point at the first of the rows, k values (and k / 32 scales) apart.
   template <int NT>
   STRATA_HD static void Dot(const uint8_t* row, int64_t u, const int8_t* xq, const ActScale* xs,
                             int64_t k, int nt, float* acc) {
-    const uint8_t* b = row + u * kBlockBytes;
-    const float d = Half(Load16(b));
-    int lo[4], hi[4];
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t w = Load16x2(b + 2 + 4 * i);
-      lo[i] = int(w & 0x0F0F0F0Fu);
-      hi[i] = int((w >> 4) & 0x0F0F0F0Fu);
-    }
+    const typename B::W w = B::Load(row, u);
     STRATA_UNROLL
     for (int t = 0; t < NT; ++t) {
       if (t >= nt) break;
-      int x[8];
-      LoadAct8(xq + t * k + u * 32, x);
-      int s = 0;
-      for (int i = 0; i < 4; ++i) s = Dp4a(hi[i], x[4 + i], Dp4a(lo[i], x[i], s));
-      const ActScale a = xs[t * (k / 32) + u];
-      // sum((q - 8) * x) = d_x * sum(q * xq) - 8 * s_x.
-      acc[t] = fmaf(d, fmaf(a.d, float(s), -8.0f * a.s), acc[t]);
+      int x[B::kUnit / 4];
+      ActScale a[B::kUnit / 32];
+      LoadUnitActs<B::kUnit>(xq + t * k, xs + t * (k / 32), u, x, a);
+      B::Acc(w, x, a, &acc[t]);
     }
+  }
+};
+
+struct Q4_0 : UnitDot<Q4_0> {
+  static constexpr int kBlockElems = 32, kBlockBytes = 18, kUnit = 32;
+  struct W {
+    float d;
+    int lo[4], hi[4];
+  };
+  STRATA_HD static W Load(const uint8_t* row, int64_t u) {
+    const uint8_t* b = row + u * kBlockBytes;
+    W w;
+    w.d = Half(Load16(b));
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t v = Load16x2(b + 2 + 4 * i);
+      w.lo[i] = int(v & 0x0F0F0F0Fu);
+      w.hi[i] = int((v >> 4) & 0x0F0F0F0Fu);
+    }
+    return w;
+  }
+  STRATA_HD static void Acc(const W& w, const int* x, const ActScale* a, float* acc) {
+    int s = 0;
+    for (int i = 0; i < 4; ++i) s = Dp4a(w.hi[i], x[4 + i], Dp4a(w.lo[i], x[i], s));
+    // sum((q - 8) * x) = d_x * sum(q * xq) - 8 * s_x.
+    *acc = fmaf(w.d, fmaf(a[0].d, float(s), -8.0f * a[0].s), *acc);
   }
   STRATA_HD static void Dequant(const uint8_t* row, int64_t u, float* out) {
     const uint8_t* b = row + u * kBlockBytes;
@@ -182,30 +214,29 @@ struct Q4_0 {
   }
 };
 
-struct Q4_1 {
+struct Q4_1 : UnitDot<Q4_1> {
   static constexpr int kBlockElems = 32, kBlockBytes = 20, kUnit = 32;
-  template <int NT>
-  STRATA_HD static void Dot(const uint8_t* row, int64_t u, const int8_t* xq, const ActScale* xs,
-                            int64_t k, int nt, float* acc) {
-    const uint8_t* b = row + u * kBlockBytes;
-    const float d = Half(Load16(b)), m = Half(Load16(b + 2));
+  struct W {
+    float d, m;
     int lo[4], hi[4];
+  };
+  STRATA_HD static W Load(const uint8_t* row, int64_t u) {
+    const uint8_t* b = row + u * kBlockBytes;
+    W w;
+    w.d = Half(Load16(b));
+    w.m = Half(Load16(b + 2));
     for (int i = 0; i < 4; ++i) {
-      const uint32_t w = Load32(b + 4 + 4 * i);
-      lo[i] = int(w & 0x0F0F0F0Fu);
-      hi[i] = int((w >> 4) & 0x0F0F0F0Fu);
+      const uint32_t v = Load32(b + 4 + 4 * i);
+      w.lo[i] = int(v & 0x0F0F0F0Fu);
+      w.hi[i] = int((v >> 4) & 0x0F0F0F0Fu);
     }
-    STRATA_UNROLL
-    for (int t = 0; t < NT; ++t) {
-      if (t >= nt) break;
-      int x[8];
-      LoadAct8(xq + t * k + u * 32, x);
-      int s = 0;
-      for (int i = 0; i < 4; ++i) s = Dp4a(hi[i], x[4 + i], Dp4a(lo[i], x[i], s));
-      const ActScale a = xs[t * (k / 32) + u];
-      // sum((d q + m) x) = d d_x sum(q xq) + m s_x.
-      acc[t] = fmaf(d * a.d, float(s), fmaf(m, a.s, acc[t]));
-    }
+    return w;
+  }
+  STRATA_HD static void Acc(const W& w, const int* x, const ActScale* a, float* acc) {
+    int s = 0;
+    for (int i = 0; i < 4; ++i) s = Dp4a(w.hi[i], x[4 + i], Dp4a(w.lo[i], x[i], s));
+    // sum((d q + m) x) = d d_x sum(q xq) + m s_x.
+    *acc = fmaf(w.d * a[0].d, float(s), fmaf(w.m, a[0].s, *acc));
   }
   STRATA_HD static void Dequant(const uint8_t* row, int64_t u, float* out) {
     const uint8_t* b = row + u * kBlockBytes;
@@ -218,25 +249,23 @@ struct Q4_1 {
   }
 };
 
-struct Q8_0 {
+struct Q8_0 : UnitDot<Q8_0> {
   static constexpr int kBlockElems = 32, kBlockBytes = 34, kUnit = 32;
-  template <int NT>
-  STRATA_HD static void Dot(const uint8_t* row, int64_t u, const int8_t* xq, const ActScale* xs,
-                            int64_t k, int nt, float* acc) {
+  struct W {
+    float d;
+    int q[8];
+  };
+  STRATA_HD static W Load(const uint8_t* row, int64_t u) {
     const uint8_t* b = row + u * kBlockBytes;
-    const float d = Half(Load16(b));
-    int w[8];
-    for (int i = 0; i < 8; ++i) w[i] = int(Load16x2(b + 2 + 4 * i));
-    STRATA_UNROLL
-    for (int t = 0; t < NT; ++t) {
-      if (t >= nt) break;
-      int x[8];
-      LoadAct8(xq + t * k + u * 32, x);
-      int s = 0;
-      for (int i = 0; i < 8; ++i) s = Dp4a(w[i], x[i], s);
-      const ActScale a = xs[t * (k / 32) + u];
-      acc[t] = fmaf(d * a.d, float(s), acc[t]);
-    }
+    W w;
+    w.d = Half(Load16(b));
+    for (int i = 0; i < 8; ++i) w.q[i] = int(Load16x2(b + 2 + 4 * i));
+    return w;
+  }
+  STRATA_HD static void Acc(const W& w, const int* x, const ActScale* a, float* acc) {
+    int s = 0;
+    for (int i = 0; i < 8; ++i) s = Dp4a(w.q[i], x[i], s);
+    *acc = fmaf(w.d * a[0].d, float(s), *acc);
   }
   STRATA_HD static void Dequant(const uint8_t* row, int64_t u, float* out) {
     const uint8_t* b = row + u * kBlockBytes;
@@ -248,41 +277,38 @@ struct Q8_0 {
 // Q4_K: super-blocks of 256 (d, dmin, 12 bytes of packed 6-bit scales and mins, 128 bytes of
 // nibbles). A unit is 64 weights: 32 bytes whose low nibbles are sub-block 2c and high
 // nibbles sub-block 2c + 1.
-struct Q4_K {
+struct Q4_K : UnitDot<Q4_K> {
   static constexpr int kBlockElems = 256, kBlockBytes = 144, kUnit = 64;
-  template <int NT>
-  STRATA_HD static void Dot(const uint8_t* row, int64_t u, const int8_t* xq, const ActScale* xs,
-                            int64_t k, int nt, float* acc) {
+  struct W {
+    float d, dmin;
+    int sc0, m0, sc1, m1;
+    int lo[8], hi[8];
+  };
+  STRATA_HD static W Load(const uint8_t* row, int64_t u) {
     const uint8_t* b = row + (u / 4) * kBlockBytes;
     const int c = int(u % 4);
-    const float d = Half(Load16(b)), dmin = Half(Load16(b + 2));
-    int sc0, m0, sc1, m1;
-    Q4KScaleMin(b + 4, 2 * c, &sc0, &m0);
-    Q4KScaleMin(b + 4, 2 * c + 1, &sc1, &m1);
-    int lo[8], hi[8];
+    W w;
+    w.d = Half(Load16(b));
+    w.dmin = Half(Load16(b + 2));
+    Q4KScaleMin(b + 4, 2 * c, &w.sc0, &w.m0);
+    Q4KScaleMin(b + 4, 2 * c + 1, &w.sc1, &w.m1);
     for (int i = 0; i < 8; ++i) {
-      const uint32_t w = Load32(b + 16 + 32 * c + 4 * i);
-      lo[i] = int(w & 0x0F0F0F0Fu);
-      hi[i] = int((w >> 4) & 0x0F0F0F0Fu);
+      const uint32_t v = Load32(b + 16 + 32 * c + 4 * i);
+      w.lo[i] = int(v & 0x0F0F0F0Fu);
+      w.hi[i] = int((v >> 4) & 0x0F0F0F0Fu);
     }
-    const int64_t xb = (u / 4) * 8 + 2 * c;  // the activation block of sub-block 2c
-    STRATA_UNROLL
-    for (int t = 0; t < NT; ++t) {
-      if (t >= nt) break;
-      int x0[8], x1[8];
-      LoadAct8(xq + t * k + xb * 32, x0);
-      LoadAct8(xq + t * k + xb * 32 + 32, x1);
-      int s0 = 0, s1 = 0;
-      for (int i = 0; i < 8; ++i) {
-        s0 = Dp4a(lo[i], x0[i], s0);
-        s1 = Dp4a(hi[i], x1[i], s1);
-      }
-      const ActScale a0 = xs[t * (k / 32) + xb], a1 = xs[t * (k / 32) + xb + 1];
-      // sum((d sc q - dmin m) x) over both sub-blocks.
-      const float dot = fmaf(float(sc0) * a0.d, float(s0), float(sc1) * a1.d * float(s1));
-      const float off = fmaf(float(m0), a0.s, float(m1) * a1.s);
-      acc[t] = fmaf(d, dot, fmaf(-dmin, off, acc[t]));
+    return w;
+  }
+  STRATA_HD static void Acc(const W& w, const int* x, const ActScale* a, float* acc) {
+    int s0 = 0, s1 = 0;
+    for (int i = 0; i < 8; ++i) {
+      s0 = Dp4a(w.lo[i], x[i], s0);
+      s1 = Dp4a(w.hi[i], x[8 + i], s1);
     }
+    // sum((d sc q - dmin m) x) over both sub-blocks.
+    const float dot = fmaf(float(w.sc0) * a[0].d, float(s0), float(w.sc1) * a[1].d * float(s1));
+    const float off = fmaf(float(w.m0), a[0].s, float(w.m1) * a[1].s);
+    *acc = fmaf(w.d, dot, fmaf(-w.dmin, off, *acc));
   }
   STRATA_HD static void Dequant(const uint8_t* row, int64_t u, float* out) {
     const uint8_t* b = row + (u / 4) * kBlockBytes;
@@ -303,46 +329,43 @@ struct Q4_K {
 // of 16 values each, d). A unit is one half (128 weights): value 32i + l of half n takes the
 // low (i < 2) or high nibble of ql[64n + 32(i & 1) + l], bits 2i of qh[32n + l], minus 32, and
 // scale 8n + 2i + l / 16.
-struct Q6_K {
+struct Q6_K : UnitDot<Q6_K> {
   static constexpr int kBlockElems = 256, kBlockBytes = 210, kUnit = 128;
-  template <int NT>
-  STRATA_HD static void Dot(const uint8_t* row, int64_t u, const int8_t* xq, const ActScale* xs,
-                            int64_t k, int nt, float* acc) {
+  struct W {
+    float d;
+    uint32_t lw[16], hw[8];
+    float scale[8];
+  };
+  STRATA_HD static W Load(const uint8_t* row, int64_t u) {
     const uint8_t* b = row + (u / 2) * kBlockBytes;
     const int n = int(u % 2);
     const uint8_t* ql = b + 64 * n;
     const uint8_t* qh = b + 128 + 32 * n;
     const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192 + 8 * n);
-    const float d = Half(Load16(b + 208));
-    uint32_t lw[16], hw[8];
-    for (int i = 0; i < 16; ++i) lw[i] = Load16x2(ql + 4 * i);
-    for (int i = 0; i < 8; ++i) hw[i] = Load16x2(qh + 4 * i);
-    float scale[8];
-    for (int i = 0; i < 8; ++i) scale[i] = float(sc[i]);
-    const int64_t xb = (u / 2) * 8 + 4 * n;
-    STRATA_UNROLL
-    for (int t = 0; t < NT; ++t) {
-      if (t >= nt) break;
-      float dot = 0.0f;
-      for (int i = 0; i < 4; ++i) {
-        int x[8];
-        LoadAct8(xq + t * k + (xb + i) * 32, x);
-        int sa = 0, sb = 0;
-        for (int w = 0; w < 8; ++w) {
-          const uint32_t l = lw[8 * (i & 1) + w];
-          const uint32_t nib = (i < 2 ? l : l >> 4) & 0x0F0F0F0Fu;
-          const uint32_t top = ((hw[w] >> (2 * i)) & 0x03030303u) << 4;
-          const int v = Vsub4(int(nib | top), 0x20202020);
-          if (w < 4)
-            sa = Dp4a(v, x[w], sa);
-          else
-            sb = Dp4a(v, x[w], sb);
-        }
-        const ActScale a = xs[t * (k / 32) + xb + i];
-        dot = fmaf(a.d, fmaf(scale[2 * i], float(sa), scale[2 * i + 1] * float(sb)), dot);
+    W w;
+    w.d = Half(Load16(b + 208));
+    for (int i = 0; i < 16; ++i) w.lw[i] = Load16x2(ql + 4 * i);
+    for (int i = 0; i < 8; ++i) w.hw[i] = Load16x2(qh + 4 * i);
+    for (int i = 0; i < 8; ++i) w.scale[i] = float(sc[i]);
+    return w;
+  }
+  STRATA_HD static void Acc(const W& w, const int* x, const ActScale* a, float* acc) {
+    float dot = 0.0f;
+    for (int i = 0; i < 4; ++i) {
+      int sa = 0, sb = 0;
+      for (int j = 0; j < 8; ++j) {
+        const uint32_t l = w.lw[8 * (i & 1) + j];
+        const uint32_t nib = (i < 2 ? l : l >> 4) & 0x0F0F0F0Fu;
+        const uint32_t top = ((w.hw[j] >> (2 * i)) & 0x03030303u) << 4;
+        const int v = Vsub4(int(nib | top), 0x20202020);
+        if (j < 4)
+          sa = Dp4a(v, x[8 * i + j], sa);
+        else
+          sb = Dp4a(v, x[8 * i + j], sb);
       }
-      acc[t] = fmaf(d, dot, acc[t]);
+      dot = fmaf(a[i].d, fmaf(w.scale[2 * i], float(sa), w.scale[2 * i + 1] * float(sb)), dot);
     }
+    *acc = fmaf(w.d, dot, *acc);
   }
   STRATA_HD static void Dequant(const uint8_t* row, int64_t u, float* out) {
     const uint8_t* b = row + (u / 2) * kBlockBytes;

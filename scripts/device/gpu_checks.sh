@@ -21,6 +21,9 @@
 #                          plain, without launch overlap, and under compute-sanitizer
 #   gpu_checks.sh disk     the disk policy alone, after `tests` left the default model: on it
 #                          at depth 8192 (batch 1 and 8), on the 1B shape at 8192 and 32768
+#   gpu_checks.sh rows     the GEMV's launch shapes (STRATA_CUDA_GEMV_ROWS, _PREFETCH) against
+#                          llama-bench on shaped models, one sequence and eight; the tests
+#                          that need no real model first
 #   gpu_checks.sh quick    one command without the default model (binaries and llama-bench
 #                          only): the tests that need no real model, the speed comparison on
 #                          shaped models (SmolLM2's shape included), full KV and the disk
@@ -280,6 +283,33 @@ memcheck)
   else
     echo "no compute-sanitizer on this machine" | tee -a "$log"
   fi
+  python3 "$src/scripts/device/summarize.py" "$jl" | tee "$out/summary.md"
+  ;;
+rows)
+  models="smollm2-135m.q4_1 llama-3.2-1b.q4_0 llama-3.2-1b.q4_k llama-3.1-8b.q4_0"
+  for m in $models; do
+    ./bin/make_shaped_model --shape ${m%.*} --type ${m##*.} -o models/$m.gguf >/dev/null &
+  done
+  {
+    timeout 150 ./bin/cuda_tests --gtest_filter=-CudaRealModelTest.* 2>&1 | tail -60
+    echo "cuda_tests exit ${PIPESTATUS[0]}"
+  } 2>&1 | tee "$out/cuda_tests.log"
+  wait
+  for m in $models; do
+    run "llama.$m" 90 ./llama-bench -m "models/$m.gguf" -p 512 -n 128 -r 3 -ngl 99 -o jsonl
+    run "strata.$m" 90 ./bin/strata bench -m "models/$m.gguf" --device cuda --pp 512 --tg 128 \
+      --reps 3 --json
+    for v in ROWS=1 ROWS=4 PREFETCH=0 PREFETCH=2048 PREFETCH=l2; do
+      run "strata-${v,,}.$m" 60 env STRATA_CUDA_GEMV_$v ./bin/strata bench \
+        -m "models/$m.gguf" --device cuda --pp 0 --tg 128 --reps 3 --json
+    done
+  done
+  for m in llama-3.2-1b.q4_0 llama-3.1-8b.q4_0; do
+    for v in ROWS=2 ROWS=4 PREFETCH=0 PREFETCH=l2; do
+      run "strata-${v,,}-b8.$m" 60 env STRATA_CUDA_GEMV_$v ./bin/strata bench \
+        -m "models/$m.gguf" --device cuda --pp 0 --tg 64 --seqs 8 --reps 2 --json
+    done
+  done
   python3 "$src/scripts/device/summarize.py" "$jl" | tee "$out/summary.md"
   ;;
 quick | speed)

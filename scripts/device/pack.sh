@@ -47,7 +47,7 @@ for l in $(ldd "$stage/bin/"* | awk '/=>/ {print $3}' | sort -u); do
   esac
 done
 cp "$adapters" "$stage/model.adapters"
-tar -C "$stage" -cJf .dev/bin/strata.tar.xz bin lib model.adapters
+tar -C "$stage" -cf - bin lib model.adapters | xz -9e -T0 >.dev/bin/strata.tar.xz
 rm -rf "$stage"
 if [ -n "$peer" ]; then
   mkdir -p .dev/c

@@ -582,37 +582,55 @@ TEST_F(CudaKernelsTest, QuantizedMatmulsFollowTheBlockMathAndIgnoreTheBatch) {
   }
 }
 
-// The GEMV's grid is what the GPU holds at once, each warp walking rows a grid apart across
-// the parts' boundaries: with more rows than that (three parts, one empty, two tokens), every
-// output is still its own row's dot product (the host emulation's, within its rounding).
+// The GEMV's grid is what the GPU holds at once, each warp walking groups of 1, 2 or 4 rows a
+// grid apart across the parts' boundaries: with more rows than that (three parts, one empty,
+// odd row counts so groups straddle parts and the last one is short, whole and partial token
+// chunks), every output is still its own row's dot product (the host emulation's, within its
+// rounding), and the same bits whatever the rows a warp takes.
 TEST_F(CudaKernelsTest, QuantizedMatmulRowsBeyondOneWaveAndAcrossPartsAreTheirOwn) {
   using kernels::DType;
-  const int64_t k = 256, n_tok = 2;
+  const int64_t k = 256, max_tok = 11;
   const int64_t rows[3] = {9001, 0, 7003};
   std::vector<std::vector<uint8_t>> w(3);
-  kc::QMatmulPart parts[3];
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 3; ++i)
     w[size_t(i)] = QuantRows(DType::kQ4_0, std::max<int64_t>(rows[i], 1), k, &rng_);
-    parts[i] = {Up(w[size_t(i)]), rows[i], Up(std::vector<float>(size_t(n_tok * rows[i]) + 1))};
-  }
-  const auto x = Random(size_t(n_tok * k));
+  const auto x = Random(size_t(max_tok * k));
   std::vector<int8_t> xq(x.size());
   std::vector<kc::q::ActScale> xs(x.size() / 32);
   for (size_t b = 0; b < xs.size(); ++b)
     kc::q::QuantizeActBlock(x.data() + b * 32, xq.data() + b * 32, &xs[b]);
-  kc::QMatmulParts(DType::kQ4_0, parts, 3, k, Up(xq), Up(xs), n_tok, stream_);
   const size_t rb = kernels::RowBytes(DType::kQ4_0, k);
-  int64_t bad = 0;
-  for (int i = 0; i < 3; ++i) {
-    const auto y = Down(parts[i].y, size_t(n_tok * rows[i]));
-    for (int64_t t = 0; t < n_tok; ++t)
-      for (int64_t r = 0; r < rows[i]; ++r) {
-        const float ref = HostGemvOutput<kc::q::Q4_0>(w[size_t(i)].data() + rb * size_t(r), k,
-                                                      xq.data() + t * k, xs.data() + t * (k / 32));
-        bad += std::fabs(y[size_t(t * rows[i] + r)] - ref) > 1e-5f * (1.f + std::fabs(ref));
+  const int restore = kc::SetGemvRowsPerWarp(1);
+  for (int64_t n_tok : {1, 2, 3, 11}) {
+    std::vector<float> first[3];
+    for (int per_warp : {1, 2, 4}) {
+      kc::SetGemvRowsPerWarp(per_warp);
+      kc::QMatmulPart parts[3];
+      for (int i = 0; i < 3; ++i)
+        parts[i] = {Up(w[size_t(i)]), rows[i], Up(std::vector<float>(size_t(n_tok * rows[i]) + 1))};
+      kc::QMatmulParts(DType::kQ4_0, parts, 3, k, Up(xq), Up(xs), n_tok, stream_);
+      int64_t bad = 0, differ = 0;
+      for (int i = 0; i < 3; ++i) {
+        const auto y = Down(parts[i].y, size_t(n_tok * rows[i]));
+        for (int64_t t = 0; t < n_tok; ++t)
+          for (int64_t r = 0; r < rows[i]; ++r) {
+            const float ref =
+                HostGemvOutput<kc::q::Q4_0>(w[size_t(i)].data() + rb * size_t(r), k,
+                                            xq.data() + t * k, xs.data() + t * (k / 32));
+            bad += std::fabs(y[size_t(t * rows[i] + r)] - ref) > 1e-5f * (1.f + std::fabs(ref));
+          }
+        if (per_warp == 1)
+          first[i] = y;
+        else
+          differ += std::memcmp(first[i].data(), y.data(), y.size() * sizeof(float)) != 0;
       }
+      EXPECT_EQ(bad, 0) << "outputs other than their row's own dot product, " << per_warp
+                        << " rows a warp, " << n_tok << " tokens";
+      EXPECT_EQ(differ, 0) << "parts whose outputs change with " << per_warp << " rows a warp, "
+                           << n_tok << " tokens";
+    }
   }
-  EXPECT_EQ(bad, 0) << "outputs other than their row's own dot product";
+  kc::SetGemvRowsPerWarp(restore);
 }
 
 TEST_F(CudaKernelsTest, NormAndSwiGluQuantizeTheirOutputLikeTheHost) {
