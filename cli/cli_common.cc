@@ -144,8 +144,10 @@ nlohmann::json StatsJson(const GenerationStats& s) {
   j["prefill_seconds"] = s.prefill_seconds;
   j["decode_seconds"] = s.decode_seconds;
   j["sample_seconds"] = s.sample_seconds;
-  j["prefill_tokens_per_second"] = s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0;
-  j["decode_tokens_per_second"] = s.decode_seconds > 0 ? s.decode_tokens / s.decode_seconds : 0;
+  j["prefill_tokens_per_second"] =
+      s.prefill_seconds > 0 ? double(s.prompt_tokens) / s.prefill_seconds : 0;
+  j["decode_tokens_per_second"] =
+      s.decode_seconds > 0 ? double(s.decode_tokens) / s.decode_seconds : 0;
   j["peak_rss_bytes"] = s.peak_rss_bytes;
   j["forward_seconds"] = {{"matmul", s.forward.matmul},
                           {"attention", s.forward.attention},

@@ -177,11 +177,11 @@ Status Bench(const BenchFlags& f) {
     std::printf("| test  | tokens/s |\n|-------|----------|\n");
     if (f.pp > 0) std::printf("| pp%-3d | %8.2f |\n", f.pp, median(pp_tps));
     if (f.tg > 0) std::printf("| tg%-3d | %8.2f |\n", f.tg, median(tg_tps));
-    std::printf("peak RSS %.1f MiB\n", rss / 1048576.0);
+    std::printf("peak RSS %.1f MiB\n", double(rss) / 1048576.0);
     if (!cfg.tuned_choice.empty()) std::printf("tuned entry: %s\n", cfg.tuned_choice.c_str());
     if (cfg.engine.cuda)
       std::printf("%s; GPU memory taken %.1f MiB\n", engine->forward().description().c_str(),
-                  gpu_used / 1048576.0);
+                  double(gpu_used) / 1048576.0);
   }
   return Status::OK();
 }

@@ -82,7 +82,7 @@ Status Info(const InfoFlags& f) {
               hp.arch_name.c_str(), hp.n_layer, hp.n_head, hp.n_head_kv, hp.head_dim);
   std::printf("sizes          embedding %d, feed-forward %d, vocabulary %d, context %d\n",
               hp.n_embd, hp.n_ff, hp.n_vocab, hp.n_ctx_train);
-  std::printf("parameters     %.1f M, weights %s\n", params / 1e6,
+  std::printf("parameters     %.1f M, weights %s\n", double(params) / 1e6,
               Bytes(double(model->weight_bytes())).c_str());
   std::printf("tensor types  ");
   for (const auto& [name, e] : types)

@@ -5,6 +5,10 @@ function(strata_apply_warnings target)
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     target_compile_options(${target} INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wshadow=local>)
   endif()
+  # Implicit narrowing (64-bit sizes to int, integers to float, double to float) is where an
+  # offset or a count silently wraps on a large model or context: C++ sources say each
+  # conversion they mean with a cast.
+  target_compile_options(${target} INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wconversion>)
   if(STRATA_WERROR)
     target_compile_options(${target} INTERFACE $<$<COMPILE_LANGUAGE:C,CXX>:-Werror>)
   endif()

@@ -7,7 +7,7 @@ namespace strata::storage {
 
 size_t LatencyHistogram::BucketOf(uint64_t ns) {
   if (ns < kSub) return static_cast<size_t>(ns);
-  const int exponent = std::bit_width(ns) - 1;  // >= kSubBits
+  const int exponent = static_cast<int>(std::bit_width(ns)) - 1;  // >= kSubBits
   const uint64_t sub = (ns >> (exponent - kSubBits)) & (kSub - 1);
   return kSub + static_cast<size_t>(exponent - kSubBits) * kSub + static_cast<size_t>(sub);
 }
@@ -139,7 +139,8 @@ void AppendLatency(std::string* out, const char* name, const HistogramSnapshot& 
                 "\"%s\":{\"count\":%llu,\"mean_us\":%.2f,\"p50_us\":%.2f,\"p99_us\":%.2f,"
                 "\"max_us\":%.2f}",
                 name, static_cast<unsigned long long>(h.count), h.mean_ns() / 1e3,
-                h.Quantile(0.5) / 1e3, h.Quantile(0.99) / 1e3, h.max_ns / 1e3);
+                static_cast<double>(h.Quantile(0.5)) / 1e3,
+                static_cast<double>(h.Quantile(0.99)) / 1e3, static_cast<double>(h.max_ns) / 1e3);
   out->append(buf);
 }
 

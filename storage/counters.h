@@ -25,7 +25,9 @@ struct HistogramSnapshot {
   uint64_t sum_ns = 0;
   uint64_t max_ns = 0;
 
-  double mean_ns() const { return count ? static_cast<double>(sum_ns) / count : 0.0; }
+  double mean_ns() const {
+    return count ? static_cast<double>(sum_ns) / static_cast<double>(count) : 0.0;
+  }
   // Upper edge of the bucket holding quantile q in [0, 1]; 0 for an empty histogram.
   uint64_t Quantile(double q) const;
   // What happened between `earlier` and this snapshot (max_ns stays this snapshot's).

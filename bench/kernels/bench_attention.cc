@@ -52,12 +52,13 @@ void BM_Attention(benchmark::State& state, AttnShape s, Isa isa) {
     benchmark::ClobberMemory();
   }
   const double kv_bytes = 2.0 * s.n_keys * s.head_dim * sizeof(uint16_t);
-  state.SetBytesProcessed(static_cast<int64_t>(kv_bytes * state.iterations()));
+  state.SetBytesProcessed(static_cast<int64_t>(kv_bytes * double(state.iterations())));
   // Visible (query, key) pairs times 4 flops per dim (QK^T and PV multiply-adds).
   double pairs = 0;
   for (int t = 0; t < s.n_q; ++t) pairs += s.n_keys - s.n_q + t + 1;
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      4.0 * pairs * s.n_rep * s.head_dim * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(4.0 * pairs * s.n_rep * s.head_dim * double(state.iterations()) / 1e9,
+                         benchmark::Counter::kIsRate);
 }
 
 int Register() {

@@ -106,7 +106,7 @@ void BM_Gemv(benchmark::State& state, Shape s, Isa isa, bool cold) {
     i = (i + 1) % copies;
   }
   const double bytes = static_cast<double>(RowBytes(s.type, s.k) * (re - rb));
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+  state.SetBytesProcessed(static_cast<int64_t>(double(state.iterations()) * bytes));
   // Summed over threads and divided by the run's time: the machine-wide weight rate.
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * bytes / 1e9,
                                               benchmark::Counter::kIsRate);
@@ -123,7 +123,8 @@ void BM_Gemm(benchmark::State& state, Shape s, Isa isa, int64_t n_tok) {
     benchmark::ClobberMemory();
   }
   state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * s.rows * s.k * n_tok * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+      2.0 * double(s.rows) * double(s.k) * double(n_tok) * double(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
 }
 
 int Register() {

@@ -31,8 +31,9 @@ void BM_ScoreTiles(benchmark::State& state, ScoreType type, int64_t n_tokens, in
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(tiles.size()) * state.iterations());
-  state.counters["GMAC/s"] = benchmark::Counter(
-      double(n_tokens * rank * n_q) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GMAC/s"] =
+      benchmark::Counter(double(n_tokens * rank * n_q) * double(state.iterations()) / 1e9,
+                         benchmark::Counter::kIsRate);
 }
 
 int Register() {

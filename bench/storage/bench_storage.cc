@@ -201,7 +201,7 @@ int Run(Config c) {
     }
     if (filled) {
       std::printf("filled %s (%.2f GiB) in %.1f s\n", store->path().c_str(),
-                  capacity / double(1 << 30),
+                  double(capacity) / double(1 << 30),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     for (uint32_t b : c.blocks) {
@@ -230,7 +230,7 @@ int Run(Config c) {
   std::printf("# bench_storage: random reads, O_DIRECT, uniform block-aligned offsets\n");
   std::printf("# command: %s\n", c.command_line.c_str());
   std::printf("# file: %s (%.2f GiB of data after a %llu-byte store header)\n", path.c_str(),
-              capacity / double(1 << 30), static_cast<unsigned long long>(data_offset));
+              double(capacity) / double(1 << 30), static_cast<unsigned long long>(data_offset));
   std::printf("# device: %s\n# kernel: %s %s, %ld CPUs online, %s\n", device.c_str(), u.sysname,
               u.release, sysconf(_SC_NPROCESSORS_ONLN), fio_version.c_str());
   std::printf(

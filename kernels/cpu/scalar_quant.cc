@@ -282,7 +282,7 @@ void QuantizeQ2_K(const float* x, BlockQ2_K* out, int64_t nb) {
       const int sc = d > 0.f ? Clamp(RoundToInt(scale[j] / d), 0, 15) : 0;
       const int mn = dmin > 0.f ? Clamp(RoundToInt(minv[j] / dmin), 0, 15) : 0;
       o.scales[j] = static_cast<uint8_t>(sc | (mn << 4));
-      const float step = d * sc, offset = dmin * mn;
+      const float step = d * static_cast<float>(sc), offset = dmin * static_cast<float>(mn);
       const float istep = step != 0.f ? 1.f / step : 0.f;
       for (int i = 16 * j; i < 16 * j + 16; ++i) {
         q[i] = static_cast<uint8_t>(Clamp(RoundToInt((x[i] + offset) * istep), 0, 3));

@@ -318,8 +318,10 @@ strata_status strata_session_get_stats(const strata_session* session, strata_sta
   out->generated_tokens = s.generated_tokens;
   out->prefill_seconds = s.prefill_seconds;
   out->decode_seconds = s.decode_seconds;
-  out->prefill_tokens_per_second = s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0;
-  out->decode_tokens_per_second = s.decode_seconds > 0 ? s.decode_tokens / s.decode_seconds : 0;
+  out->prefill_tokens_per_second =
+      s.prefill_seconds > 0 ? double(s.prompt_tokens) / s.prefill_seconds : 0;
+  out->decode_tokens_per_second =
+      s.decode_seconds > 0 ? double(s.decode_tokens) / s.decode_seconds : 0;
   out->peak_rss_bytes = s.peak_rss_bytes;
   out->kv_resident_bytes = s.kv.resident_bytes;
   out->kv_peak_resident_bytes = s.kv.peak_resident_bytes;

@@ -202,7 +202,8 @@ TEST_F(CudaKernelsTest, NormRopeSwiGluAddMatchTheCpuKernels) {
   for (auto layout : {kernels::RopeLayout::kNormal, kernels::RopeLayout::kNeox}) {
     const std::vector<int32_t> pos = {0, 17, 4095};
     std::vector<float> inv(size_t(hd / 2));
-    for (int64_t i = 0; i < hd / 2; ++i) inv[size_t(i)] = float(std::pow(10000.0, -2.0 * i / hd));
+    for (int64_t i = 0; i < hd / 2; ++i)
+      inv[size_t(i)] = float(std::pow(10000.0, -2.0 * double(i) / double(hd)));
     float* dr = Up(x);
     kc::RopeRows(dr, n_tok, n, int(heads), int(hd), int(hd), Up(pos), Up(inv), layout, stream_);
     const auto r = Down(dr, x.size());

@@ -132,7 +132,8 @@ Weights MakeWeights(DType t, int64_t rows, int64_t k, uint32_t seed) {
   Weights w{t, rows, k, RowBytes(t, k) + 24, {}};
   w.data.assign(w.row_bytes * rows + 64, 0xcd);
   for (int64_t r = 0; r < rows; ++r) {
-    std::vector<float> v = GaussianFloats(k, seed + static_cast<uint32_t>(r), 0.02f * (1 + r % 7));
+    std::vector<float> v =
+        GaussianFloats(k, seed + static_cast<uint32_t>(r), 0.02f * float(1 + r % 7));
     if (r % 5 == 1) {
       for (float& f : v) f += 0.05f;  // rows with an offset exercise the *_1 / K mins
     }

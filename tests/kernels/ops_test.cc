@@ -36,7 +36,7 @@ TEST_P(OpsIsa, RmsNorm) {
     RmsNorm(inplace.data(), w.data(), inplace.data(), n, 1e-5f);
     double ss = 0;
     for (float v : x) ss += double(v) * v;
-    const double inv = n ? 1.0 / std::sqrt(ss / n + 1e-5) : 0;
+    const double inv = n ? 1.0 / std::sqrt(ss / double(n) + 1e-5) : 0;
     for (int64_t i = 0; i < n; ++i) {
       EXPECT_NEAR(y[i], x[i] * inv * w[i], 2e-6 * (1 + std::fabs(x[i] * inv * w[i])));
       EXPECT_NEAR(y2[i], x[i] * inv, 2e-6 * (1 + std::fabs(x[i] * inv)));

@@ -156,7 +156,8 @@ TEST(Quant, Q8_1StoresScaledSum) {
   for (const BlockQ8_1& blk : b) {
     int sum = 0;
     for (int8_t q : blk.qs) sum += q;
-    EXPECT_NEAR(F16ToF32(blk.s), F16ToF32(blk.d) * sum, std::fabs(F16ToF32(blk.d) * sum) * 5e-4);
+    EXPECT_NEAR(F16ToF32(blk.s), F16ToF32(blk.d) * float(sum),
+                std::fabs(F16ToF32(blk.d) * float(sum)) * 5e-4);
   }
 }
 

@@ -19,7 +19,7 @@ Status AppendAll(MemoryKv& kv, SeqId seq, int32_t pos0, int n, float base) {
   BatchSeq b{seq, pos0, n};
   STRATA_RETURN_IF_ERROR(kv.BeginBatch({&b, 1}));
   for (int l = 0; l < 2; ++l) {
-    auto k = Rows(n, base + 100 * l), v = Rows(n, base + 100 * l + 50);
+    auto k = Rows(n, base + float(100 * l)), v = Rows(n, base + float(100 * l + 50));
     STRATA_RETURN_IF_ERROR(kv.Append(l, seq, k.data(), v.data()));
   }
   return kv.EndBatch();

@@ -85,7 +85,7 @@ TEST_P(ConcurrencyTest, RandomReadsAndWritesFromManyThreadsReadBackIdentical) {
         const bool frozen = rng() % 3 == 0;
         if (frozen) {
           const uint32_t units = 1 + rng() % kMaxExtent;
-          const uint32_t u = rng() % (kFrozenUnits - units + 1);
+          const auto u = static_cast<uint32_t>(rng() % (kFrozenUnits - units + 1));
           batch.AddRead(uint64_t{u} * kUnit, lease.data(), units * kUnit);
           expect.push_back({u, units, true, 0});
         } else {
