@@ -20,6 +20,12 @@ void AddBeamFlags(CLI::App* cmd, BeamFlags* f) {
                   "fast-tier KV bytes for the search, K/M/G suffixes (default: all in memory)");
   cmd->add_option("--beam-schedule", f->schedule,
                   "balanced (default), prefix, grouped or tokenwise (the baseline)");
+  cmd->add_option("--speculate", f->speculate,
+                  "speculative beam extension: a beam that ends its step early goes on as its "
+                  "first child for this share of the mean step length (0.5 when given alone); "
+                  "the results do not change")
+      ->expected(0, 1)
+      ->default_str("0.5");
   cmd->add_option("--scorer-model", f->scorer_model,
                   "GGUF model scoring each step (default: the generator's mean log-probability)");
   cmd->add_option("--beam-slow-dir", f->slow_dir, "directory of the slow tier's file");
@@ -70,6 +76,7 @@ Status RunBeamSearchCommand(const BeamFlags& f, const Config& cfg, const Model& 
   p.slow_dir = f.slow_dir;
   p.slow_in_ram = f.slow_ram;
   p.gpu_slow_on_disk = f.slow_disk;
+  p.speculate = f.speculate;
   // --beam-device, else the engine's device (--device or the config's `device`).
   p.cuda_device = cfg.engine.cuda_device;
   if (f.device_opt && f.device_opt->count())
@@ -113,6 +120,13 @@ Status RunBeamSearchCommand(const BeamFlags& f, const Config& cfg, const Model& 
     j["steps"] = st.steps;
     j["rounds"] = st.rounds;
     j["generated_tokens"] = st.generated_tokens;
+    j["finished_tokens"] = st.finished_tokens;
+    j["goodput_tokens_per_second"] = st.seconds > 0 ? double(st.finished_tokens) / st.seconds : 0;
+    j["speculate"] = p.speculate;
+    j["speculative_tokens"] = st.speculative_tokens;
+    j["speculative_tokens_kept"] = st.speculative_tokens_kept;
+    j["idle_slot_share"] =
+        st.slot_passes > 0 ? double(st.idle_slot_passes) / double(st.slot_passes) : 0;
     j["forward_passes"] = st.forward_passes;
     j["seconds"] = st.seconds;
     j["prefill_seconds"] = st.prefill_seconds;

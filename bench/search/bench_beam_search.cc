@@ -52,6 +52,8 @@ struct Flags {
   std::vector<std::string> also_emulate_schedules;  // empty: --schedules
   uint64_t seed = 42;
   bool quick = false;
+  std::string delimiter;        // steps end at this text (at most the step length); empty: fixed
+  double speculate = 0;         // > 0: each grouped schedule again with speculative extension
   int32_t cuda_device = -1;     // >= 0: on this GPU, slow tier in pinned host RAM
   bool cuda_slow_disk = false;  // on the GPU, the block store (staged) as the slow tier
 };
@@ -103,11 +105,11 @@ void PrintTable(int32_t beams, int32_t step, uint64_t need, uint64_t unshared, u
   std::printf(
       "| schedule   | rounds | read MiB | written MiB | moved MiB | moved vs (a) | time s | "
       "speedup vs (a) | stall s | cpu s | cpu+stall s | speedup (cpu+stall) | peak fast MiB | "
-      "same result |\n");
+      "goodput tok/s | idle slots | speculated, kept | same result |\n");
   std::printf(
       "|------------|-------:|---------:|------------:|----------:|-------------:|-------:|"
       "---------------:|--------:|------:|------------:|--------------------:|--------------:|"
-      "-------------|\n");
+      "--------------:|-----------:|-----------------:|-------------|\n");
   const Row* a = nullptr;
   for (const Row& r : rows)
     if (r.schedule == "tokenwise") a = &r;
@@ -126,12 +128,16 @@ void PrintTable(int32_t beams, int32_t step, uint64_t need, uint64_t unshared, u
         std::snprintf(sd, sizeof(sd), "%.2fx",
                       (a->cpu_seconds + a->st.kv.stall_seconds) / dedicated);
     }
+    const double goodput = r.st.seconds > 0 ? double(r.st.finished_tokens) / r.st.seconds : 0;
+    const double idle =
+        r.st.slot_passes > 0 ? 100.0 * double(r.st.idle_slot_passes) / double(r.st.slot_passes) : 0;
     std::printf(
         "| %-10s | %6lld | %8.1f | %11.1f | %9.1f | %12s | %6.1f | %14s | %7.2f | %5.1f | %11.1f | "
-        "%19s | %13.1f | %-11s |\n",
+        "%19s | %13.1f | %13.1f | %9.1f%% | %7lld, %6lld | %-11s |\n",
         r.schedule.c_str(), (long long)r.st.rounds, MiB(k.bytes_read), MiB(k.bytes_written),
         moved / (1 << 20), vs, r.st.seconds, sp, k.stall_seconds, r.cpu_seconds, dedicated, sd,
-        MiB(k.peak_fast_bytes), r.same ? "yes" : "NO");
+        MiB(k.peak_fast_bytes), goodput, idle, (long long)r.st.speculative_tokens,
+        (long long)r.st.speculative_tokens_kept, r.same ? "yes" : "NO");
   }
   std::fflush(stdout);
 }
@@ -204,6 +210,7 @@ int Run(Flags& f) {
     p.step_tokens = step;
     p.max_tokens = f.gen;
     p.ignore_eos = true;  // every path runs to its full length, so schedules compare like for like
+    p.step_delimiter = f.delimiter;
     p.sampling.temperature = 0.8f;
     p.sampling.seed = f.seed;
     p.n_threads = f.threads;
@@ -247,6 +254,11 @@ int Run(Flags& f) {
                      {"peak_tree_bytes", r.st.peak_tree_bytes},
                      {"blocks_prefetched", r.st.kv.blocks_prefetched},
                      {"peak_shared_blocks", r.st.peak_shared_blocks},
+                     {"finished_tokens", r.st.finished_tokens},
+                     {"slot_passes", r.st.slot_passes},
+                     {"idle_slot_passes", r.st.idle_slot_passes},
+                     {"speculative_tokens", r.st.speculative_tokens},
+                     {"speculative_tokens_kept", r.st.speculative_tokens_kept},
                      {"same_results", r.same}});
       return true;
     };
@@ -281,6 +293,11 @@ int Run(Flags& f) {
       std::vector<BeamResult> res;
       if (!run(BeamScheduleName(b), &res)) return false;
       if (rows.size() == 2) std::printf("slow tier: %s\n", rows[1].st.slow_tier.c_str());
+      if (f.speculate > 0 && b != BeamSchedule::kTokenwise) {
+        p.speculate = float(f.speculate);
+        if (!run(std::string(BeamScheduleName(b)) + "+spec", &res)) return false;
+        p.speculate = 0;
+      }
     }
     PrintTable(beams, step, need, SearchKvBytes(p, model->hparams(), int32_t(prompt.size())),
                p.fast_budget_bytes, rows);
@@ -340,6 +357,11 @@ int main(int argc, char** argv) {
   app.add_option("--also-emulate-schedules", f.also_emulate_schedules, "schedules for that pass")
       ->delimiter(',');
   app.add_option("--seed", f.seed, "search seed");
+  app.add_option("--step-delimiter", f.delimiter,
+                 "steps end after the token completing this text (e.g. $'\\n'); default: fixed");
+  app.add_option("--speculate", f.speculate,
+                 "also run each grouped schedule with speculative beam extension at this share "
+                 "of the mean step length");
   app.add_option("--json", f.json, "write the rows as JSON");
   app.add_flag("--quick", f.quick, "smoke run: 8 beams, steps of 16, 128 tokens, budget 60%");
   app.add_option("--cuda", f.cuda_device,

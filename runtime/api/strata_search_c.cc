@@ -47,6 +47,7 @@ strata::Status ToParams(const strata_beam_params& c, strata::BeamSearchParams* p
   p->n_threads = c.n_threads;
   p->slow_dir = c.slow_dir ? c.slow_dir : "";
   p->slow_in_ram = c.slow_in_ram != 0;
+  p->speculate = c.speculate;
   if (c.n_threads < 0 || c.n_threads > 1024)
     return strata::Status::InvalidArgument("n_threads: " + std::to_string(c.n_threads) +
                                            " is out of range [0, 1024]");
@@ -185,6 +186,11 @@ strata_status strata_beam_results_get_stats(const strata_beam_results* results,
   out->peak_fast_bytes = s.kv.peak_fast_bytes;
   out->blocks_prefetched = s.kv.blocks_prefetched;
   out->stall_seconds = s.kv.stall_seconds;
+  out->finished_tokens = s.finished_tokens;
+  out->slot_passes = s.slot_passes;
+  out->idle_slot_passes = s.idle_slot_passes;
+  out->speculative_tokens = s.speculative_tokens;
+  out->speculative_tokens_kept = s.speculative_tokens_kept;
   return STRATA_OK;
 }
 

@@ -109,6 +109,11 @@ class PrefixTreeKv final : public KvPolicy {
   // (counted as stall). ResourceExhausted when the group does not fit the budget.
   Status Pin(std::span<const SeqId> seqs, int32_t reserve);
   void Unpin();
+  // While a group is pinned (between its passes): keeps `extra` more fast buffers free for
+  // blocks it will add, e.g. a sequence forked from one of its own during the group. Only
+  // buffers that are free beyond the reservation or hold blocks nobody pinned or holds count;
+  // false, with nothing changed, when there are not that many.
+  bool ReserveMore(int32_t extra);
   // Starts reading up to max_blocks of the blocks of `seqs` that are not resident, into
   // buffers that are free beyond the reservation or hold clean blocks nobody pinned.
   // Returns the number started through *started. Does not wait.

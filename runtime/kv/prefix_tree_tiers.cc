@@ -186,6 +186,16 @@ Status PrefixTreeKv::Pin(std::span<const SeqId> seqs, int32_t reserve) {
   return Status::OK();
 }
 
+bool PrefixTreeKv::ReserveMore(int32_t extra) {
+  if (!pin_active_ || !batch_.empty() || extra < 0) return false;
+  int32_t spare = fast_->free_count() - reserved_;
+  for (const Block& b : blocks_)
+    if (Evictable(b)) ++spare;
+  if (spare < extra) return false;
+  reserved_ += extra;
+  return true;
+}
+
 void PrefixTreeKv::Unpin() {
   ++epoch_;
   reserved_ = 0;

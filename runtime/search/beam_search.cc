@@ -6,7 +6,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <set>
 
 #include "platforms/cuda_device.h"
 #include "runtime/engine/engine.h"
@@ -34,11 +36,13 @@ uint64_t ChildId(uint64_t parent, uint64_t j) { return Mix(parent ^ Mix(j + 1));
 
 int32_t Blocks(int64_t tokens, int32_t b) { return int32_t((tokens + b - 1) / b); }
 
-// Largest number of blocks the tree can hold at once: the prompt, and every beam's own
-// blocks (a partial tail each, plus the block a copy on write adds).
+// Largest number of blocks the tree can hold at once: the prompt, every beam's own
+// blocks (a partial tail each, plus the block a copy on write adds), and with speculation
+// every beam's speculative child (up to a step of its own blocks and a copied tail).
 int64_t MaxTreeBlocks(const BeamSearchParams& p, int32_t prompt_tokens) {
+  const int64_t spec = p.speculate > 0 ? Blocks(p.step_tokens, p.block_tokens) + 2 : 0;
   return Blocks(prompt_tokens, p.block_tokens) + 1 +
-         int64_t(p.n_beams) * (Blocks(p.max_tokens, p.block_tokens) + 2);
+         int64_t(p.n_beams) * (Blocks(p.max_tokens, p.block_tokens) + 2 + spec);
 }
 
 // The slow tier's alignment the block layout is computed for: a multiple of every common
@@ -60,6 +64,9 @@ struct Beam {
   double score_sum = 0;
   int32_t steps = 0;
   bool step_done = false, finished = false;
+  // A first child generated ahead while its parent's step was still being scored; once its
+  // parent is selected it is an ordinary beam whose step began early (carried).
+  bool speculative = false, carried = false;
   BeamStop stop = BeamStop::kMaxTokens;
   double score() const { return steps ? score_sum / steps : 0.0; }
 };
@@ -96,6 +103,9 @@ class Search {
  private:
   Status RunStep();
   Status RunGroup(const std::vector<Beam*>& group);
+  // Forks b's first child and lets it generate in the slot b frees (speculative extension),
+  // when b is among the most promising beams and the fast tier can hold the child's blocks.
+  Status Speculate(Beam& b, std::vector<Beam*>* active);
   Status ScoreStep(int32_t step);
   Status Select(std::vector<BeamResult>* results, bool last_step);
   std::unique_ptr<Beam> NewChild(const Beam& parent, int32_t j);
@@ -111,6 +121,11 @@ class Search {
   PrefixTreeKv* kv_ = nullptr;
   bool write_behind_ = false;
   std::vector<std::unique_ptr<Beam>> beams_;
+  // Speculative first children, by their parent's id; Select keeps those of selected parents.
+  std::map<uint64_t, std::unique_ptr<Beam>> spec_;
+  std::set<uint64_t> promising_;  // beams that may speculate in this step
+  int32_t spec_limit_ = 0;        // speculative tokens a child generates at most, this step
+  int64_t step_len_sum_ = 0, step_len_count_ = 0;  // scored steps' lengths, for the limit
   std::vector<int32_t> prompt_;
   int32_t step_ = 0;
   ForwardBatch batch_;
@@ -129,7 +144,8 @@ Status Search::Setup(int32_t prompt_tokens) {
   PrefixTreeKvOptions ko;
   ko.block_tokens = p_.block_tokens;
   ko.max_blocks = MaxTreeBlocks(p_, prompt_tokens);
-  ko.max_sequences = 2 * p_.n_beams + 2;
+  // Beams, their children while Select forks them, and speculative children.
+  ko.max_sequences = (p_.speculate > 0 ? 3 : 2) * p_.n_beams + 2;
   ko.residency = p_.schedule == BeamSchedule::kTokenwise ? KvResidency::kLayerStreaming
                                                          : KvResidency::kWholeBlocks;
   // Overlapping the writes of blocks that filled with compute belongs to (d); the baseline
@@ -204,6 +220,9 @@ void Search::ReleaseAll() {
   for (auto& b : beams_)
     if (b->seq >= 0 && engine_) (void)engine_->RemoveSequence(b->seq);
   beams_.clear();
+  for (auto& [id, c] : spec_)
+    if (c->seq >= 0 && engine_) (void)engine_->RemoveSequence(c->seq);
+  spec_.clear();
 }
 
 std::unique_ptr<Beam> Search::NewChild(const Beam& parent, int32_t j) {
@@ -257,6 +276,7 @@ Status Search::Run(std::span<const int32_t> prompt, std::vector<BeamResult>* res
     STRATA_RETURN_IF_ERROR(Select(results, p_.max_steps > 0 && step_ + 1 >= p_.max_steps));
   }
   st_.seconds = Since(t0);
+  for (const BeamResult& r : *results) st_.finished_tokens += int64_t(r.tokens.size());
   std::stable_sort(results->begin(), results->end(), [](const BeamResult& a, const BeamResult& b) {
     return a.score > b.score || (a.score == b.score && a.beam_id < b.beam_id);
   });
@@ -268,13 +288,36 @@ Status Search::RunStep() {
   std::vector<BeamWork> work(beams_.size());
   for (size_t i = 0; i < beams_.size(); ++i) {
     Beam& b = *beams_[i];
-    b.step_done = false;
-    b.step_tokens.clear();
-    b.step_logprobs.clear();
-    b.step_text.clear();
+    if (b.carried) {
+      b.carried = false;  // its step began speculatively in the last one
+    } else {
+      b.step_done = false;
+      b.step_tokens.clear();
+      b.step_logprobs.clear();
+      b.step_text.clear();
+    }
     STRATA_RETURN_IF_ERROR(kv_->Path(b.seq, &work[i].path));
-    const int32_t n = std::min<int32_t>(p_.step_tokens, p_.max_tokens - int32_t(b.tokens.size()));
+    const int32_t n = b.step_done
+                          ? 0
+                          : std::min<int32_t>(p_.step_tokens - int32_t(b.step_tokens.size()),
+                                              p_.max_tokens - int32_t(b.tokens.size()));
     work[i].new_blocks = kv_->NewBlocksFor(b.seq, n);
+  }
+  if (p_.speculate > 0) {
+    // The most promising beams by the verifier so far (their mean step score; at the first
+    // step every beam), as many as will be kept, may speculate; each for a share of the
+    // mean step length.
+    std::vector<const Beam*> order;
+    for (const auto& b : beams_) order.push_back(b.get());
+    std::stable_sort(order.begin(), order.end(), [](const Beam* a, const Beam* b) {
+      return a->score() > b->score() || (a->score() == b->score() && a->id < b->id);
+    });
+    const size_t keep = step_ == 0 ? order.size() : size_t(p_.n_beams / p_.beam_width);
+    promising_.clear();
+    for (size_t i = 0; i < order.size() && i < keep; ++i) promising_.insert(order[i]->id);
+    const double mean = step_len_count_ > 0 ? double(step_len_sum_) / double(step_len_count_)
+                                            : double(p_.step_tokens);
+    spec_limit_ = std::max(1, int32_t(std::lround(double(p_.speculate) * mean)));
   }
   StepPlan plan;
   STRATA_RETURN_IF_ERROR(PlanStep(work, capacity, p_.schedule, step_ % 2 == 1, &plan));
@@ -312,7 +355,9 @@ Status Search::RunStep() {
 }
 
 Status Search::RunGroup(const std::vector<Beam*>& group) {
-  std::vector<Beam*> active = group, eval;
+  std::vector<Beam*> active, eval, ended;
+  for (Beam* b : group)
+    if (!b->step_done) active.push_back(b);  // a carried child may have ended its step already
   std::vector<int32_t> next;
   while (!active.empty()) {
     eval.clear();
@@ -341,6 +386,7 @@ Status Search::RunGroup(const std::vector<Beam*>& group) {
       const int32_t t = picks_[i].token;
       b->step_tokens.push_back(t);
       b->step_logprobs.push_back(picks_[i].logprob);
+      if (b->speculative) ++st_.speculative_tokens;
       if (!p_.ignore_eos && tok_.IsEndOfGeneration(t)) {
         b->step_done = b->finished = true;
         b->stop = BeamStop::kEndOfGeneration;
@@ -367,7 +413,10 @@ Status Search::RunGroup(const std::vector<Beam*>& group) {
     STRATA_RETURN_IF_ERROR(engine_->Evaluate(batch_, &logits_));
     ++st_.forward_passes;
     st_.generated_tokens += int64_t(eval.size());
+    st_.slot_passes += int64_t(group.size());
+    st_.idle_slot_passes += std::max<int64_t>(0, int64_t(group.size()) - int64_t(eval.size()));
     active.clear();
+    ended.clear();
     for (size_t i = 0; i < eval.size(); ++i) {
       // Rows stay valid until the next pass, which comes after every active beam sampled;
       // only a beam's last row of the step is kept, for its children.
@@ -376,11 +425,41 @@ Status Search::RunGroup(const std::vector<Beam*>& group) {
       if (b->step_done) {
         b->logits = std::make_shared<const std::vector<float>>(b->row, b->row + n_vocab_);
         b->row = nullptr;
+        if (!b->speculative) ended.push_back(b);
       } else {
         active.push_back(b);
       }
     }
+    // A beam that ended its step while others of its group go on leaves a slot idle until
+    // the longest ends: its first child may begin the next step there. Speculation stops at
+    // its share of a step, or when no beam of this step is left to wait for.
+    const bool waiting =
+        std::any_of(active.begin(), active.end(), [](const Beam* b) { return !b->speculative; });
+    if (p_.speculate > 0 && waiting)
+      for (Beam* b : ended) STRATA_RETURN_IF_ERROR(Speculate(*b, &active));
+    std::erase_if(active, [&](Beam* b) {
+      if (!b->speculative || (waiting && int32_t(b->step_tokens.size()) < spec_limit_))
+        return false;
+      if (b->row) {
+        b->logits = std::make_shared<const std::vector<float>>(b->row, b->row + n_vocab_);
+        b->row = nullptr;
+      }
+      return true;
+    });
   }
+  return Status::OK();
+}
+
+Status Search::Speculate(Beam& b, std::vector<Beam*>* active) {
+  if (b.finished || !promising_.count(b.id) || spec_.count(b.id)) return Status::OK();
+  std::unique_ptr<Beam> c = NewChild(b, 0);
+  c->speculative = true;
+  STRATA_RETURN_IF_ERROR(engine_->kv().ForkSequence(b.seq, &c->seq));
+  // Only buffers the group does not need: a child that does not fit is not started.
+  const int32_t n = std::min(spec_limit_, p_.max_tokens - int32_t(b.tokens.size()));
+  if (!kv_->ReserveMore(kv_->NewBlocksFor(c->seq, n))) return engine_->RemoveSequence(c->seq);
+  active->push_back(c.get());
+  spec_[b.id] = std::move(c);
   return Status::OK();
 }
 
@@ -413,6 +492,8 @@ Status Search::ScoreStep(int32_t step) {
   for (size_t i = 0; i < beams_.size(); ++i) {
     beams_[i]->score_sum += scores[i];
     ++beams_[i]->steps;
+    step_len_sum_ += int64_t(beams_[i]->step_tokens.size());
+    ++step_len_count_;
   }
   std::vector<uint64_t> parents;
   for (const auto& b : beams_) parents.push_back(b->parent_id);
@@ -462,12 +543,28 @@ Status Search::Select(std::vector<BeamResult>* results, bool last_step) {
   for (size_t k = 0; k < open.size(); ++k) {
     Beam& parent = *open[k];
     for (int32_t j = 0; k < keep && s.ok() && j < p_.beam_width; ++j) {
+      auto spec = j == 0 ? spec_.find(parent.id) : spec_.end();
+      if (spec != spec_.end()) {
+        // The first child generated ahead exactly as it would now: it keeps those tokens.
+        std::unique_ptr<Beam> c = std::move(spec->second);
+        spec_.erase(spec);
+        c->speculative = false;
+        c->carried = true;
+        c->score_sum = parent.score_sum;  // forked before the parent's step was scored
+        c->steps = parent.steps;
+        st_.speculative_tokens_kept += int64_t(c->step_tokens.size());
+        beams_.push_back(std::move(c));
+        continue;
+      }
       beams_.push_back(NewChild(parent, j));
       s = engine_->kv().ForkSequence(parent.seq, &beams_.back()->seq);
     }
     if (k >= keep) verifier_->Forget(parent.id);
     drop(parent);
   }
+  // Speculation for beams that finished or were not selected is dropped.
+  for (auto& [id, c] : spec_) drop(*c);
+  spec_.clear();
   STRATA_RETURN_IF_ERROR(s);
   return first;
 }
@@ -525,6 +622,14 @@ Status ValidateBeamSearchParams(const BeamSearchParams& p, const HParams& hp,
   if (p.block_tokens < 1 || p.block_tokens > 1024)
     return bad("block tokens: " + std::to_string(p.block_tokens) + " is out of range [1, 1024]");
   if (p.max_steps < 0) return bad("max steps: " + std::to_string(p.max_steps) + " is negative");
+  if (!(p.speculate >= 0.f && p.speculate <= 1.f))
+    return bad("speculate: " + std::to_string(p.speculate) +
+               " is out of range [0, 1] (a share of the mean step length)");
+  if (p.speculate > 0.f && p.schedule == BeamSchedule::kTokenwise)
+    return bad(
+        "speculate needs a grouped schedule (grouped, prefix or balanced): the "
+        "token-by-token schedule streams every block each pass and has no group to pin "
+        "the speculative children in");
   if (prompt_tokens < 1) return bad("the prompt has no tokens");
   const int64_t limit = hp.n_ctx_train > 0 ? hp.n_ctx_train : (int64_t(1) << 20);
   if (p.max_tokens < 1 || int64_t(prompt_tokens) + p.max_tokens > limit)

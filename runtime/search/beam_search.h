@@ -44,6 +44,12 @@ struct BeamSearchParams {
   SamplingParams sampling;     // temperature 0 = greedy; seed seeds every beam
   bool ignore_eos = false;
   BeamSchedule schedule = BeamSchedule::kBalanced;
+  // Speculative beam extension, > 0 to turn it on: a beam that ends its step while others of
+  // its group still generate continues, in the slot it frees, as its first child would begin
+  // the next step, for up to this fraction of the mean step length so far (at least one
+  // token). The tokens are kept when the beam is selected (its first child starts with them)
+  // and dropped otherwise; results are identical either way. Grouped schedules only.
+  float speculate = 0.0f;
   uint64_t fast_budget_bytes = 0;  // fast-tier KV bytes; 0 = everything fits
   int32_t block_tokens = 16;
   int32_t n_threads = 0;  // 0 = one per core
@@ -75,11 +81,17 @@ struct BeamResult {
 struct BeamSearchStats {
   int32_t prompt_tokens = 0;
   int32_t steps = 0;
-  int64_t rounds = 0;           // groups run, summed over steps
-  int32_t max_step_rounds = 0;  // most groups in one step
-  int64_t generated_tokens = 0;
+  int64_t rounds = 0;            // groups run, summed over steps
+  int32_t max_step_rounds = 0;   // most groups in one step
+  int64_t generated_tokens = 0;  // speculative ones included
   int64_t forward_passes = 0;
-  double seconds = 0;  // prompt prefill to the last score
+  int64_t finished_tokens = 0;  // tokens of the returned beams: goodput is this per second
+  // Batch slots: a group's beams times its passes, and how many of them had nothing to run
+  // (their beam had ended its step while others of the group went on).
+  int64_t slot_passes = 0, idle_slot_passes = 0;
+  int64_t speculative_tokens = 0;       // generated ahead into a beam's next step
+  int64_t speculative_tokens_kept = 0;  // of which a selected beam's first child kept
+  double seconds = 0;                   // prompt prefill to the last score
   double prefill_seconds = 0;
   double score_seconds = 0;
   uint64_t peak_shared_blocks = 0;  // blocks used by more than one beam, at a step's start

@@ -211,6 +211,73 @@ TEST_F(BeamSearchTest, DelimiterEndsSteps) {
   EXPECT_GT(ended_by_delimiter, 0);
 }
 
+// Speculative beam extension: with steps that end at a delimiter, beams that end early
+// continue as their first child in the slots they free. The ranked results are the same bits
+// as without it, under every grouped schedule, with everything fitting and under a budget
+// that forces eviction, stochastic and greedy; the idle share of the batch slots falls, the
+// budget holds, and no block is left behind.
+TEST_F(BeamSearchTest, SpeculationKeepsResultsIdenticalAndFillsIdleSlots) {
+  const auto prompt = Prompt();
+  int64_t kept = 0;
+  for (float temperature : {0.9f, 0.0f}) {
+    BeamSearchParams p = Base();
+    p.step_delimiter = "e";
+    p.step_tokens = 12;
+    p.sampling.temperature = temperature;
+    std::vector<BeamResult> ref;
+    BeamSearchStats rs;
+    ASSERT_OK(RunBeamSearch(model(), prompt, p, nullptr, &ref, &rs));
+    ASSERT_FALSE(ref.empty());
+    ASSERT_GT(rs.idle_slot_passes, 0) << "steps of equal length: nothing to fill";
+    EXPECT_EQ(rs.speculative_tokens, 0);
+    for (BeamSchedule s : {BeamSchedule::kGrouped, BeamSchedule::kPrefix, BeamSchedule::kBalanced})
+      for (double share : {0.0, 0.6}) {
+        const std::string what = std::string(BeamScheduleName(s)) + " at " +
+                                 std::to_string(int(share * 100)) + "%, temperature " +
+                                 std::to_string(temperature);
+        BeamSearchParams q = p;
+        q.schedule = s;
+        q.fast_budget_bytes = uint64_t(double(rs.peak_tree_bytes) * share);
+        std::vector<BeamResult> plain, spec;
+        BeamSearchStats ps, ss;
+        ASSERT_OK(RunBeamSearch(model(), prompt, q, nullptr, &plain, &ps)) << what;
+        q.speculate = 0.5f;
+        ASSERT_OK(RunBeamSearch(model(), prompt, q, nullptr, &spec, &ss)) << what;
+        ExpectSameResults(ref, plain, what);
+        ExpectSameResults(ref, spec, what + ", speculating");
+        EXPECT_GT(ss.speculative_tokens, 0) << what;
+        EXPECT_LE(ss.speculative_tokens_kept, ss.speculative_tokens) << what;
+        kept += ss.speculative_tokens_kept;
+        // Kept speculation is work the next step does not redo: fewer passes, fewer idle slots.
+        EXPECT_LT(double(ss.idle_slot_passes) / double(ss.slot_passes),
+                  double(ps.idle_slot_passes) / double(ps.slot_passes))
+            << what;
+        EXPECT_EQ(ss.finished_tokens, ps.finished_tokens) << what;
+        if (q.fast_budget_bytes > 0) {
+          EXPECT_LE(ss.kv.peak_fast_bytes, q.fast_budget_bytes) << what;
+          EXPECT_GT(ss.kv.bytes_read, 0u) << what;
+        }
+        EXPECT_EQ(ss.kv.live_blocks, 0u) << what;
+      }
+  }
+  EXPECT_GT(kept, 0) << "no speculative token was ever kept";
+}
+
+TEST_F(BeamSearchTest, SpeculationSettingsOutOfRangeAreClearErrors) {
+  const auto prompt = Prompt();
+  std::vector<BeamResult> r;
+  BeamSearchParams p = Base();
+  p.speculate = 1.5f;
+  Status s = RunBeamSearch(model(), prompt, p, nullptr, &r, nullptr);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("speculate: 1.5"), std::string::npos) << s.ToString();
+  p.speculate = 0.5f;
+  p.schedule = BeamSchedule::kTokenwise;
+  s = RunBeamSearch(model(), prompt, p, nullptr, &r, nullptr);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("grouped schedule"), std::string::npos) << s.ToString();
+}
+
 // Forwards to the built-in scorer and checks that a scorer model identical to the generator
 // gives the same scores (a prefill over the step instead of the generator's decode passes).
 class ComparingVerifier final : public Verifier {

@@ -218,6 +218,10 @@ typedef struct strata_beam_params {
   const char* schedule;       /* "balanced" (NULL, default), "prefix", "grouped", "tokenwise" */
   const char* scorer_model;   /* a GGUF path scoring steps (its log-likelihood of the step);
                                  NULL: the callback, else the generator's mean log-probability */
+  float speculate;            /* > 0: a beam that ends its step before the others of its group
+                                 goes on as its first child for up to this share of the mean
+                                 step length, kept if it is selected; [0, 1], results are the
+                                 same; not with "tokenwise". Default 0 (off) */
 } strata_beam_params;
 
 STRATA_API strata_beam_params strata_beam_default_params(void);
@@ -266,7 +270,12 @@ typedef struct strata_beam_stats {
   uint64_t fast_budget_bytes;
   uint64_t peak_fast_bytes; /* never above fast_budget_bytes */
   uint64_t blocks_prefetched;
-  double stall_seconds; /* waiting for the slow tier, not hidden by compute */
+  double stall_seconds;            /* waiting for the slow tier, not hidden by compute */
+  int64_t finished_tokens;         /* tokens of the returned beams; per second: goodput */
+  int64_t slot_passes;             /* a group's beams times its passes */
+  int64_t idle_slot_passes;        /* of which the beam had ended its step */
+  int64_t speculative_tokens;      /* generated ahead into a beam's next step */
+  int64_t speculative_tokens_kept; /* of which a selected beam's first child kept */
 } strata_beam_stats;
 
 /* Runs a beam search from `prompt` (NUL-terminated UTF-8). `scorer` may be NULL (then
