@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The test suite, as CI runs it: packages, model, formatting of the tracked sources
-# (.clang-format), Release build with tests, every test (unit, real-model integration, the C
-# program against the C API, the CLI's bad-input cases), a short libFuzzer run of the GGUF
-# reader and the tokenizer, and the kernels built for aarch64 and run under qemu. Exits
-# non-zero on the first failing stage.
+# (.clang-format), Release build with tests, no cycle between the libraries, every test
+# (unit, real-model integration, the C program against the C API, the CLI's bad-input
+# cases), a short libFuzzer run of the GGUF reader and the tokenizer, and the kernels built
+# for aarch64 and run under qemu. Exits non-zero on the first failing stage.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
@@ -19,6 +19,11 @@ stage "formatting (clang-format --dry-run -Werror; fix with clang-format -i FILE
 stage "build (Release, warnings as errors)"
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$root/build" -j"$jobs"
+
+stage "layering (no cycle between the project's libraries, from cmake --graphviz)"
+mkdir -p "$root/build/graph"
+cmake --graphviz="$root/build/graph/strata.dot" "$root/build" >/dev/null
+python3 "$root/scripts/check_layering.py" "$root/build/graph/strata.dot" | tail -1
 
 stage "tests"
 ctest --test-dir "$root/build" --output-on-failure -j"$jobs" --timeout 900

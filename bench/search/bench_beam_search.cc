@@ -103,11 +103,11 @@ void PrintTable(int32_t beams, int32_t step, uint64_t need, uint64_t unshared, u
       "fast-tier budget %.1f MiB; machine load average now %.1f\n",
       beams, beams / 2, step, MiB(need), MiB(unshared), MiB(budget), LoadAverage());
   std::printf(
-      "| schedule   | rounds | read MiB | written MiB | moved MiB | moved vs (a) | time s | "
+      "| schedule      | rounds | read MiB | written MiB | moved MiB | moved vs (a) | time s | "
       "speedup vs (a) | stall s | cpu s | cpu+stall s | speedup (cpu+stall) | peak fast MiB | "
       "goodput tok/s | idle slots | speculated, kept | same result |\n");
   std::printf(
-      "|------------|-------:|---------:|------------:|----------:|-------------:|-------:|"
+      "|---------------|-------:|---------:|------------:|----------:|-------------:|-------:|"
       "---------------:|--------:|------:|------------:|--------------------:|--------------:|"
       "--------------:|-----------:|-----------------:|-------------|\n");
   const Row* a = nullptr;
@@ -132,7 +132,7 @@ void PrintTable(int32_t beams, int32_t step, uint64_t need, uint64_t unshared, u
     const double idle =
         r.st.slot_passes > 0 ? 100.0 * double(r.st.idle_slot_passes) / double(r.st.slot_passes) : 0;
     std::printf(
-        "| %-10s | %6lld | %8.1f | %11.1f | %9.1f | %12s | %6.1f | %14s | %7.2f | %5.1f | %11.1f | "
+        "| %-13s | %6lld | %8.1f | %11.1f | %9.1f | %12s | %6.1f | %14s | %7.2f | %5.1f | %11.1f | "
         "%19s | %13.1f | %13.1f | %9.1f%% | %7lld, %6lld | %-11s |\n",
         r.schedule.c_str(), (long long)r.st.rounds, MiB(k.bytes_read), MiB(k.bytes_written),
         moved / (1 << 20), vs, r.st.seconds, sp, k.stall_seconds, r.cpu_seconds, dedicated, sd,
