@@ -161,6 +161,18 @@ STRATA_HD void LoadUnitActs(const int8_t* xq, const ActScale* xs, int64_t u, int
   }
 }
 
+// The low and high nibbles of four bytes, each as a byte of its own.
+STRATA_HD void SplitNibbles(uint32_t v, int* lo, int* hi) {
+  *lo = int(v & 0x0F0F0F0Fu);
+  *hi = int((v >> 4) & 0x0F0F0F0Fu);
+}
+// A 32-value block whose values 0-15 are lo's bytes and 16-31 hi's, dotted with x (8 words).
+STRATA_HD int DotNibbles32(const int* lo, const int* hi, const int* x) {
+  int s = 0;
+  for (int i = 0; i < 4; ++i) s = Dp4a(hi[i], x[4 + i], Dp4a(lo[i], x[i], s));
+  return s;
+}
+
 template <class B>
 struct UnitDot {
   // acc[t] += the unit's dot product with token t (t < nt; acc[t] for t >= nt untouched). xq /
@@ -190,16 +202,11 @@ struct Q4_0 : UnitDot<Q4_0> {
     const uint8_t* b = row + u * kBlockBytes;
     W w;
     w.d = Half(Load16(b));
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t v = Load16x2(b + 2 + 4 * i);
-      w.lo[i] = int(v & 0x0F0F0F0Fu);
-      w.hi[i] = int((v >> 4) & 0x0F0F0F0Fu);
-    }
+    for (int i = 0; i < 4; ++i) SplitNibbles(Load16x2(b + 2 + 4 * i), &w.lo[i], &w.hi[i]);
     return w;
   }
   STRATA_HD static void Acc(const W& w, const int* x, const ActScale* a, float* acc) {
-    int s = 0;
-    for (int i = 0; i < 4; ++i) s = Dp4a(w.hi[i], x[4 + i], Dp4a(w.lo[i], x[i], s));
+    const int s = DotNibbles32(w.lo, w.hi, x);
     // sum((q - 8) * x) = d_x * sum(q * xq) - 8 * s_x.
     *acc = fmaf(w.d, fmaf(a[0].d, float(s), -8.0f * a[0].s), *acc);
   }
@@ -225,16 +232,11 @@ struct Q4_1 : UnitDot<Q4_1> {
     W w;
     w.d = Half(Load16(b));
     w.m = Half(Load16(b + 2));
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t v = Load32(b + 4 + 4 * i);
-      w.lo[i] = int(v & 0x0F0F0F0Fu);
-      w.hi[i] = int((v >> 4) & 0x0F0F0F0Fu);
-    }
+    for (int i = 0; i < 4; ++i) SplitNibbles(Load32(b + 4 + 4 * i), &w.lo[i], &w.hi[i]);
     return w;
   }
   STRATA_HD static void Acc(const W& w, const int* x, const ActScale* a, float* acc) {
-    int s = 0;
-    for (int i = 0; i < 4; ++i) s = Dp4a(w.hi[i], x[4 + i], Dp4a(w.lo[i], x[i], s));
+    const int s = DotNibbles32(w.lo, w.hi, x);
     // sum((d q + m) x) = d d_x sum(q xq) + m s_x.
     *acc = fmaf(w.d * a[0].d, float(s), fmaf(w.m, a[0].s, *acc));
   }
@@ -292,11 +294,7 @@ struct Q4_K : UnitDot<Q4_K> {
     w.dmin = Half(Load16(b + 2));
     Q4KScaleMin(b + 4, 2 * c, &w.sc0, &w.m0);
     Q4KScaleMin(b + 4, 2 * c + 1, &w.sc1, &w.m1);
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t v = Load32(b + 16 + 32 * c + 4 * i);
-      w.lo[i] = int(v & 0x0F0F0F0Fu);
-      w.hi[i] = int((v >> 4) & 0x0F0F0F0Fu);
-    }
+    for (int i = 0; i < 8; ++i) SplitNibbles(Load32(b + 16 + 32 * c + 4 * i), &w.lo[i], &w.hi[i]);
     return w;
   }
   STRATA_HD static void Acc(const W& w, const int* x, const ActScale* a, float* acc) {
