@@ -1,6 +1,7 @@
 #include "cli/cmd_run_beams.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli/cli.h"
 #include "platforms/cuda_device.h"
@@ -28,6 +29,10 @@ void AddBeamFlags(CLI::App* cmd, BeamFlags* f) {
       ->default_str("0.5");
   cmd->add_option("--scorer-model", f->scorer_model,
                   "GGUF model scoring each step (default: the generator's mean log-probability)");
+  cmd->add_option("--verifier-share", f->verifier_share,
+                  "with --scorer-model and --beam-budget the budget holds both models' KV: "
+                  "auto (default: a cost model splits it before each phase) or the scorer's "
+                  "fixed share in [0, 1] (0.5: even)");
   cmd->add_option("--beam-slow-dir", f->slow_dir, "directory of the slow tier's file");
   cmd->add_flag("--beam-slow-ram", f->slow_ram, "keep the slow tier in host RAM instead");
   cmd->add_flag("--beam-slow-disk", f->slow_disk,
@@ -77,6 +82,14 @@ Status RunBeamSearchCommand(const BeamFlags& f, const Config& cfg, const Model& 
   p.slow_in_ram = f.slow_ram;
   p.gpu_slow_on_disk = f.slow_disk;
   p.speculate = f.speculate;
+  if (f.verifier_share != "auto") {
+    char* end = nullptr;
+    const float share = std::strtof(f.verifier_share.c_str(), &end);
+    if (f.verifier_share.empty() || *end != '\0' || !(share >= 0.f && share <= 1.f))
+      return Status::InvalidArgument("--verifier-share: '" + f.verifier_share +
+                                     "' is neither auto nor a share in [0, 1]");
+    p.verifier_share = share;
+  }
   // --beam-device, else the engine's device (--device or the config's `device`).
   p.cuda_device = cfg.engine.cuda_device;
   if (f.device_opt && f.device_opt->count())
@@ -146,6 +159,15 @@ Status RunBeamSearchCommand(const BeamFlags& f, const Config& cfg, const Model& 
     j["fast_budget_bytes"] = st.kv.fast_budget_bytes;
     j["peak_fast_bytes"] = st.kv.peak_fast_bytes;
     j["slow_tier"] = st.slow_tier;
+    if (st.shared_budget) {
+      j["verifier_share"] = f.verifier_share;
+      j["generator_phase_share"] = st.generator_phase_share;
+      j["verifier_phase_share"] = st.verifier_phase_share;
+      j["peak_fast_bytes_both"] = st.peak_fast_bytes_total;
+      j["verifier_bytes_read"] = st.verifier_kv.bytes_read;
+      j["verifier_bytes_written"] = st.verifier_kv.bytes_written;
+      j["verifier_peak_fast_bytes"] = st.verifier_kv.peak_fast_bytes;
+    }
     std::fprintf(stderr, "%s\n", j.dump(2).c_str());
   }
   return Status::OK();

@@ -26,6 +26,7 @@ struct BeamFlags {
   bool slow_disk = false;  // on a GPU: the block store (staged) instead of pinned host RAM
   std::string device;      // cpu, cuda or cuda:N; default: the engine's device
   float speculate = 0.0f;  // speculative beam extension: share of the mean step length
+  std::string verifier_share = "auto";  // of a shared budget: auto or a share in [0, 1]
   CLI::Option* beams_opt = nullptr;
   CLI::Option* device_opt = nullptr;
 };

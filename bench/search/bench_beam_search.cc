@@ -12,6 +12,10 @@
 //   bench_beam_search --beams 16,32,64 --steps 32,64 --gen 512 --threads 2
 //   bench_beam_search --cuda 0 ...                   # on a GPU, pinned host RAM as slow tier
 //   bench_beam_search --cuda 0 --cuda-slow-disk ...  # on a GPU, the block store as slow tier
+//
+// With --scorer-model a second GGUF scores each step and its KV shares the budget (which is
+// then a share of both models' KV); --verifier-shares runs every schedule once per split
+// (the scorer's fixed share, or auto for the cost model's).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -56,6 +60,8 @@ struct Flags {
   double speculate = 0;         // > 0: each grouped schedule again with speculative extension
   int32_t cuda_device = -1;     // >= 0: on this GPU, slow tier in pinned host RAM
   bool cuda_slow_disk = false;  // on the GPU, the block store (staged) as the slow tier
+  std::string scorer_model;     // a second GGUF as the verifier
+  std::vector<std::string> verifier_shares;  // with it: auto or shares in [0, 1]; default auto
 };
 
 struct Row {
@@ -103,18 +109,26 @@ void PrintTable(int32_t beams, int32_t step, uint64_t need, uint64_t unshared, u
       "fast-tier budget %.1f MiB; machine load average now %.1f\n",
       beams, beams / 2, step, MiB(need), MiB(unshared), MiB(budget), LoadAverage());
   std::printf(
-      "| schedule      | rounds | read MiB | written MiB | moved MiB | moved vs (a) | time s | "
+      "| schedule           | rounds | read MiB | written MiB | moved MiB | moved vs (a) | time s "
+      "| "
       "speedup vs (a) | stall s | cpu s | cpu+stall s | speedup (cpu+stall) | peak fast MiB | "
       "goodput tok/s | idle slots | speculated, kept | same result |\n");
   std::printf(
-      "|---------------|-------:|---------:|------------:|----------:|-------------:|-------:|"
+      "|--------------------|-------:|---------:|------------:|----------:|-------------:|-------:|"
       "---------------:|--------:|------:|------------:|--------------------:|--------------:|"
       "--------------:|-----------:|-----------------:|-------------|\n");
   const Row* a = nullptr;
   for (const Row& r : rows)
     if (r.schedule == "tokenwise") a = &r;
   for (const Row& r : rows) {
-    const auto& k = r.st.kv;
+    // With a scorer sharing the budget, both trees' traffic and their peak together.
+    PrefixTreeCounters k = r.st.kv;
+    if (r.st.shared_budget) {
+      k.bytes_read += r.st.verifier_kv.bytes_read;
+      k.bytes_written += r.st.verifier_kv.bytes_written;
+      k.stall_seconds += r.st.verifier_kv.stall_seconds;
+      k.peak_fast_bytes = r.st.peak_fast_bytes_total;
+    }
     const double moved = double(k.bytes_read + k.bytes_written);
     // With one compute thread, CPU time plus the engine thread's I/O wait is the run's time
     // on a dedicated core: wall time on a shared machine also counts other jobs' turns.
@@ -132,7 +146,7 @@ void PrintTable(int32_t beams, int32_t step, uint64_t need, uint64_t unshared, u
     const double idle =
         r.st.slot_passes > 0 ? 100.0 * double(r.st.idle_slot_passes) / double(r.st.slot_passes) : 0;
     std::printf(
-        "| %-13s | %6lld | %8.1f | %11.1f | %9.1f | %12s | %6.1f | %14s | %7.2f | %5.1f | %11.1f | "
+        "| %-18s | %6lld | %8.1f | %11.1f | %9.1f | %12s | %6.1f | %14s | %7.2f | %5.1f | %11.1f | "
         "%19s | %13.1f | %13.1f | %9.1f%% | %7lld, %6lld | %-11s |\n",
         r.schedule.c_str(), (long long)r.st.rounds, MiB(k.bytes_read), MiB(k.bytes_written),
         moved / (1 << 20), vs, r.st.seconds, sp, k.stall_seconds, r.cpu_seconds, dedicated, sd,
@@ -173,6 +187,37 @@ int Run(Flags& f) {
     return 1;
   }
   prompt.resize(size_t(f.prompt_tokens));
+  std::unique_ptr<Model> scorer_model;
+  std::unique_ptr<ModelVerifier> scorer;
+  std::vector<float> shares;  // the verifier's share per run; < 0: the cost model's
+  if (!f.scorer_model.empty()) {
+    int32_t most = 0;
+    for (int32_t b : f.beams) most = std::max(most, b);
+    for (int32_t b : f.also_emulate_beams) most = std::max(most, b);
+    s = Model::Load(f.scorer_model, &scorer_model);
+    if (s.ok())
+      s = ModelVerifier::Create(*scorer_model, *model, f.threads, f.prompt_tokens + f.gen + 1, most,
+                                &scorer);
+    if (!s.ok()) {
+      std::fprintf(stderr, "bench_beam_search: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    if (f.verifier_shares.empty()) f.verifier_shares = {"auto"};
+    for (const std::string& v : f.verifier_shares) {
+      char* end = nullptr;
+      const float x = v == "auto" ? -1.f : std::strtof(v.c_str(), &end);
+      if (v != "auto" && (v.empty() || *end != '\0' || !(x >= 0.f && x <= 1.f))) {
+        std::fprintf(stderr,
+                     "bench_beam_search: --verifier-shares: '%s' is neither auto nor "
+                     "a share in [0, 1]\n",
+                     v.c_str());
+        return 1;
+      }
+      shares.push_back(x);
+    }
+  } else {
+    shares = {-1.f};
+  }
 
   std::vector<BeamSchedule> scheds;
   auto parse_schedules = [&](const std::vector<std::string>& names) {
@@ -226,7 +271,7 @@ int Run(Flags& f) {
       Row r;
       r.schedule = label;
       const double cpu0 = CpuSeconds();
-      Status rs = RunBeamSearch(*model, prompt, p, nullptr, res, &r.st);
+      Status rs = RunBeamSearch(*model, prompt, p, scorer.get(), res, &r.st);
       r.cpu_seconds = CpuSeconds() - cpu0;
       if (!rs.ok()) {
         std::printf("(%d beams, step %d, %s failed: %s)\n", beams, step, label.c_str(),
@@ -259,6 +304,14 @@ int Run(Flags& f) {
                      {"idle_slot_passes", r.st.idle_slot_passes},
                      {"speculative_tokens", r.st.speculative_tokens},
                      {"speculative_tokens_kept", r.st.speculative_tokens_kept},
+                     {"verifier_share", p.verifier_share},
+                     {"generator_phase_share", r.st.generator_phase_share},
+                     {"verifier_phase_share", r.st.verifier_phase_share},
+                     {"verifier_bytes_read", r.st.verifier_kv.bytes_read},
+                     {"verifier_bytes_written", r.st.verifier_kv.bytes_written},
+                     {"peak_fast_bytes_both", r.st.peak_fast_bytes_total},
+                     {"generator_seconds", r.st.generator_seconds},
+                     {"score_seconds", r.st.score_seconds},
                      {"same_results", r.same}});
       return true;
     };
@@ -273,7 +326,12 @@ int Run(Flags& f) {
     } else {
       rows.push_back(reference[key]);
     }
-    const uint64_t need = reference[key].st.peak_tree_bytes;
+    uint64_t need = reference[key].st.peak_tree_bytes;
+    if (scorer) {
+      // The scorer's tree has the generator's shape of paths: its blocks scale the need.
+      const uint64_t gb = reference[key].st.kv.block_bytes;
+      need += uint64_t(double(need) * double(scorer->KvBlockBytes(16, 4096)) / double(gb));
+    }
     p.fast_budget_bytes = uint64_t(double(need) * f.share);
     // Where beams share so much that the share is less than one beam's path, no grouped
     // schedule can run: every schedule gets the smallest budget a grouped one runs with.
@@ -288,17 +346,28 @@ int Run(Flags& f) {
           100.0 * double(floor) / double(need));
       p.fast_budget_bytes = floor;
     }
-    for (BeamSchedule b : scheds) {
-      p.schedule = b;
-      std::vector<BeamResult> res;
-      if (!run(BeamScheduleName(b), &res)) return false;
-      if (rows.size() == 2) std::printf("slow tier: %s\n", rows[1].st.slow_tier.c_str());
-      if (f.speculate > 0 && b != BeamSchedule::kTokenwise) {
-        p.speculate = float(f.speculate);
-        if (!run(std::string(BeamScheduleName(b)) + "+spec", &res)) return false;
-        p.speculate = 0;
-      }
+    if (scorer) {
+      const uint64_t both =
+          2 * (floor / (reference[key].st.kv.block_bytes)) *
+          std::max<uint64_t>(reference[key].st.kv.block_bytes, scorer->KvBlockBytes(16, 4096));
+      p.fast_budget_bytes = std::max(p.fast_budget_bytes, both);
     }
+    for (BeamSchedule b : scheds)
+      for (float share : shares) {
+        p.schedule = b;
+        p.verifier_share = share;
+        char split[32] = "";
+        if (scorer && share < 0) std::snprintf(split, sizeof(split), " v=auto");
+        if (scorer && share >= 0) std::snprintf(split, sizeof(split), " v=%.2f", double(share));
+        std::vector<BeamResult> res;
+        if (!run(BeamScheduleName(b) + std::string(split), &res)) return false;
+        if (rows.size() == 2) std::printf("slow tier: %s\n", rows[1].st.slow_tier.c_str());
+        if (f.speculate > 0 && b != BeamSchedule::kTokenwise) {
+          p.speculate = float(f.speculate);
+          if (!run(BeamScheduleName(b) + std::string(split) + "+spec", &res)) return false;
+          p.speculate = 0;
+        }
+      }
     PrintTable(beams, step, need, SearchKvBytes(p, model->hparams(), int32_t(prompt.size())),
                p.fast_budget_bytes, rows);
     return true;
@@ -363,6 +432,12 @@ int main(int argc, char** argv) {
                  "also run each grouped schedule with speculative beam extension at this share "
                  "of the mean step length");
   app.add_option("--json", f.json, "write the rows as JSON");
+  app.add_option("--scorer-model", f.scorer_model,
+                 "a second GGUF scoring each step; its KV shares the budget");
+  app.add_option("--verifier-shares", f.verifier_shares,
+                 "with --scorer-model: the scorer's share of the budget per run, auto or in "
+                 "[0, 1], comma separated (default auto)")
+      ->delimiter(',');
   app.add_flag("--quick", f.quick, "smoke run: 8 beams, steps of 16, 128 tokens, budget 60%");
   app.add_option("--cuda", f.cuda_device,
                  "run on this CUDA GPU (KV in its memory, slow tier in pinned host RAM)");

@@ -48,6 +48,7 @@ strata::Status ToParams(const strata_beam_params& c, strata::BeamSearchParams* p
   p->slow_dir = c.slow_dir ? c.slow_dir : "";
   p->slow_in_ram = c.slow_in_ram != 0;
   p->speculate = c.speculate;
+  p->verifier_share = c.verifier_share;
   if (c.n_threads < 0 || c.n_threads > 1024)
     return strata::Status::InvalidArgument("n_threads: " + std::to_string(c.n_threads) +
                                            " is out of range [0, 1024]");
@@ -75,6 +76,7 @@ strata_beam_params strata_beam_default_params(void) {
   p.min_p = d.sampling.min_p;
   p.seed = d.sampling.seed;
   p.fast_budget_bytes = d.fast_budget_bytes;
+  p.verifier_share = d.verifier_share;
   return p;
 }
 
@@ -191,6 +193,13 @@ strata_status strata_beam_results_get_stats(const strata_beam_results* results,
   out->idle_slot_passes = s.idle_slot_passes;
   out->speculative_tokens = s.speculative_tokens;
   out->speculative_tokens_kept = s.speculative_tokens_kept;
+  if (s.shared_budget) {
+    out->peak_fast_bytes_both = s.peak_fast_bytes_total;
+    out->verifier_bytes_read = s.verifier_kv.bytes_read;
+    out->verifier_bytes_written = s.verifier_kv.bytes_written;
+    out->generator_phase_share = s.generator_phase_share;
+    out->verifier_phase_share = s.verifier_phase_share;
+  }
   return STRATA_OK;
 }
 

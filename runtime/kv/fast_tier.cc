@@ -17,28 +17,53 @@ Status FastTier::Create(uint64_t budget_bytes, uint64_t buffer_bytes, uint32_t a
                                      " bytes");
   if (n > INT32_MAX / 2)
     return Status::InvalidArgument("fast tier: " + std::to_string(n) + " buffers is too many");
-  std::unique_ptr<FastTier> t(new FastTier());
-  t->arena_bytes_ = size_t(n) * buffer_bytes;
-  Status s = memory->Allocate(t->arena_bytes_, alignment, &t->arena_);
+  auto pool = std::make_shared<Pool>();
+  pool->arena_bytes = size_t(n) * buffer_bytes;
+  Status s = memory->Allocate(pool->arena_bytes, alignment, &pool->arena);
   if (!s.ok()) return s.WithContext("fast tier");
-  t->memory_ = memory;
-  t->budget_ = budget_bytes;
-  t->buffer_bytes_ = buffer_bytes;
-  t->capacity_ = int32_t(n);
-  t->free_.reserve(size_t(n));
-  for (int32_t i = int32_t(n) - 1; i >= 0; --i) t->free_.push_back(i);
+  pool->memory = memory;
+  pool->budget = budget_bytes;
+  pool->buffer_bytes = buffer_bytes;
+  pool->capacity = int32_t(n);
+  pool->free.reserve(size_t(n));
+  for (int32_t i = int32_t(n) - 1; i >= 0; --i) pool->free.push_back(i);
+  std::unique_ptr<FastTier> t(new FastTier());
+  t->pool_ = std::move(pool);
+  t->limit_ = int32_t(n);
   *out = std::move(t);
   return Status::OK();
 }
 
+std::unique_ptr<FastTier> FastTier::Share(int32_t limit) const {
+  std::unique_ptr<FastTier> t(new FastTier());
+  t->pool_ = pool_;
+  t->set_limit(limit);
+  return t;
+}
+
+void FastTier::set_limit(int32_t n) { limit_ = std::clamp(n, 0, pool_->capacity); }
+
+int32_t FastTier::free_count() const {
+  return std::max(0, std::min(limit_ - in_use_, int32_t(pool_->free.size())));
+}
+
+uint64_t FastTier::pool_bytes_in_use() const {
+  return uint64_t(pool_->capacity - int32_t(pool_->free.size())) * pool_->buffer_bytes;
+}
+
 int32_t FastTier::Acquire() {
-  if (free_.empty()) return -1;
-  const int32_t b = free_.back();
-  free_.pop_back();
-  peak_in_use_ = std::max(peak_in_use_, in_use());
+  if (pool_->free.empty() || in_use_ >= limit_) return -1;
+  const int32_t b = pool_->free.back();
+  pool_->free.pop_back();
+  ++in_use_;
+  peak_in_use_ = std::max(peak_in_use_, in_use_);
+  pool_->peak_in_use = std::max(pool_->peak_in_use, pool_->capacity - int32_t(pool_->free.size()));
   return b;
 }
 
-void FastTier::Release(int32_t buffer) { free_.push_back(buffer); }
+void FastTier::Release(int32_t buffer) {
+  pool_->free.push_back(buffer);
+  --in_use_;
+}
 
 }  // namespace strata

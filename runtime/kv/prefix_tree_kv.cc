@@ -62,14 +62,28 @@ Status PrefixTreeKv::Create(const KvShape& shape, const PrefixTreeKvOptions& o,
                                    " blocks need " + Bytes(need));
   // Layer streaming also carves two staging areas (one layer of every block) from the budget.
   const int64_t max_buffers = o.max_blocks + 2 * (o.max_blocks / shape.n_layer + 1);
-  TierMemory* memory = o.memory ? o.memory : HostMemory();
+  TierMemory* memory = o.share_fast ? o.share_fast->memory() : (o.memory ? o.memory : HostMemory());
   if (memory->device() && !slow->moves_device_memory())
     return Status::InvalidArgument(std::string("prefix-tree KV: the slow tier (") +
                                    slow->Describe() + ") cannot move blocks to and from " +
                                    memory->name() + "; use pinned host RAM as the slow tier");
-  Status s = FastTier::Create(o.fast_budget_bytes, kv->block_bytes_, align, max_buffers, &kv->fast_,
-                              memory);
-  if (!s.ok()) return s.WithContext("prefix-tree KV");
+  if (o.share_fast) {
+    const uint64_t buf = o.share_fast->buffer_bytes();
+    if (buf < kv->block_bytes_ || buf % align != 0)
+      return Status::InvalidArgument("prefix-tree KV: the shared fast tier's buffers of " +
+                                     Bytes(buf) + " cannot hold a block of " +
+                                     Bytes(kv->block_bytes_) + " aligned to " +
+                                     std::to_string(align));
+    const int64_t limit = std::min<int64_t>(int64_t(o.fast_budget_bytes / buf), max_buffers);
+    if (limit < 1)
+      return Status::ResourceExhausted("prefix-tree KV: a limit of " + Bytes(o.fast_budget_bytes) +
+                                       " holds no buffer of " + Bytes(buf));
+    kv->fast_ = o.share_fast->Share(int32_t(std::min<int64_t>(limit, INT32_MAX / 2)));
+  } else {
+    Status s = FastTier::Create(o.fast_budget_bytes, kv->block_bytes_, align, max_buffers,
+                                &kv->fast_, memory);
+    if (!s.ok()) return s.WithContext("prefix-tree KV");
+  }
   // Fixed buffers only speed io_uring up; a refusal (e.g. RLIMIT_MEMLOCK) is not an error.
   if (!memory->device()) (void)slow->RegisterMemory(kv->fast_->arena(), kv->fast_->arena_bytes());
   kv->slow_ = std::move(slow);
@@ -515,7 +529,12 @@ Status PrefixTreeKv::CheckInvariants() const {
   }
   if (live != c_.live_blocks) return fail("live block count");
   if (buffers != fast_->in_use()) return fail("fast-tier buffers leaked or double counted");
-  if (fast_->peak_bytes() > fast_->budget_bytes()) return fail("fast tier exceeded its budget");
+  if (fast_->peak_bytes() > fast_->budget_bytes() ||
+      fast_->pool_peak_bytes() > fast_->budget_bytes())
+    return fail("fast tier exceeded its budget");
+  if (batch_.empty() && !pin_active_ && buffers > fast_->limit())
+    return fail("fast tier holds " + std::to_string(buffers) + " buffers over its limit of " +
+                std::to_string(fast_->limit()));
   return Status::OK();
 }
 

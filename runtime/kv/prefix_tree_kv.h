@@ -50,6 +50,10 @@ struct PrefixTreeKvOptions {
   // slow tier must move device memory (pinned host RAM through the GPU) and Append takes
   // device pointers.
   TierMemory* memory = nullptr;
+  // Non-null: the tree's blocks come from this fast tier's pool (buffers at least a block
+  // large), shared with its other clients; fast_budget_bytes is then the tree's limit within
+  // it, and memory is the pool's.
+  const FastTier* share_fast = nullptr;
 };
 
 struct PrefixTreeCounters {
@@ -122,6 +126,13 @@ class PrefixTreeKv final : public KvPolicy {
   int32_t block_tokens() const { return options_.block_tokens; }
   uint64_t block_bytes() const { return block_bytes_; }
   int32_t fast_capacity_blocks() const { return fast_->capacity(); }
+  // Moves the tree's limit within a shared pool (between batches, nothing pinned): a lower
+  // limit evicts the least recently used blocks beyond it to the slow tier (writing the ones
+  // it does not hold yet), so their buffers go back to the pool for its other clients.
+  // ResourceExhausted when the blocks that cannot leave (prefetched, in flight) do not fit.
+  Status SetFastLimit(int32_t blocks);
+  int32_t fast_blocks_in_use() const { return fast_->in_use(); }
+  const FastTier& fast_tier() const { return *fast_; }
   int32_t fast_free_blocks() const { return fast_->free_count(); }
   PrefixTreeCounters tree_counters() const;
   std::string slow_tier_description() const { return slow_->Describe(); }

@@ -86,6 +86,19 @@ Status PrefixTreeKv::MakeRoom(int32_t need, bool streaming_batch) {
   return Status::OK();
 }
 
+Status PrefixTreeKv::SetFastLimit(int32_t blocks) {
+  if (!batch_.empty() || pin_active_)
+    return Status::Internal("prefix-tree KV: the fast-tier limit moves only between batches");
+  if (blocks < 1 || blocks > fast_->pool_buffers())
+    return Status::InvalidArgument("prefix-tree KV: fast-tier limit " + std::to_string(blocks) +
+                                   " is out of range [1, " + std::to_string(fast_->pool_buffers()) +
+                                   "]");
+  fast_->set_limit(blocks);
+  const int32_t over = fast_->in_use() - blocks;
+  // Over the limit free_count() is 0, so making room for `over` evicts exactly the excess.
+  return over > 0 ? MakeRoom(over, false) : Status::OK();
+}
+
 Status PrefixTreeKv::WriteBlocks(const std::vector<BlockId>& ids, bool wait) {
   if (ids.empty()) return Status::OK();
   std::vector<TierExtent> ext;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -94,13 +95,30 @@ class Search {
   ~Search() { ReleaseAll(); }
 
   Status Setup(int32_t prompt_tokens);
-  // The block store as a slow tier of slow_bytes (slow_dir, slow_disk).
-  Status OpenDiskTier(uint64_t slow_bytes, std::unique_ptr<SlowTier>* out) const;
+  // The block store as a slow tier of slow_bytes (slow_dir, slow_disk), in a file of that name.
+  Status OpenDiskTier(uint64_t slow_bytes, const char* file_name,
+                      std::unique_ptr<SlowTier>* out) const;
   Status Run(std::span<const int32_t> prompt, std::vector<BeamResult>* results);
   void ReleaseAll();
   PrefixTreeKv* kv() const { return kv_; }
+  PrefixTreeKv* verifier_kv() const { return vkv_; }
+  uint64_t pool_peak_bytes() const { return pool_ ? pool_->pool_peak_bytes() : 0; }
 
  private:
+  // The beams' prefix-tree paths, and the blocks the step adds to each (RunStep's plan input).
+  Status StepWork(std::vector<BeamWork>* work) const;
+  // With a shared budget: moves the two trees' limits for the phase about to run.
+  Status Split(bool generator_runs, std::span<const BeamWork> work);
+  // The running model's limit in blocks, in [lo, hi], the cost model's choice.
+  int32_t ChooseLimit(bool generator_runs, std::span<const BeamWork> work, int32_t lo,
+                      int32_t hi) const;
+  // A generator pass of n tokens: max(floor, per_token * n), from the passes so far.
+  struct Roofline {
+    double floor = 0, per_token = 0;
+    double Pass(int64_t n) const { return std::max(floor, per_token * double(n)); }
+  };
+  Roofline GeneratorRoofline() const;
+  double IoSecondsPerBlock() const;
   Status RunStep();
   Status RunGroup(const std::vector<Beam*>& group);
   // Forks b's first child and lets it generate in the slot b frees (speculative extension),
@@ -120,6 +138,18 @@ class Search {
   std::unique_ptr<Engine> engine_;
   PrefixTreeKv* kv_ = nullptr;
   bool write_behind_ = false;
+  // A budget shared with the verifier's KV: the pool (this client holds nothing), the
+  // verifier's tree in it, and what each model keeps at least (one beam's working set).
+  std::unique_ptr<FastTier> pool_;
+  PrefixTreeKv* vkv_ = nullptr;
+  int32_t min_blocks_ = 0;
+  double weight_ratio_ = 1;  // the verifier's weight bytes over the generator's
+  // Measured as the search runs, for the cost model: generator passes (tokens, seconds) and
+  // the verifier's seconds per scored token beyond its passes' weight reads.
+  std::vector<std::pair<int32_t, double>> gen_passes_;
+  std::vector<double> ver_token_seconds_;
+  int64_t phases_[2] = {0, 0};
+  double share_sum_[2] = {0, 0};
   std::vector<std::unique_ptr<Beam>> beams_;
   // Speculative first children, by their parent's id; Select keeps those of selected parents.
   std::map<uint64_t, std::unique_ptr<Beam>> spec_;
@@ -157,6 +187,29 @@ Status Search::Setup(int32_t prompt_tokens) {
       p_.fast_budget_bytes
           ? p_.fast_budget_bytes
           : uint64_t(ko.max_blocks + 2 * (ko.max_blocks / hp.n_layer + 1)) * block_bytes;
+  // A scorer model's KV shares the budget (on the CPU; a GPU search's verifier runs on the
+  // host with KV of its own): one pool of buffers as large as the larger model's blocks.
+  const uint64_t verifier_block = p_.fast_budget_bytes && p_.cuda_device < 0
+                                      ? verifier_->KvBlockBytes(p_.block_tokens, kSlowAlignment)
+                                      : 0;
+  if (verifier_block) {
+    const uint64_t buf = std::max(block_bytes, verifier_block);
+    min_blocks_ = Blocks(int64_t(prompt_tokens) + p_.max_tokens, p_.block_tokens) + 1;
+    const uint64_t min = 2 * uint64_t(min_blocks_) * buf;
+    if (p_.fast_budget_bytes < min)
+      return Status::ResourceExhausted(
+          "beam search: the fast-tier budget of " + std::to_string(p_.fast_budget_bytes) +
+          " bytes holds the scorer model's KV too and must fit one beam's working set of each "
+          "model (" +
+          std::to_string(min_blocks_) + " blocks of " + std::to_string(buf) +
+          " bytes each): the minimum is " + std::to_string(min) + " bytes");
+    STRATA_RETURN_IF_ERROR(
+        FastTier::Create(p_.fast_budget_bytes, buf, kSlowAlignment, INT32_MAX / 4, &pool_));
+    ko.share_fast = pool_.get();
+    ko.fast_budget_bytes = uint64_t(pool_->pool_buffers() - min_blocks_) * buf;
+    weight_ratio_ =
+        double(verifier_->weight_bytes()) / double(std::max<uint64_t>(1, model_.weight_bytes()));
+  }
   std::unique_ptr<SlowTier> slow;
   std::shared_ptr<CudaDevice> gpu;
   if (p_.cuda_device >= 0) {
@@ -165,7 +218,7 @@ Status Search::Setup(int32_t prompt_tokens) {
     Status s;
     if (p_.gpu_slow_on_disk) {
       std::unique_ptr<SlowTier> disk;
-      s = OpenDiskTier(slow_bytes, &disk);
+      s = OpenDiskTier(slow_bytes, "strata-beams", &disk);
       // Staging holds what is in flight at once: a group's blocks, a layer of the streamed
       // ones, the writes behind them.
       if (s.ok())
@@ -180,12 +233,25 @@ Status Search::Setup(int32_t prompt_tokens) {
     STRATA_RETURN_IF_ERROR(RamSlowTier::Create(slow_bytes, &ram, kSlowAlignment));
     slow = std::move(ram);
   } else {
-    Status s = OpenDiskTier(slow_bytes, &slow);
+    Status s = OpenDiskTier(slow_bytes, "strata-beams", &slow);
     if (!s.ok()) return s.WithContext("beam search slow tier");
   }
   std::unique_ptr<PrefixTreeKv> kv;
   STRATA_RETURN_IF_ERROR(PrefixTreeKv::Create(shape, ko, std::move(slow), &kv));
   kv_ = kv.get();
+  // The verifier's slow tier is of the same kind as the generator's, in a file of its own.
+  auto make_slow = [&](uint64_t bytes, std::unique_ptr<SlowTier>* out) -> Status {
+    if (p_.slow_in_ram) {
+      std::unique_ptr<RamSlowTier> ram;
+      STRATA_RETURN_IF_ERROR(RamSlowTier::Create(bytes, &ram, kSlowAlignment));
+      *out = std::move(ram);
+      return Status::OK();
+    }
+    return OpenDiskTier(bytes, "strata-verifier", out).WithContext("scorer's slow tier");
+  };
+  STRATA_RETURN_IF_ERROR(verifier_->PlaceKv(pool_.get(), min_blocks_, p_.block_tokens, make_slow));
+  vkv_ = pool_ ? verifier_->shared_kv() : nullptr;
+  st_.shared_budget = vkv_ != nullptr;
   st_.slow_tier = kv->slow_tier_description();
   st_.fast_capacity_blocks = kv->fast_capacity_blocks();
   EngineOptions eo;
@@ -198,13 +264,14 @@ Status Search::Setup(int32_t prompt_tokens) {
   return Engine::Create(model_, eo, std::move(kv), &engine_);
 }
 
-Status Search::OpenDiskTier(uint64_t slow_bytes, std::unique_ptr<SlowTier>* out) const {
+Status Search::OpenDiskTier(uint64_t slow_bytes, const char* file_name,
+                            std::unique_ptr<SlowTier>* out) const {
   storage::StoreOptions so;
   const char* tmp = std::getenv("TMPDIR");
   so.directory = !p_.slow_dir.empty() ? p_.slow_dir : (tmp && *tmp ? tmp : "/tmp");
   // The slow tier is this process's alone: a temporary store (no file outlives it).
   so.mode = storage::OpenMode::kTemporary;
-  so.file_name = "strata-beams";
+  so.file_name = file_name;
   so.capacity = slow_bytes;
   so.block_size = kSlowAlignment;
   // The baseline reads one layer of every block it streams per request (thousands per
@@ -258,7 +325,8 @@ Status Search::Run(std::span<const int32_t> prompt, std::vector<BeamResult>* res
     root.logits = std::move(logits);
   }
   st_.prefill_seconds = Since(t0);
-  Status s = verifier_->Begin(prompt, root.id);
+  Status s = Split(/*generator_runs=*/false, {});
+  if (s.ok()) s = verifier_->Begin(prompt, root.id);
   for (int32_t j = 0; s.ok() && j < p_.n_beams; ++j) {
     beams_.push_back(NewChild(root, j));
     s = engine_->kv().ForkSequence(root.seq, &beams_.back()->seq);
@@ -268,10 +336,29 @@ Status Search::Run(std::span<const int32_t> prompt, std::vector<BeamResult>* res
 
   for (step_ = 0; !beams_.empty(); ++step_) {
     st_.peak_shared_blocks = std::max(st_.peak_shared_blocks, kv_->tree_counters().shared_blocks);
+    const auto tg = Clock::now();
     STRATA_RETURN_IF_ERROR(RunStep());
+    st_.generator_seconds += Since(tg);
+    if (vkv_) {
+      std::vector<BeamWork> scored;
+      STRATA_RETURN_IF_ERROR(StepWork(&scored));  // the paths now hold the step's tokens
+      STRATA_RETURN_IF_ERROR(Split(/*generator_runs=*/false, scored));
+    }
     const auto ts = Clock::now();
+    const double stall0 = vkv_ ? vkv_->tree_counters().stall_seconds : 0;
     STRATA_RETURN_IF_ERROR(ScoreStep(step_));
-    st_.score_seconds += Since(ts);
+    const double score_seconds = Since(ts);
+    st_.score_seconds += score_seconds;
+    if (vkv_) {
+      // Seconds per scored token beyond the passes' weight reads and the waits for I/O (the
+      // cost model prices those apart).
+      int64_t tokens = 0;
+      for (const auto& b : beams_) tokens += int64_t(b->step_tokens.size());
+      const double io = vkv_->tree_counters().stall_seconds - stall0;
+      const double reads = double((tokens + 511) / 512) * GeneratorRoofline().floor * weight_ratio_;
+      if (tokens > 0)
+        ver_token_seconds_.push_back(std::max(0.0, score_seconds - io - reads) / double(tokens));
+    }
     ++st_.steps;
     STRATA_RETURN_IF_ERROR(Select(results, p_.max_steps > 0 && step_ + 1 >= p_.max_steps));
   }
@@ -283,9 +370,135 @@ Status Search::Run(std::span<const int32_t> prompt, std::vector<BeamResult>* res
   return Status::OK();
 }
 
+Status Search::StepWork(std::vector<BeamWork>* work) const {
+  work->resize(beams_.size());
+  for (size_t i = 0; i < beams_.size(); ++i) {
+    const Beam& b = *beams_[i];
+    STRATA_RETURN_IF_ERROR(kv_->Path(b.seq, &(*work)[i].path));
+    const int32_t n = b.step_done
+                          ? 0
+                          : std::min<int32_t>(p_.step_tokens - int32_t(b.step_tokens.size()),
+                                              p_.max_tokens - int32_t(b.tokens.size()));
+    (*work)[i].new_blocks = kv_->NewBlocksFor(b.seq, n);
+  }
+  return Status::OK();
+}
+
+Search::Roofline Search::GeneratorRoofline() const {
+  // A pass costs at least the smallest pass seen (its weights read once), and a pass of
+  // many tokens what the largest passes cost per token (compute).
+  Roofline r;
+  if (gen_passes_.empty()) return r;
+  r.floor = gen_passes_[0].second;
+  int32_t most = 0;
+  for (auto [n, t] : gen_passes_) {
+    r.floor = std::min(r.floor, t);
+    most = std::max(most, n);
+  }
+  std::vector<double> per_token;
+  for (auto [n, t] : gen_passes_)
+    if (2 * n >= most) per_token.push_back(t / n);
+  std::nth_element(per_token.begin(), per_token.begin() + per_token.size() / 2, per_token.end());
+  r.per_token = per_token[per_token.size() / 2];
+  return r;
+}
+
+double Search::IoSecondsPerBlock() const {
+  // What a block moved has cost the engine thread so far (waits for reads and writes), over
+  // both trees; before any, the emulated device's rate or none.
+  const PrefixTreeCounters g = kv_->tree_counters(), v = vkv_->tree_counters();
+  const uint64_t moved = g.blocks_loaded + g.blocks_written + v.blocks_loaded + v.blocks_written;
+  if (moved > 0) return (g.stall_seconds + v.stall_seconds) / double(moved);
+  if (p_.slow_disk.enabled && p_.slow_disk.bandwidth_bytes_per_second > 0)
+    return double(pool_->buffer_bytes()) / p_.slow_disk.bandwidth_bytes_per_second;
+  return 0.0;
+}
+
+int32_t Search::ChooseLimit(bool generator_runs, std::span<const BeamWork> work, int32_t lo,
+                            int32_t hi) const {
+  const int32_t n = pool_->pool_buffers();
+  const double io = IoSecondsPerBlock();
+  const double len = step_len_count_ > 0 ? double(step_len_sum_) / double(step_len_count_)
+                                         : double(p_.step_tokens);
+  std::vector<int32_t> all(work.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = int32_t(i);
+  const int32_t need = WorkingSetBlocks(work, all);
+  std::vector<int32_t> cands = {lo, hi, std::clamp(n / 2, lo, hi), std::clamp(need, lo, hi)};
+  for (int32_t k = 1; k < 16; ++k) cands.push_back(lo + (hi - lo) * k / 16);
+  int64_t tokens = 0;
+  for (const auto& b : beams_) tokens += int64_t(b->step_tokens.size());
+  double ver_tok = 0;
+  if (!ver_token_seconds_.empty()) {
+    std::vector<double> v = ver_token_seconds_;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    ver_tok = v[v.size() / 2];
+  }
+  const int32_t gen_held = kv_->fast_blocks_in_use(), ver_held = vkv_->fast_blocks_in_use();
+  const Roofline gen = GeneratorRoofline();
+  // The verifier's passes read its weights once each; its tokens cost what scoring measured.
+  const Roofline ver{gen.floor * weight_ratio_, ver_tok};
+  int32_t best = hi;
+  double best_t = 0;
+  bool have = false;
+  for (int32_t q : cands) {
+    double t = 0;
+    if (generator_runs) {
+      // Its passes: a step's length of passes per group; the blocks the groups load beyond
+      // what stays resident; the verifier's blocks pushed out, written and read back later.
+      StepPlan plan;
+      if (!PlanStep(work, q, p_.schedule, step_ % 2 == 1, &plan).ok()) continue;
+      int64_t blocks = 0;
+      for (const BeamGroup& g : plan.groups) {
+        t += len * gen.Pass(int64_t(g.beams.size()));
+        blocks += g.blocks;
+      }
+      t += io * double(std::max<int64_t>(0, blocks - std::min(q, gen_held)));
+      t += 2 * io * double(std::max(0, ver_held - (n - q)));
+    } else {
+      // A prefill of the step's tokens in passes of at most 512 tokens whose working sets fit
+      // q: each pass reads the verifier's weights once, every token costs its compute; the
+      // paths it loads; the generator's blocks pushed out, written and read back next step.
+      const int64_t passes =
+          std::max<int64_t>(std::max<int64_t>(1, (tokens + 511) / 512), (need + q - 1) / q);
+      t += double(passes) * ver.Pass((tokens + passes - 1) / passes);
+      t += io * double(std::max(0, need - std::min(q, ver_held)));
+      t += 2 * io * double(std::max(0, gen_held - (n - q)));
+    }
+    if (!have || t < best_t) {
+      best = q;
+      best_t = t;
+      have = true;
+    }
+  }
+  return best;
+}
+
+Status Search::Split(bool generator_runs, std::span<const BeamWork> work) {
+  if (!vkv_) return Status::OK();
+  const int32_t n = pool_->pool_buffers();
+  const int32_t lo = min_blocks_, hi = n - min_blocks_;
+  int32_t run;  // the running model's limit
+  if (p_.verifier_share >= 0.f) {
+    const int32_t v = std::clamp(int32_t(std::lround(double(p_.verifier_share) * n)), lo, hi);
+    run = generator_runs ? n - v : v;
+  } else {
+    run = ChooseLimit(generator_runs, work, lo, hi);
+  }
+  PrefixTreeKv* running = generator_runs ? kv_ : vkv_;
+  PrefixTreeKv* idle = generator_runs ? vkv_ : kv_;
+  // The idle model gives its buffers back first; the running one then grows into them.
+  STRATA_RETURN_IF_ERROR(idle->SetFastLimit(n - run));
+  STRATA_RETURN_IF_ERROR(running->SetFastLimit(run));
+  const int k = generator_runs ? 0 : 1;
+  ++phases_[k];
+  share_sum_[k] += double(run) / double(n);
+  st_.generator_phase_share = phases_[0] ? share_sum_[0] / double(phases_[0]) : 0;
+  st_.verifier_phase_share = phases_[1] ? share_sum_[1] / double(phases_[1]) : 0;
+  return Status::OK();
+}
+
 Status Search::RunStep() {
-  const int32_t capacity = kv_->fast_capacity_blocks();
-  std::vector<BeamWork> work(beams_.size());
+  std::vector<BeamWork> work;
   for (size_t i = 0; i < beams_.size(); ++i) {
     Beam& b = *beams_[i];
     if (b.carried) {
@@ -296,13 +509,10 @@ Status Search::RunStep() {
       b.step_logprobs.clear();
       b.step_text.clear();
     }
-    STRATA_RETURN_IF_ERROR(kv_->Path(b.seq, &work[i].path));
-    const int32_t n = b.step_done
-                          ? 0
-                          : std::min<int32_t>(p_.step_tokens - int32_t(b.step_tokens.size()),
-                                              p_.max_tokens - int32_t(b.tokens.size()));
-    work[i].new_blocks = kv_->NewBlocksFor(b.seq, n);
   }
+  STRATA_RETURN_IF_ERROR(StepWork(&work));
+  STRATA_RETURN_IF_ERROR(Split(/*generator_runs=*/true, work));
+  const int32_t capacity = kv_->fast_capacity_blocks();
   if (p_.speculate > 0) {
     // The most promising beams by the verifier so far (their mean step score; at the first
     // step every beam), as many as will be kept, may speculate; each for a share of the
@@ -410,7 +620,9 @@ Status Search::RunGroup(const std::vector<Beam*>& group) {
     batch_.Clear();
     for (size_t i = 0; i < eval.size(); ++i)
       batch_.Add(eval[i]->seq, kv_->Length(eval[i]->seq), {&next[i], 1});
+    const auto tp = Clock::now();
     STRATA_RETURN_IF_ERROR(engine_->Evaluate(batch_, &logits_));
+    if (vkv_ && gen_passes_.size() < 4096) gen_passes_.push_back({int32_t(eval.size()), Since(tp)});
     ++st_.forward_passes;
     st_.generated_tokens += int64_t(eval.size());
     st_.slot_passes += int64_t(group.size());
@@ -489,6 +701,12 @@ Status Search::ScoreStep(int32_t step) {
     return Status::Internal("verifier '" + std::string(verifier_->name()) + "' returned " +
                             std::to_string(scores.size()) + " scores for " +
                             std::to_string(beams_.size()) + " beams");
+  for (size_t i = 0; i < beams_.size(); ++i)
+    if (!std::isfinite(scores[i]))
+      return Status::InvalidArgument(
+          "verifier '" + std::string(verifier_->name()) + "': beam " +
+          std::to_string(beams_[i]->id) + " at step " + std::to_string(step) +
+          " got a score that is not a finite number (" + std::to_string(scores[i]) + ")");
   for (size_t i = 0; i < beams_.size(); ++i) {
     beams_[i]->score_sum += scores[i];
     ++beams_[i]->steps;
@@ -625,6 +843,9 @@ Status ValidateBeamSearchParams(const BeamSearchParams& p, const HParams& hp,
   if (!(p.speculate >= 0.f && p.speculate <= 1.f))
     return bad("speculate: " + std::to_string(p.speculate) +
                " is out of range [0, 1] (a share of the mean step length)");
+  if (!(p.verifier_share <= 1.f))
+    return bad("verifier share: " + std::to_string(p.verifier_share) +
+               " is out of range [0, 1] (or negative: chosen per phase by the cost model)");
   if (p.speculate > 0.f && p.schedule == BeamSchedule::kTokenwise)
     return bad(
         "speculate needs a grouped schedule (grouped, prefix or balanced): the "
@@ -699,6 +920,15 @@ Status RunBeamSearch(const Model& model, std::span<const int32_t> prompt, const 
     if (s.ok() && st.kv.live_blocks != 0)
       s = Status::Internal("beam search: " + std::to_string(st.kv.live_blocks) +
                            " KV blocks left after the search");
+  }
+  if (PrefixTreeKv* vkv = search.verifier_kv()) {
+    st.verifier_kv = vkv->tree_counters();
+    st.peak_fast_bytes_total = search.pool_peak_bytes();
+    Status inv = vkv->CheckInvariants();
+    if (s.ok() && !inv.ok()) s = inv.WithContext("scorer model");
+    if (s.ok() && st.verifier_kv.live_blocks != 0)
+      s = Status::Internal("beam search: " + std::to_string(st.verifier_kv.live_blocks) +
+                           " of the scorer's KV blocks left after the search");
   }
   if (!s.ok()) results->clear();
   return s;

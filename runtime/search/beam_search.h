@@ -51,6 +51,13 @@ struct BeamSearchParams {
   // and dropped otherwise; results are identical either way. Grouped schedules only.
   float speculate = 0.0f;
   uint64_t fast_budget_bytes = 0;  // fast-tier KV bytes; 0 = everything fits
+  // With a verifier that keeps KV (a scorer model) and a fast-tier budget, the budget holds
+  // both models' KV: the two run in turn, and the one that is not running keeps what does
+  // not fit its share in the slow tier until it runs again. < 0: before each phase a cost
+  // model (each model's pass bound by its weight reads or its compute, plus the blocks the
+  // split moves) picks the running model's share; in [0, 1]: the verifier's fixed share in
+  // both phases (0.5: an even split). Each model keeps at least one beam's working set.
+  float verifier_share = -1.f;
   int32_t block_tokens = 16;
   int32_t n_threads = 0;  // 0 = one per core
   // The slow tier: the block store in slow_dir (default $TMPDIR, else /tmp), or RAM.
@@ -98,6 +105,13 @@ struct BeamSearchStats {
   uint64_t peak_tree_bytes = 0;     // distinct KV bytes of the tree at its largest
   int32_t fast_capacity_blocks = 0;
   PrefixTreeCounters kv;  // bytes moved, stall, fast-tier peak (after the search ends)
+  // With the budget shared by a scorer model: its tree's counters, both trees' peak, and the
+  // mean share of the budget the generator had in its phases and the verifier in its.
+  bool shared_budget = false;
+  PrefixTreeCounters verifier_kv;
+  uint64_t peak_fast_bytes_total = 0;
+  double generator_phase_share = 0, verifier_phase_share = 0;
+  double generator_seconds = 0;  // in the generator's phases (its passes and its I/O)
   std::string slow_tier;
   std::string verifier;
 };

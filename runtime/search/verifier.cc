@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "kernels/kernels.h"
 
@@ -10,6 +11,10 @@ namespace strata {
 Status Verifier::Begin(std::span<const int32_t>, uint64_t) { return Status::OK(); }
 void Verifier::Forget(uint64_t) {}
 void Verifier::End() {}
+uint64_t Verifier::KvBlockBytes(int32_t, uint32_t) const { return 0; }
+Status Verifier::PlaceKv(const FastTier*, int32_t, int32_t, const SlowTierFactory&) {
+  return Status::OK();
+}
 
 double TokenLogProb(const float* logits, int32_t n_vocab, int32_t token,
                     std::vector<float>* scratch) {
@@ -63,27 +68,64 @@ Status ModelVerifier::Create(const Model& scorer, const Model& generator, int32_
                                      "vocabulary");
   std::unique_ptr<ModelVerifier> v(new ModelVerifier());
   v->n_vocab_ = a.n_vocab();
-  const HParams& hp = scorer.hparams();
-  KvShape shape{hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx};
-  // Every path fits: the scorer's KV stays in RAM, shared between a beam and its children.
-  PrefixTreeKvOptions ko;
-  ko.max_sequences = 2 * max_beams + 2;
-  ko.max_blocks =
-      int64_t(2 * max_beams + 2) * ((n_ctx + ko.block_tokens - 1) / ko.block_tokens + 1);
-  ko.fast_budget_bytes =
-      uint64_t(ko.max_blocks) * PrefixTreeKv::BlockBytes(shape, ko.block_tokens, 64);
-  std::unique_ptr<RamSlowTier> ram;
-  STRATA_RETURN_IF_ERROR(RamSlowTier::Create(
-      uint64_t(ko.max_blocks) * PrefixTreeKv::BlockBytes(shape, ko.block_tokens, 64), &ram));
-  std::unique_ptr<PrefixTreeKv> kv;
-  STRATA_RETURN_IF_ERROR(PrefixTreeKv::Create(shape, ko, std::move(ram), &kv));
-  EngineOptions eo;
-  eo.n_threads = n_threads;
-  eo.n_batch = 512;
-  eo.max_sequences = ko.max_sequences;
-  STRATA_RETURN_IF_ERROR(Engine::Create(scorer, eo, std::move(kv), &v->engine_));
+  v->scorer_ = &scorer;
+  v->n_threads_ = n_threads;
+  v->n_ctx_ = n_ctx;
+  v->max_beams_ = max_beams;
+  STRATA_RETURN_IF_ERROR(v->PlaceKv(nullptr, 0, PrefixTreeKvOptions().block_tokens, {}));
   *out = std::move(v);
   return Status::OK();
+}
+
+int64_t ModelVerifier::MaxBlocks(int32_t block_tokens) const {
+  return int64_t(2 * max_beams_ + 2) * ((n_ctx_ + block_tokens - 1) / block_tokens + 1);
+}
+
+uint64_t ModelVerifier::KvBlockBytes(int32_t block_tokens, uint32_t alignment) const {
+  const HParams& hp = scorer_->hparams();
+  return PrefixTreeKv::BlockBytes({hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx_}, block_tokens,
+                                  alignment);
+}
+
+Status ModelVerifier::PlaceKv(const FastTier* shared, int32_t limit_blocks, int32_t block_tokens,
+                              const SlowTierFactory& make_slow) {
+  End();
+  PrefixTreeKvOptions ko;
+  ko.block_tokens = block_tokens;
+  ko.max_sequences = 2 * max_beams_ + 2;
+  ko.max_blocks = MaxBlocks(block_tokens);
+  const uint64_t own_block = KvBlockBytes(block_tokens, 64);
+  std::unique_ptr<SlowTier> slow;
+  if (shared) {
+    ko.share_fast = shared;
+    ko.fast_budget_bytes = uint64_t(std::max(limit_blocks, 0)) * shared->buffer_bytes();
+    STRATA_RETURN_IF_ERROR(
+        make_slow(uint64_t(ko.max_blocks) * KvBlockBytes(block_tokens, 4096), &slow));
+  } else {
+    if (!shared_ && engine_) return Status::OK();  // already in its own memory
+    // Every path fits: the scorer's KV stays in RAM, shared between a beam and its children.
+    ko.fast_budget_bytes = uint64_t(ko.max_blocks) * own_block;
+    std::unique_ptr<RamSlowTier> ram;
+    STRATA_RETURN_IF_ERROR(RamSlowTier::Create(uint64_t(ko.max_blocks) * own_block, &ram));
+    slow = std::move(ram);
+  }
+  shared_ = shared != nullptr;
+  return Build(ko, std::move(slow));
+}
+
+Status ModelVerifier::Build(const PrefixTreeKvOptions& ko, std::unique_ptr<SlowTier> slow) {
+  engine_.reset();
+  kv_ = nullptr;
+  const HParams& hp = scorer_->hparams();
+  KvShape shape{hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx_};
+  std::unique_ptr<PrefixTreeKv> kv;
+  STRATA_RETURN_IF_ERROR(PrefixTreeKv::Create(shape, ko, std::move(slow), &kv));
+  kv_ = kv.get();
+  EngineOptions eo;
+  eo.n_threads = n_threads_;
+  eo.n_batch = 512;
+  eo.max_sequences = ko.max_sequences;
+  return Engine::Create(*scorer_, eo, std::move(kv), &engine_).WithContext("scorer model");
 }
 
 Status ModelVerifier::Begin(std::span<const int32_t> prompt, uint64_t root_id) {
@@ -132,10 +174,33 @@ Status ModelVerifier::ScoreStep(std::span<const StepCandidate> cands, std::vecto
     batch.Clear();
     std::vector<std::pair<size_t, size_t>> pieces;  // candidate, tokens
     size_t used = 0;
+    // In a shared fast tier a pass's working set (the paths and the blocks it adds) must fit
+    // the tree's limit too; blocks shared by siblings count once.
+    std::set<PrefixTreeKv::BlockId> paths;
+    int32_t added = 0;
+    std::vector<PrefixTreeKv::BlockId> path;
     for (size_t i = next; i < cands.size() && used < limit; ++i) {
       const size_t left = cands[i].step_tokens.size() - done[i];
       if (left == 0) continue;
-      const size_t n = std::min(left, limit - used);
+      size_t n = std::min(left, limit - used);
+      if (shared_) {
+        Status s = kv_->Path(fresh[i].seq, &path);
+        if (!s.ok()) {
+          drop_fresh();
+          return s;
+        }
+        int32_t extra = 0;
+        for (PrefixTreeKv::BlockId b : path) extra += paths.count(b) ? 0 : 1;
+        auto fits = [&](size_t tokens) {
+          return int32_t(paths.size()) + extra + added +
+                     kv_->NewBlocksFor(fresh[i].seq, int32_t(tokens)) <=
+                 kv_->fast_capacity_blocks();
+        };
+        if (!fits(n) && !pieces.empty()) break;
+        while (n > 1 && !fits(n)) n /= 2;  // alone: as much of the step as fits
+        paths.insert(path.begin(), path.end());
+        added += kv_->NewBlocksFor(fresh[i].seq, int32_t(n));
+      }
       batch.Add(fresh[i].seq, engine_->kv().Length(fresh[i].seq),
                 cands[i].step_tokens.subspan(done[i], n), /*all_logits=*/true);
       pieces.push_back({i, n});

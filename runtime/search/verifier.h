@@ -26,7 +26,9 @@
 
 #include "common/status.h"
 #include "runtime/engine/engine.h"
+#include "runtime/kv/fast_tier.h"
 #include "runtime/kv/prefix_tree_kv.h"
+#include "runtime/kv/slow_tier.h"
 #include "runtime/model/model.h"
 
 namespace strata {
@@ -53,6 +55,21 @@ class Verifier {
   virtual void Forget(uint64_t beam_id);
   // After the search (also after a failure): drops all per-beam state.
   virtual void End();
+
+  // A verifier that keeps KV of its own (a scorer model) can hold it in the search's tiers,
+  // so that one fast-tier budget serves both models (beam_search.h, verifier_share).
+  // Bytes of one block of block_tokens tokens aligned to `alignment`; 0: it keeps no KV.
+  virtual uint64_t KvBlockBytes(int32_t block_tokens, uint32_t alignment) const;
+  using SlowTierFactory = std::function<Status(uint64_t bytes, std::unique_ptr<SlowTier>*)>;
+  // Before Begin. With `shared`, its KV becomes a client of shared's pool with a limit of
+  // limit_blocks buffers, over a slow tier from make_slow; null: its own memory, where
+  // everything fits (the default).
+  virtual Status PlaceKv(const FastTier* shared, int32_t limit_blocks, int32_t block_tokens,
+                         const SlowTierFactory& make_slow);
+  // Its KV when placed in shared tiers (the search moves its limit), else null.
+  virtual PrefixTreeKv* shared_kv() { return nullptr; }
+  // Bytes of weights one of its passes reads (the memory side of its cost), 0 if none.
+  virtual uint64_t weight_bytes() const { return 0; }
 };
 
 class MeanLogProbVerifier final : public Verifier {
@@ -85,6 +102,11 @@ class ModelVerifier final : public Verifier {
   Status ScoreStep(std::span<const StepCandidate> cands, std::vector<double>* scores) override;
   void Forget(uint64_t beam_id) override;
   void End() override;
+  uint64_t KvBlockBytes(int32_t block_tokens, uint32_t alignment) const override;
+  Status PlaceKv(const FastTier* shared, int32_t limit_blocks, int32_t block_tokens,
+                 const SlowTierFactory& make_slow) override;
+  PrefixTreeKv* shared_kv() override { return shared_ ? kv_ : nullptr; }
+  uint64_t weight_bytes() const override { return scorer_->weight_bytes(); }
 
  private:
   struct Held {
@@ -92,6 +114,14 @@ class ModelVerifier final : public Verifier {
     std::vector<float> next_logits;  // after the path's last token
   };
   ModelVerifier() = default;
+  // Blocks the tree may hold: every beam's path and its children's while they are scored.
+  int64_t MaxBlocks(int32_t block_tokens) const;
+  // (Re)builds the engine over a prefix tree with these options and slow tier.
+  Status Build(const PrefixTreeKvOptions& ko, std::unique_ptr<SlowTier> slow);
+  const Model* scorer_ = nullptr;
+  int32_t n_threads_ = 0, n_ctx_ = 0, max_beams_ = 0;
+  bool shared_ = false;
+  PrefixTreeKv* kv_ = nullptr;
   std::unique_ptr<Engine> engine_;
   int32_t n_vocab_ = 0;
   std::map<uint64_t, Held> held_;

@@ -144,6 +144,27 @@ int main(int argc, char** argv) {
   bp.max_tokens = 16;
   CHECK(strata_beam_search(model, kPrompt, &bp, NULL, NULL, &none) == STRATA_OK);
   CHECK(strata_beam_results_count(none) == 8);
+  /* Its KV shares a budget with the generator's, evenly: same beams, budget kept. */
+  {
+    strata_beam_results* shared = NULL;
+    strata_beam_stats st;
+    CHECK(strata_beam_results_get_stats(none, &st) == STRATA_OK);
+    CHECK(st.peak_fast_bytes_both == 0);
+    bp.fast_budget_bytes = st.peak_tree_bytes;
+    bp.verifier_share = 0.5f;
+    CHECK(strata_beam_search(model, kPrompt, &bp, NULL, NULL, &shared) == STRATA_OK);
+    CHECK(same_results(none, shared));
+    CHECK(strata_beam_results_get_stats(shared, &st) == STRATA_OK);
+    CHECK(st.peak_fast_bytes_both > 0 && st.peak_fast_bytes_both <= bp.fast_budget_bytes);
+    CHECK(fabs(st.verifier_phase_share - 0.5) < 0.1);
+    strata_beam_results_free(shared);
+    bp.verifier_share = 2.0f;
+    CHECK(strata_beam_search(model, kPrompt, &bp, NULL, NULL, &shared) ==
+          STRATA_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(strata_last_error(), "verifier share: 2") != NULL);
+    bp.verifier_share = -1.0f;
+    bp.fast_budget_bytes = 0;
+  }
   strata_beam_results_free(none);
   none = NULL;
   bp.scorer_model = "/nonexistent/scorer.gguf";

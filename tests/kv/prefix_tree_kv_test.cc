@@ -38,8 +38,10 @@ class TreeFixture {
  public:
   // layers: the layer-streaming tests need more than a few, or two staging areas of one
   // layer each would be as large as the blocks they stand in for.
+  // share: the tree's blocks come from this pool, budget_blocks being its limit there.
   Status Make(uint64_t budget_blocks, KvResidency r = KvResidency::kWholeBlocks,
-              std::unique_ptr<SlowTier> slow = nullptr, int32_t layers = kLayers) {
+              std::unique_ptr<SlowTier> slow = nullptr, int32_t layers = kLayers,
+              const FastTier* share = nullptr) {
     shape = kShape;
     shape.n_layer = layers;
     if (!slow) {
@@ -53,6 +55,7 @@ class TreeFixture {
     o.max_blocks = 64;
     o.residency = r;
     o.fast_budget_bytes = budget_blocks * PrefixTreeKv::BlockBytes(shape, kB, slow->alignment());
+    o.share_fast = share;
     return PrefixTreeKv::Create(shape, o, std::move(slow), &kv);
   }
 
@@ -199,6 +202,57 @@ TEST(PrefixTreeKvTest, EvictedBlocksComeBackIntactAndUnchangedBlocksAreWrittenOn
   // 9 full blocks never change after they are first written; only the tails are rewritten.
   EXPECT_LE(c2.blocks_written, 9u + 3u * 2u);
   EXPECT_TRUE(f.kv->CheckInvariants().ok());
+}
+
+TEST(PrefixTreeKvTest, TwoTreesInOnePoolTradeBuffersThroughTheirLimits) {
+  const uint64_t bb = PrefixTreeKv::BlockBytes(kShape, kB, 64);
+  std::unique_ptr<FastTier> pool;
+  ASSERT_OK(FastTier::Create(8 * bb, bb, 64, 1 << 20, &pool));
+  TreeFixture a, b;
+  ASSERT_OK(a.Make(6, KvResidency::kWholeBlocks, nullptr, kLayers, pool.get()));
+  ASSERT_OK(b.Make(2, KvResidency::kWholeBlocks, nullptr, kLayers, pool.get()));
+  EXPECT_EQ(a.kv->fast_capacity_blocks(), 6);
+  EXPECT_EQ(b.kv->fast_capacity_blocks(), 2);
+  SeqId sa, sb;
+  ASSERT_OK(a.kv->AddSequence(&sa));
+  ASSERT_OK(b.kv->AddSequence(&sb));
+  ASSERT_OK(a.Append({sa}, 20, 1));  // 5 blocks
+  ASSERT_OK(b.Append({sb}, 4, 2));   // 1 block
+  EXPECT_EQ(pool->pool_bytes_in_use(), 6 * bb);
+  // b cannot pass its limit even though the pool has room.
+  Status s = b.Append({sb}, 8, 3);
+  EXPECT_EQ(s.code(), Status::Code::kResourceExhausted) << s.ToString();
+
+  // a's memory goes to b: a's excess is written to its slow tier, b grows into it.
+  ASSERT_OK(a.kv->SetFastLimit(2));
+  EXPECT_EQ(a.kv->fast_blocks_in_use(), 2);
+  EXPECT_EQ(a.kv->tree_counters().bytes_written, 3 * a.kv->block_bytes());
+  ASSERT_OK(b.kv->SetFastLimit(6));
+  ASSERT_OK(b.Append({sb}, 16, 4));  // 5 blocks now
+  EXPECT_EQ(pool->pool_bytes_in_use(), 7 * bb);
+  // And back: a's next batch reads its blocks again, every value checked.
+  ASSERT_OK(b.kv->SetFastLimit(2));
+  ASSERT_OK(a.kv->SetFastLimit(6));
+  ASSERT_OK(a.Append({sa}, 1, 5));
+  EXPECT_EQ(a.kv->tree_counters().bytes_read, 3 * a.kv->block_bytes());
+  EXPECT_EQ(b.kv->fast_blocks_in_use(), 2);
+  EXPECT_EQ(pool->pool_bytes_in_use(), 8 * bb);
+  EXPECT_LE(pool->pool_peak_bytes(), pool->budget_bytes());
+  ASSERT_OK(a.kv->CheckInvariants());
+  ASSERT_OK(b.kv->CheckInvariants());
+
+  // Limits outside the pool, a move during a batch, buffers smaller than a block: errors.
+  s = a.kv->SetFastLimit(9);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("[1, 8]"), std::string::npos) << s.ToString();
+  std::vector<BatchSeq> batch = {{sa, a.kv->Length(sa), 1}};
+  ASSERT_OK(a.kv->BeginBatch(batch));
+  EXPECT_FALSE(a.kv->SetFastLimit(4).ok());
+  a.kv->AbortBatch();
+  TreeFixture wide;
+  s = wide.Make(2, KvResidency::kWholeBlocks, nullptr, kLayers + 1, pool.get());
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("cannot hold a block"), std::string::npos) << s.ToString();
 }
 
 TEST(PrefixTreeKvTest, LayerStreamingReadsWhatDoesNotFitLayerByLayer) {

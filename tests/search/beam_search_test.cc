@@ -332,6 +332,125 @@ TEST_F(BeamSearchTest, ScorerModelMatchesTheGeneratorsOwnLogProbabilities) {
   EXPECT_NE(s.message().find("vocabulary"), std::string::npos) << s.message();
 }
 
+TEST_F(BeamSearchTest, AScorerModelSharesTheBudgetWithTheSameResults) {
+  const auto prompt = Prompt();
+  BeamSearchParams p = Base();
+  p.step_delimiter = "e";  // steps of different lengths
+  p.step_tokens = 12;
+  p.n_beams = 16;  // a tree several times one beam's working set, so splits differ
+  p.max_tokens = 64;
+  std::unique_ptr<ModelVerifier> mv;
+  ASSERT_OK(ModelVerifier::Create(model(), model(), 1, int32_t(prompt.size()) + p.max_tokens + 1,
+                                  p.n_beams, &mv));
+  std::vector<BeamResult> ref;
+  BeamSearchStats rs;
+  ASSERT_OK(RunBeamSearch(model(), prompt, p, mv.get(), &ref, &rs));
+  ASSERT_FALSE(ref.empty());
+  EXPECT_FALSE(rs.shared_budget);                // everything fits: the scorer keeps its own memory
+  const uint64_t both = 2 * rs.peak_tree_bytes;  // the scorer's tree has the same shape
+  uint64_t moved = 0;
+  for (BeamSchedule sched : {BeamSchedule::kGrouped, BeamSchedule::kBalanced})
+    for (double budget : {0.6, 0.35})
+      for (float share : {-1.f, 0.5f, 0.25f}) {
+        const std::string what = std::string(BeamScheduleName(sched)) + " at " +
+                                 std::to_string(int(budget * 100)) + "% of both trees, share " +
+                                 std::to_string(share);
+        BeamSearchParams q = p;
+        q.schedule = sched;
+        q.fast_budget_bytes = uint64_t(double(both) * budget);
+        q.verifier_share = share;
+        q.speculate = share == 0.5f ? 0.5f : 0.f;
+        std::vector<BeamResult> r;
+        BeamSearchStats st;
+        ASSERT_OK(RunBeamSearch(model(), prompt, q, mv.get(), &r, &st)) << what;
+        ExpectSameResults(ref, r, what);
+        EXPECT_TRUE(st.shared_budget) << what;
+        EXPECT_LE(st.peak_fast_bytes_total, q.fast_budget_bytes) << what;
+        EXPECT_GT(st.verifier_kv.peak_fast_bytes, 0u) << what;
+        EXPECT_EQ(st.kv.live_blocks, 0u) << what;
+        EXPECT_EQ(st.verifier_kv.live_blocks, 0u) << what;
+        EXPECT_GT(st.generator_phase_share, 0.0) << what;
+        EXPECT_LT(st.generator_phase_share, 1.0) << what;
+        if (share >= 0.f) {  // a fixed split: each model always had its share
+          EXPECT_NEAR(st.verifier_phase_share, share, 0.1) << what;
+          EXPECT_NEAR(st.generator_phase_share, 1.0 - share, 0.1) << what;
+        }
+        moved += st.verifier_kv.bytes_written + st.verifier_kv.bytes_read;
+      }
+  EXPECT_GT(moved, 0u) << "the scorer's KV never left the fast tier: the budgets are not tight";
+
+  // The scorer goes back to its own memory for a search without a budget.
+  std::vector<BeamResult> again;
+  ASSERT_OK(RunBeamSearch(model(), prompt, p, mv.get(), &again, &rs));
+  ExpectSameResults(ref, again, "without a budget after shared ones");
+
+  // Too small for one beam of each model, or a share out of range: errors naming the limit.
+  BeamSearchParams q = p;
+  q.fast_budget_bytes = MinFastBudgetBytes(p, model().hparams(), int32_t(prompt.size()));
+  Status s = RunBeamSearch(model(), prompt, q, mv.get(), &again, nullptr);
+  EXPECT_EQ(s.code(), Status::Code::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("scorer model's KV"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("the minimum is " + std::to_string(2 * q.fast_budget_bytes)),
+            std::string::npos)
+      << s.ToString();
+  q.fast_budget_bytes = both;
+  q.verifier_share = 1.5f;
+  s = RunBeamSearch(model(), prompt, q, mv.get(), &again, nullptr);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("verifier share: 1.5"), std::string::npos) << s.ToString();
+}
+
+// A scorer model whose scores turn to NaN at one step, keeping its KV in the search's tiers.
+class FailingModelVerifier final : public Verifier {
+ public:
+  FailingModelVerifier(ModelVerifier* m, int32_t fail_step) : m_(m), fail_step_(fail_step) {}
+  const char* name() const override { return "failing"; }
+  Status Begin(std::span<const int32_t> prompt, uint64_t root) override {
+    return m_->Begin(prompt, root);
+  }
+  Status ScoreStep(std::span<const StepCandidate> c, std::vector<double>* scores) override {
+    STRATA_RETURN_IF_ERROR(m_->ScoreStep(c, scores));
+    if (!c.empty() && c[0].step == fail_step_) (*scores)[c.size() / 2] = std::nan("");
+    return Status::OK();
+  }
+  void Forget(uint64_t id) override { m_->Forget(id); }
+  void End() override { m_->End(); }
+  uint64_t KvBlockBytes(int32_t b, uint32_t a) const override { return m_->KvBlockBytes(b, a); }
+  Status PlaceKv(const FastTier* f, int32_t limit, int32_t b, const SlowTierFactory& s) override {
+    return m_->PlaceKv(f, limit, b, s);
+  }
+  PrefixTreeKv* shared_kv() override { return m_->shared_kv(); }
+  uint64_t weight_bytes() const override { return m_->weight_bytes(); }
+
+ private:
+  ModelVerifier* m_;
+  int32_t fail_step_;
+};
+
+TEST_F(BeamSearchTest, AScorerThatFailsMidSearchNamesTheBeamAndLeavesBothTreesEmpty) {
+  const auto prompt = Prompt();
+  BeamSearchParams p = Base();
+  std::unique_ptr<ModelVerifier> mv;
+  ASSERT_OK(ModelVerifier::Create(model(), model(), 1, int32_t(prompt.size()) + p.max_tokens + 1,
+                                  p.n_beams, &mv));
+  FailingModelVerifier v(mv.get(), 2);
+  p.fast_budget_bytes = 3 * MinFastBudgetBytes(p, model().hparams(), int32_t(prompt.size()));
+  std::vector<BeamResult> r;
+  BeamSearchStats st;
+  Status s = RunBeamSearch(model(), prompt, p, &v, &r, &st);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("verifier 'failing': beam "), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find(" at step 2 got a score that is not a finite number"),
+            std::string::npos)
+      << s.ToString();
+  EXPECT_TRUE(r.empty());
+  EXPECT_TRUE(st.shared_budget);
+  EXPECT_EQ(st.kv.live_blocks, 0u);
+  EXPECT_EQ(st.verifier_kv.live_blocks, 0u);
+  EXPECT_EQ(st.verifier_kv.fast_bytes_in_use, 0u);
+  EXPECT_LE(st.peak_fast_bytes_total, p.fast_budget_bytes);
+}
+
 TEST_F(BeamSearchTest, CallbackScoresRankTheResults) {
   const auto prompt = Prompt();
   BeamSearchParams p = Base();

@@ -222,6 +222,10 @@ typedef struct strata_beam_params {
                                  goes on as its first child for up to this share of the mean
                                  step length, kept if it is selected; [0, 1], results are the
                                  same; not with "tokenwise". Default 0 (off) */
+  float verifier_share;       /* with scorer_model and a fast_budget_bytes, the budget holds
+                                 both models' KV, the one not running keeping the rest in the
+                                 slow tier: < 0 (default) a cost model splits it before each
+                                 phase; [0, 1] the scorer's fixed share (0.5: even) */
 } strata_beam_params;
 
 STRATA_API strata_beam_params strata_beam_default_params(void);
@@ -276,6 +280,12 @@ typedef struct strata_beam_stats {
   int64_t idle_slot_passes;        /* of which the beam had ended its step */
   int64_t speculative_tokens;      /* generated ahead into a beam's next step */
   int64_t speculative_tokens_kept; /* of which a selected beam's first child kept */
+  /* With a scorer model sharing the budget (otherwise 0): both models' fast-tier peak
+   * together, the scorer's traffic with its slow tier, and the mean share of the budget the
+   * generator had in its phases and the scorer in its. */
+  uint64_t peak_fast_bytes_both;
+  uint64_t verifier_bytes_read, verifier_bytes_written;
+  double generator_phase_share, verifier_phase_share;
 } strata_beam_stats;
 
 /* Runs a beam search from `prompt` (NUL-terminated UTF-8). `scorer` may be NULL (then
