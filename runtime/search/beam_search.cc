@@ -112,12 +112,12 @@ class Search {
   // The running model's limit in blocks, in [lo, hi], the cost model's choice.
   int32_t ChooseLimit(bool generator_runs, std::span<const BeamWork> work, int32_t lo,
                       int32_t hi) const;
-  // A generator pass of n tokens: max(floor, per_token * n), from the passes so far.
-  struct Roofline {
-    double floor = 0, per_token = 0;
-    double Pass(int64_t n) const { return std::max(floor, per_token * double(n)); }
+  // A pass of n tokens: fixed + per_token * n, fitted on the generator's passes so far.
+  struct PassCost {
+    double fixed = 0, per_token = 0;
+    double Pass(int64_t n) const { return fixed + per_token * double(n); }
   };
-  Roofline GeneratorRoofline() const;
+  PassCost GeneratorPassCost() const;
   double IoSecondsPerBlock() const;
   Status RunStep();
   Status RunGroup(const std::vector<Beam*>& group);
@@ -355,7 +355,7 @@ Status Search::Run(std::span<const int32_t> prompt, std::vector<BeamResult>* res
       int64_t tokens = 0;
       for (const auto& b : beams_) tokens += int64_t(b->step_tokens.size());
       const double io = vkv_->tree_counters().stall_seconds - stall0;
-      const double reads = double((tokens + 511) / 512) * GeneratorRoofline().floor * weight_ratio_;
+      const double reads = double((tokens + 511) / 512) * GeneratorPassCost().fixed * weight_ratio_;
       if (tokens > 0)
         ver_token_seconds_.push_back(std::max(0.0, score_seconds - io - reads) / double(tokens));
     }
@@ -384,23 +384,24 @@ Status Search::StepWork(std::vector<BeamWork>* work) const {
   return Status::OK();
 }
 
-Search::Roofline Search::GeneratorRoofline() const {
-  // A pass costs at least the smallest pass seen (its weights read once), and a pass of
-  // many tokens what the largest passes cost per token (compute).
-  Roofline r;
-  if (gen_passes_.empty()) return r;
-  r.floor = gen_passes_[0].second;
-  int32_t most = 0;
+Search::PassCost Search::GeneratorPassCost() const {
+  // Least squares of seconds on tokens over the passes so far. A GPU or a bandwidth-bound
+  // CPU shows a large fixed part (the weights are read once a pass, whatever its tokens); a
+  // compute-bound CPU a large part per token, plus the fixed one (on a CPU the weight reads
+  // and the arithmetic add rather than overlap, so this is not a max).
+  PassCost c;
+  if (gen_passes_.empty()) return c;
+  double sn = 0, st = 0, snn = 0, snt = 0;
   for (auto [n, t] : gen_passes_) {
-    r.floor = std::min(r.floor, t);
-    most = std::max(most, n);
+    sn += n;
+    st += t;
+    snn += double(n) * n;
+    snt += double(n) * t;
   }
-  std::vector<double> per_token;
-  for (auto [n, t] : gen_passes_)
-    if (2 * n >= most) per_token.push_back(t / n);
-  std::nth_element(per_token.begin(), per_token.begin() + per_token.size() / 2, per_token.end());
-  r.per_token = per_token[per_token.size() / 2];
-  return r;
+  const double k = double(gen_passes_.size()), var = snn - sn * sn / k;
+  c.per_token = var > 0 ? std::max(0.0, (snt - sn * st / k) / var) : 0.0;
+  c.fixed = std::max(0.0, (st - c.per_token * sn) / k);
+  return c;
 }
 
 double Search::IoSecondsPerBlock() const {
@@ -434,33 +435,36 @@ int32_t Search::ChooseLimit(bool generator_runs, std::span<const BeamWork> work,
     ver_tok = v[v.size() / 2];
   }
   const int32_t gen_held = kv_->fast_blocks_in_use(), ver_held = vkv_->fast_blocks_in_use();
-  const Roofline gen = GeneratorRoofline();
+  const PassCost gen = GeneratorPassCost();
   // The verifier's passes read its weights once each; its tokens cost what scoring measured.
-  const Roofline ver{gen.floor * weight_ratio_, ver_tok};
+  const PassCost ver{gen.fixed * weight_ratio_, ver_tok};
+  // A group runs until its longest step ends: passes a group so far, or a full step.
+  const double passes_a_group =
+      st_.rounds > 0 ? double(st_.forward_passes) / double(st_.rounds) : double(p_.step_tokens);
   int32_t best = hi;
   double best_t = 0;
   bool have = false;
   for (int32_t q : cands) {
     double t = 0;
     if (generator_runs) {
-      // Its passes: a step's length of passes per group; the blocks the groups load beyond
-      // what stays resident; the verifier's blocks pushed out, written and read back later.
+      // Each group's passes (the fixed part) and every beam's tokens; the blocks the groups
+      // load beyond what stays resident; the verifier's blocks pushed out, written and read
+      // back later.
       StepPlan plan;
       if (!PlanStep(work, q, p_.schedule, step_ % 2 == 1, &plan).ok()) continue;
       int64_t blocks = 0;
       for (const BeamGroup& g : plan.groups) {
-        t += len * gen.Pass(int64_t(g.beams.size()));
+        t += passes_a_group * gen.fixed + len * gen.per_token * double(g.beams.size());
         blocks += g.blocks;
       }
       t += io * double(std::max<int64_t>(0, blocks - std::min(q, gen_held)));
       t += 2 * io * double(std::max(0, ver_held - (n - q)));
     } else {
       // A prefill of the step's tokens in passes of at most 512 tokens whose working sets fit
-      // q: each pass reads the verifier's weights once, every token costs its compute; the
-      // paths it loads; the generator's blocks pushed out, written and read back next step.
+      // q; the paths it loads; the generator's blocks pushed out, written and read back.
       const int64_t passes =
           std::max<int64_t>(std::max<int64_t>(1, (tokens + 511) / 512), (need + q - 1) / q);
-      t += double(passes) * ver.Pass((tokens + passes - 1) / passes);
+      t += double(passes) * ver.fixed + double(tokens) * ver.per_token;
       t += io * double(std::max(0, need - std::min(q, ver_held)));
       t += 2 * io * double(std::max(0, gen_held - (n - q)));
     }
@@ -476,13 +480,16 @@ int32_t Search::ChooseLimit(bool generator_runs, std::span<const BeamWork> work,
 Status Search::Split(bool generator_runs, std::span<const BeamWork> work) {
   if (!vkv_) return Status::OK();
   const int32_t n = pool_->pool_buffers();
-  const int32_t lo = min_blocks_, hi = n - min_blocks_;
   int32_t run;  // the running model's limit
   if (p_.verifier_share >= 0.f) {
-    const int32_t v = std::clamp(int32_t(std::lround(double(p_.verifier_share) * n)), lo, hi);
+    // A fixed split holds in both phases: each side keeps room for one beam.
+    const int32_t v = std::clamp(int32_t(std::lround(double(p_.verifier_share) * n)),
+                                 min_blocks_, n - min_blocks_);
     run = generator_runs ? n - v : v;
   } else {
-    run = ChooseLimit(generator_runs, work, lo, hi);
+    // The idle model needs no buffer until it runs again (its blocks wait in its slow
+    // tier), so the running one may take all but one.
+    run = ChooseLimit(generator_runs, work, min_blocks_, n - 1);
   }
   PrefixTreeKv* running = generator_runs ? kv_ : vkv_;
   PrefixTreeKv* idle = generator_runs ? vkv_ : kv_;

@@ -54,9 +54,11 @@ struct BeamSearchParams {
   // With a verifier that keeps KV (a scorer model) and a fast-tier budget, the budget holds
   // both models' KV: the two run in turn, and the one that is not running keeps what does
   // not fit its share in the slow tier until it runs again. < 0: before each phase a cost
-  // model (each model's pass bound by its weight reads or its compute, plus the blocks the
-  // split moves) picks the running model's share; in [0, 1]: the verifier's fixed share in
-  // both phases (0.5: an even split). Each model keeps at least one beam's working set.
+  // model picks the running model's share (a pass costs a fixed part, its weight reads, and
+  // a part per token, both fitted on the search's own passes; the groups or passes a share
+  // allows; the blocks the split moves, at the measured I/O cost); in [0, 1]: the
+  // verifier's fixed share in both phases (0.5: an even split). Each model keeps at least
+  // one beam's working set.
   float verifier_share = -1.f;
   int32_t block_tokens = 16;
   int32_t n_threads = 0;  // 0 = one per core

@@ -29,6 +29,20 @@ else
     --beam-schedule tokenwise 2>/dev/null)
   [ "$base" == "$out" ] && echo "ok   tokenwise baseline prints the same beams" ||
     { echo "FAIL: tokenwise baseline differs"; fails=$((fails + 1)); }
+  # A scorer model (the same file) sharing a 6 MiB budget, split by the cost model.
+  sfile="${TMPDIR:-/tmp}/beam_cli_shared.$$"
+  timeout 300 "${run[@]}" --beams 4 --beam-width 2 --step-tokens 8 -n 16 --stats \
+    --scorer-model "$model" --beam-budget 6M >/dev/null 2>"$sfile"
+  rc=$?
+  shared=$(cat "$sfile"); rm -f "$sfile"
+  both=$(grep -o '"peak_fast_bytes_both": [0-9]*' <<<"$shared" | grep -o '[0-9]*$')
+  if [ $rc -ne 0 ] || [ -z "$both" ]; then
+    echo "FAIL shared budget: exit $rc"; echo "$shared" | tail -3; fails=$((fails + 1))
+  elif [ "$both" -le 6291456 ] && grep -qF '"verifier_phase_share"' <<<"$shared"; then
+    echo "ok   scorer and generator share 6 MiB (peak $both)"
+  else
+    echo "FAIL: shared peak $both over 6 MiB or no shares reported"; fails=$((fails + 1))
+  fi
 fi
 
 expect() {
