@@ -483,8 +483,8 @@ Status Search::Split(bool generator_runs, std::span<const BeamWork> work) {
   int32_t run;  // the running model's limit
   if (p_.verifier_share >= 0.f) {
     // A fixed split holds in both phases: each side keeps room for one beam.
-    const int32_t v = std::clamp(int32_t(std::lround(double(p_.verifier_share) * n)),
-                                 min_blocks_, n - min_blocks_);
+    const int32_t v = std::clamp(int32_t(std::lround(double(p_.verifier_share) * n)), min_blocks_,
+                                 n - min_blocks_);
     run = generator_runs ? n - v : v;
   } else {
     // The idle model needs no buffer until it runs again (its blocks wait in its slow
