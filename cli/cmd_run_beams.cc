@@ -82,14 +82,8 @@ Status RunBeamSearchCommand(const BeamFlags& f, const Config& cfg, const Model& 
   p.slow_in_ram = f.slow_ram;
   p.gpu_slow_on_disk = f.slow_disk;
   p.speculate = f.speculate;
-  if (f.verifier_share != "auto") {
-    char* end = nullptr;
-    const float share = std::strtof(f.verifier_share.c_str(), &end);
-    if (f.verifier_share.empty() || *end != '\0' || !(share >= 0.f && share <= 1.f))
-      return Status::InvalidArgument("--verifier-share: '" + f.verifier_share +
-                                     "' is neither auto nor a share in [0, 1]");
-    p.verifier_share = share;
-  }
+  STRATA_RETURN_IF_ERROR(
+      ParseVerifierShare(f.verifier_share, &p.verifier_share).WithContext("--verifier-share"));
   // --beam-device, else the engine's device (--device or the config's `device`).
   p.cuda_device = cfg.engine.cuda_device;
   if (f.device_opt && f.device_opt->count())

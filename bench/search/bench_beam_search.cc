@@ -204,13 +204,10 @@ int Run(Flags& f) {
     }
     if (f.verifier_shares.empty()) f.verifier_shares = {"auto"};
     for (const std::string& v : f.verifier_shares) {
-      char* end = nullptr;
-      const float x = v == "auto" ? -1.f : std::strtof(v.c_str(), &end);
-      if (v != "auto" && (v.empty() || *end != '\0' || !(x >= 0.f && x <= 1.f))) {
-        std::fprintf(stderr,
-                     "bench_beam_search: --verifier-shares: '%s' is neither auto nor "
-                     "a share in [0, 1]\n",
-                     v.c_str());
+      float x = 0;
+      s = ParseVerifierShare(v, &x);
+      if (!s.ok()) {
+        std::fprintf(stderr, "bench_beam_search: --verifier-shares: %s\n", s.message().c_str());
         return 1;
       }
       shares.push_back(x);

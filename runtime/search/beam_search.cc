@@ -831,6 +831,20 @@ uint64_t SearchKvBytes(const BeamSearchParams& p, const HParams& hp, int32_t pro
          (uint64_t(prompt_tokens) + uint64_t(p.n_beams) * uint64_t(p.max_tokens));
 }
 
+Status ParseVerifierShare(const std::string& text, float* out) {
+  if (text == "auto") {
+    *out = -1.f;
+    return Status::OK();
+  }
+  char* end = nullptr;
+  const float share = std::strtof(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(share >= 0.f && share <= 1.f))
+    return Status::InvalidArgument("verifier share: '" + text +
+                                   "' is neither auto nor a share in [0, 1]");
+  *out = share;
+  return Status::OK();
+}
+
 Status ValidateBeamSearchParams(const BeamSearchParams& p, const HParams& hp,
                                 int32_t prompt_tokens) {
   auto bad = [](const std::string& what) {

@@ -118,6 +118,9 @@ struct BeamSearchStats {
   std::string verifier;
 };
 
+// "auto" (-1: the cost model's split) or a share in [0, 1]; the error names the text.
+Status ParseVerifierShare(const std::string& text, float* out);
+
 // Range checks naming the parameter, its value and the limit; the budget check names the
 // minimum (one beam's working set, or for the token-by-token schedule what its staging needs).
 Status ValidateBeamSearchParams(const BeamSearchParams& p, const HParams& hp,

@@ -60,7 +60,7 @@ expect dup-config "given twice (first on line 1)" -- "$strata" run -m "$model" -
 expect disk-flag-memory "--kv-dir applies to the disk KV policy only" -- "$strata" run -m "$model" --kv-dir "$tmp" -p hi
 expect budget-flag-memory "--kv-budget applies to the disk KV policy only" -- "$strata" run -m "$model" --kv memory --kv-budget 1000000 -p hi
 expect beams-disk "kv.policy disk does not apply" -- "$strata" run -m "$model" --kv disk --beams 4 -p hi
-expect verifier-share "--verifier-share: 'half' is neither auto nor a share in [0, 1]" -- \
+expect verifier-share "--verifier-share: verifier share: 'half' is neither auto nor a share in [0, 1]" -- \
   "$strata" run -m "$model" --beams 4 --scorer-model "$model" --beam-budget 8M --verifier-share half -p hi
 expect shared-budget-min "holds the scorer model's KV too" -- \
   "$strata" run -m "$model" --beams 4 --scorer-model "$model" --beam-budget 3M -n 64 -p hi
