@@ -1,7 +1,6 @@
 #include "cli/cmd_run_beams.h"
 
 #include <cstdio>
-#include <cstdlib>
 
 #include "cli/cli.h"
 #include "platforms/cuda_device.h"

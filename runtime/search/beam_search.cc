@@ -105,6 +105,12 @@ class Search {
   uint64_t pool_peak_bytes() const { return pool_ ? pool_->pool_peak_bytes() : 0; }
 
  private:
+  // Tokens the beams generated in this step: what the verifier scores.
+  int64_t StepTokens() const {
+    int64_t n = 0;
+    for (const auto& b : beams_) n += int64_t(b->step_tokens.size());
+    return n;
+  }
   // The beams' prefix-tree paths, and the blocks the step adds to each (RunStep's plan input).
   Status StepWork(std::vector<BeamWork>* work) const;
   // With a shared budget: moves the two trees' limits for the phase about to run.
@@ -352,8 +358,7 @@ Status Search::Run(std::span<const int32_t> prompt, std::vector<BeamResult>* res
     if (vkv_) {
       // Seconds per scored token beyond the passes' weight reads and the waits for I/O (the
       // cost model prices those apart).
-      int64_t tokens = 0;
-      for (const auto& b : beams_) tokens += int64_t(b->step_tokens.size());
+      const int64_t tokens = StepTokens();
       const double io = vkv_->tree_counters().stall_seconds - stall0;
       const double reads = double((tokens + 511) / 512) * GeneratorPassCost().fixed * weight_ratio_;
       if (tokens > 0)
@@ -426,8 +431,7 @@ int32_t Search::ChooseLimit(bool generator_runs, std::span<const BeamWork> work,
   const int32_t need = WorkingSetBlocks(work, all);
   std::vector<int32_t> cands = {lo, hi, std::clamp(n / 2, lo, hi), std::clamp(need, lo, hi)};
   for (int32_t k = 1; k < 16; ++k) cands.push_back(lo + (hi - lo) * k / 16);
-  int64_t tokens = 0;
-  for (const auto& b : beams_) tokens += int64_t(b->step_tokens.size());
+  const int64_t tokens = StepTokens();
   double ver_tok = 0;
   if (!ver_token_seconds_.empty()) {
     std::vector<double> v = ver_token_seconds_;

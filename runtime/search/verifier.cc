@@ -94,7 +94,6 @@ Status ModelVerifier::PlaceKv(const FastTier* shared, int32_t limit_blocks, int3
   ko.block_tokens = block_tokens;
   ko.max_sequences = 2 * max_beams_ + 2;
   ko.max_blocks = MaxBlocks(block_tokens);
-  const uint64_t own_block = KvBlockBytes(block_tokens, 64);
   std::unique_ptr<SlowTier> slow;
   if (shared) {
     ko.share_fast = shared;
@@ -104,6 +103,7 @@ Status ModelVerifier::PlaceKv(const FastTier* shared, int32_t limit_blocks, int3
   } else {
     if (!shared_ && engine_) return Status::OK();  // already in its own memory
     // Every path fits: the scorer's KV stays in RAM, shared between a beam and its children.
+    const uint64_t own_block = KvBlockBytes(block_tokens, 64);
     ko.fast_budget_bytes = uint64_t(ko.max_blocks) * own_block;
     std::unique_ptr<RamSlowTier> ram;
     STRATA_RETURN_IF_ERROR(RamSlowTier::Create(uint64_t(ko.max_blocks) * own_block, &ram));
