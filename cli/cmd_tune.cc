@@ -95,6 +95,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
       cands.push_back({{"settings", k.key},
                        {"predicted_tokens_per_second", k.predicted_tokens_per_second},
                        {"ppl_loss", k.ppl_loss},
+                       {"ppl_loss_upper", k.ppl_loss_upper},
                        {"agreement", k.agreement},
                        {"requests_per_step", k.requests_per_step},
                        {"bytes_per_step", k.bytes_per_step},
@@ -110,7 +111,9 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
                        {"predicted_select_seconds", c.predicted.select_seconds},
                        {"predicted_read_seconds", c.predicted.read_seconds},
                        {"measured_tokens_per_second", c.measured_tokens_per_second},
+                       {"default_tokens_per_second", c.default_tokens_per_second},
                        {"ppl_loss", c.ppl_loss},
+                       {"ppl_loss_upper", c.ppl_loss_upper},
                        {"agreement", c.agreement},
                        {"candidates", cands}});
   }
@@ -226,12 +229,17 @@ Status Tune(TuneFlags& f) {
     if (!out) return Status::FromErrno("tune: writing the plot " + f.plot, errno);
   }
   std::printf(
-      "| batch | context | policy | predicted tok/s | measured tok/s | ppl loss | agreement |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+      "| batch | context | policy | predicted tok/s | measured tok/s | defaults tok/s | tuned / "
+      "defaults | ppl loss (upper) | agreement |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (const TunedChoice& c : report.choices)
-    std::printf("| %d | %d | %s | %.1f | %.1f | %+.2f%% | %.1f%% |\n", c.batch, c.context,
-                c.disk ? "disk" : "memory", c.predicted.tokens_per_second,
-                c.measured_tokens_per_second, c.ppl_loss * 100, c.agreement * 100);
+    std::printf("| %d | %d | %s | %.1f | %.1f | %.1f | %.2fx | %+.2f%% (%+.2f%%) | %.1f%% |\n",
+                c.batch, c.context, c.disk ? "disk" : "memory", c.predicted.tokens_per_second,
+                c.measured_tokens_per_second, c.default_tokens_per_second,
+                c.default_tokens_per_second > 0
+                    ? c.measured_tokens_per_second / c.default_tokens_per_second
+                    : 0.0,
+                c.ppl_loss * 100, c.ppl_loss_upper * 100, c.agreement * 100);
   // The cost model against every plan that ran: relative error of the step time.
   std::vector<double> errors;
   for (const TunedChoice& c : report.choices) {
@@ -293,13 +301,27 @@ void AddTuneCommand(CLI::App* app) {
   cmd->add_option("--validate", f->options.validate,
                   "also run up to this many other measured plans per entry, to check the cost "
                   "model (their speed goes in the report)");
-  cmd->add_option("--max-candidates", f->options.max_candidates,
-                  "disk plans whose quality is measured per (batch, context), at most");
+  CLI::Option* candidates =
+      cmd->add_option("--max-candidates", f->options.max_candidates,
+                      "disk plans whose quality is measured per (batch, context), at most");
+  CLI::Option* variants =
+      cmd->add_option("--max-variants", f->options.max_variants,
+                      "besides those, plans re-selecting fewer groups a step (kv.groups_per_step) "
+                      "than a measured one, per (batch, context), at most");
   cmd->add_option("-t,--threads", f->options.threads, "worker threads (0 = all cores)");
   cmd->add_option("--device", f->device,
                   "where decode speed is measured: cpu, cuda or cuda:N (quality runs on the CPU)");
-  cmd->add_flag("--quick", f->options.quick, "shorter device and compute profiles");
-  cmd->callback([f] {
+  cmd->add_flag("--quick", f->options.quick,
+                "shorter device and compute profiles, and unless given --max-candidates 8 "
+                "--max-variants 3");
+  cmd->callback([f, candidates, variants] {
+    // Not fewer windows: the upper loss estimate counts positions as independent, and
+    // windows of one text differ by more than that allows (two windows let through a plan
+    // that lost more than the bound on unseen text; docs/experiments/tuner.md).
+    if (f->options.quick) {
+      if (candidates->count() == 0) f->options.max_candidates = 8;
+      if (variants->count() == 0) f->options.max_variants = 3;
+    }
     Status s = Tune(*f);
     if (!s.ok()) ExitCode() = ReportError("tune", s);
   });

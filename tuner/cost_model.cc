@@ -190,6 +190,31 @@ double ComputeProfile::ScoreSecondsPerRow(int32_t rank) const {
   return Interpolate(ranks, score_seconds_per_row, double(rank));
 }
 
+Status ChooseThreads(const Model& model, int32_t cores, int32_t max_batch, int32_t steps,
+                     ThreadsChoice* out) {
+  if (cores < 1 || max_batch < 1 || steps < 1)
+    return Status::InvalidArgument("threads search: cores, batch and steps must be >= 1");
+  constexpr int32_t kShortContext = 16;
+  ThreadsChoice c;
+  double best = INFINITY;
+  for (int32_t t = cores; t >= 1; t /= 2) {
+    double one = 0, many = 0;
+    STRATA_RETURN_IF_ERROR(TimeDecode(model, t, -1, 1, kShortContext, steps, nullptr, &one));
+    if (max_batch > 1)
+      STRATA_RETURN_IF_ERROR(
+          TimeDecode(model, t, -1, max_batch, kShortContext, steps, nullptr, &many));
+    const double per_token = one + (max_batch > 1 ? many / max_batch : 0.0);
+    c.counts.push_back(t);
+    c.seconds_per_token.push_back(per_token);
+    if (per_token < best * (1.0 - kThreadsMargin)) {
+      best = per_token;
+      c.threads = t;
+    }
+  }
+  *out = std::move(c);
+  return Status::OK();
+}
+
 Status ProfileCompute(const Model& model, const Adapters& adapters, const ComputeProfileOptions& o,
                       const DiskKvOptions* disk, ComputeProfile* out) {
   if (o.batches.empty() || o.steps < 1 || o.attention_tokens < 64 || o.score_rows < 64)

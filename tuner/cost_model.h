@@ -80,6 +80,20 @@ struct ComputeProfileOptions {
   std::function<void(int64_t done, int64_t total)> progress;  // optional
 };
 
+// The worker count for the CPU engine: of all `cores`, then halving down to 1, the one whose
+// decode steps (batch 1 and max_batch, a short context) take least time per token. A
+// smaller count must be at least kThreadsMargin faster to win, as it would then leave cores
+// idle: it wins where threads contend (SMT siblings, slow cores of a big.LITTLE board, a
+// shared machine), not on noise.
+constexpr double kThreadsMargin = 0.03;
+struct ThreadsChoice {
+  int32_t threads = 0;
+  std::vector<int32_t> counts;            // tried, from the most
+  std::vector<double> seconds_per_token;  // for each: batch-1 step + max-batch step / batch
+};
+Status ChooseThreads(const Model& model, int32_t cores, int32_t max_batch, int32_t steps,
+                     ThreadsChoice* out);
+
 // disk: where the disk policy's fitting runs keep their store and find the adapters; null
 // leaves the disk policy's constants at 0.
 Status ProfileCompute(const Model& model, const Adapters& adapters,

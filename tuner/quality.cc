@@ -31,6 +31,7 @@ void Accumulate(const float* logits, int32_t n_vocab, int32_t target, WindowQual
   q->nll += p.nll;
   q->argmax.push_back(p.argmax);
   q->margin.push_back(p.margin);
+  q->nlls.push_back(float(p.nll));
   ++q->positions;
 }
 nlohmann::json ToJson(const std::string& key, const WindowQuality& q) {
@@ -46,7 +47,8 @@ nlohmann::json ToJson(const std::string& key, const WindowQuality& q) {
           {"groups_selected", q.groups_selected},
           {"reuse_hits", q.reuse_hits},
           {"argmax", q.argmax},
-          {"margin", q.margin}};
+          {"margin", q.margin},
+          {"nlls", q.nlls}};
 }
 
 bool FromJson(const nlohmann::json& j, std::string* key, WindowQuality* q) {
@@ -64,8 +66,9 @@ bool FromJson(const nlohmann::json& j, std::string* key, WindowQuality* q) {
     q->reuse_hits = j.at("reuse_hits").get<int64_t>();
     q->argmax = j.at("argmax").get<std::vector<int32_t>>();
     q->margin = j.at("margin").get<std::vector<float>>();
+    q->nlls = j.at("nlls").get<std::vector<float>>();  // lines written before it: measured again
     return q->positions > 0 && int32_t(q->argmax.size()) == q->positions &&
-           q->margin.size() == q->argmax.size();
+           q->margin.size() == q->argmax.size() && q->nlls.size() == q->argmax.size();
   } catch (const nlohmann::json::exception&) {
     return false;
   }
@@ -88,6 +91,14 @@ PositionScore ScorePosition(const float* logits, int32_t n_vocab, int32_t target
 double QualitySummary::ppl_loss() const {
   if (sum.positions == 0) return 0;
   return std::exp((sum.nll - full_nll) / sum.positions) - 1.0;
+}
+
+double QualitySummary::ppl_loss_upper(double z) const {
+  if (sum.positions < 2) return ppl_loss();
+  const double n = sum.positions;
+  const double mean = (sum.nll - full_nll) / n;
+  const double var = std::max(0.0, (diff_sq - n * mean * mean) / (n - 1));
+  return std::exp(mean + z * std::sqrt(var / n)) - 1.0;
 }
 
 double QualitySummary::agreement() const {
@@ -228,6 +239,10 @@ Status QualityProfiler::Measure(const DiskKvOptions& disk, const std::string& ke
       STRATA_RETURN_IF_ERROR(Record(cfg_key, q));
     }
     s.full_nll += ref.nll;
+    for (size_t i = 0; i < q.nlls.size() && i < ref.nlls.size(); ++i) {
+      const double d = double(q.nlls[i]) - double(ref.nlls[i]);
+      s.diff_sq += d * d;
+    }
     s.sum.positions += q.positions;
     s.sum.nll += q.nll;
     s.sum.agree += q.agree;

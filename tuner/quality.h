@@ -38,6 +38,7 @@ struct WindowQuality {
   // reference the configurations are compared with).
   std::vector<int32_t> argmax;
   std::vector<float> margin;
+  std::vector<float> nlls;  // per position, for the spread of the differences
 };
 
 // One decoded position: the loss of the true next token (-log softmax), the top-1 token and
@@ -49,12 +50,22 @@ struct PositionScore {
 };
 PositionScore ScorePosition(const float* logits, int32_t n_vocab, int32_t target);
 
+// One-sided 95% normal quantile: the tuner's bound holds for a plan's upper estimate of its
+// loss, not its mean over a few hundred positions. Choosing the fastest plan whose mean
+// falls below the bound favours plans whose windows happened to go easy on them; on text
+// the tuner never saw, such a plan loses more (docs/experiments/tuner.md).
+constexpr double kQualityZ = 1.645;
+
 // Sums of windows, and what they mean.
 struct QualitySummary {
   WindowQuality sum;
   double full_nll = 0;  // full KV's summed NLL over the same positions
+  double diff_sq = 0;   // sum over positions of (NLL - full KV's NLL)^2
   int32_t windows = 0;
-  double ppl_loss() const;   // exp((nll - full_nll) / positions) - 1
+  double ppl_loss() const;  // exp((nll - full_nll) / positions) - 1
+  // The loss at the mean NLL difference plus z standard errors of it (positions taken as
+  // independent, which neighbours in one window are not quite: an estimate on the low side).
+  double ppl_loss_upper(double z = kQualityZ) const;
   double agreement() const;  // on clear positions (all positions when none is clear)
   double requests_per_step() const;
   double bytes_per_step() const;

@@ -12,12 +12,19 @@ Status SolveEntry(const SolverSpace& space, const SolverEvaluate& evaluate, Solv
     r.predicted_tokens_per_second = space.memory_tokens_per_second;
   }
   const size_t n = space.budgets.size();
-  std::vector<std::vector<char>> measured(n);
-  for (size_t i = 0; i < n; ++i) measured[i].assign(space.budgets[i].size(), 0);
+  std::vector<std::vector<char>> measured(n), kept(n);
+  std::vector<std::vector<double>> predicted(n);
+  for (size_t i = 0; i < n; ++i) {
+    measured[i].assign(space.budgets[i].size(), 0);
+    kept[i].assign(space.budgets[i].size(), 0);
+    predicted[i].assign(space.budgets[i].size(), 0);
+  }
   auto measure = [&](size_t i, size_t j, bool* within) -> Status {
     SolverOutcome o;
     STRATA_RETURN_IF_ERROR(evaluate(i, j, &o));
     measured[i][j] = 1;
+    kept[i][j] = o.within_bound;
+    predicted[i][j] = o.predicted_tokens_per_second;
     ++r.evaluations;
     *within = o.within_bound;
     if (o.within_bound &&
@@ -66,8 +73,9 @@ Status SolveEntry(const SolverSpace& space, const SolverEvaluate& evaluate, Solv
   }
 
   // 2. The settings at the budget found, the larger ones (where a setting the runtime would
-  // not choose may still be the fastest) and the next smaller one, in order of optimistic
-  // speed, until none left could beat the best within the bound.
+  // not choose, or the runtime's own one the bisection stepped over, may still be the
+  // fastest) and the next smaller one, in order of optimistic speed, until none left could
+  // beat the best within the bound.
   struct Ref {
     size_t i, j;
     double optimistic;
@@ -75,7 +83,8 @@ Status SolveEntry(const SolverSpace& space, const SolverEvaluate& evaluate, Solv
   std::vector<Ref> rest;
   for (size_t i = 0; i < n && i <= lo + 1; ++i)
     for (size_t j = 0; j < space.budgets[i].size(); ++j)
-      if (!measured[i][j] && !space.budgets[i][j].automatic)
+      if (!measured[i][j] && space.budgets[i][j].parent < 0 &&
+          (!space.budgets[i][j].automatic || i < hi))
         rest.push_back({i, j, space.budgets[i][j].optimistic_tokens_per_second});
   std::stable_sort(rest.begin(), rest.end(),
                    [](const Ref& a, const Ref& b) { return a.optimistic > b.optimistic; });
@@ -84,6 +93,48 @@ Status SolveEntry(const SolverSpace& space, const SolverEvaluate& evaluate, Solv
     if (r.evaluations >= space.max_evaluations) break;
     bool within = false;
     STRATA_RETURN_IF_ERROR(measure(c.i, c.j, &within));
+  }
+
+  // 3. Variants, at the same budgets: one whose parent kept the bound (its speed, with the
+  // parent's reads, is the best guess of the variant's: it reads less) or was not measured
+  // (it could not win on speed; the variant may, reading less), highest guess first. One
+  // whose parent lost the bound loses it too.
+  int32_t variants = 0;
+  for (;;) {
+    if (variants >= space.max_variant_evaluations) break;
+    bool any = false;
+    size_t bi = 0, bj = 0;
+    double best_guess = 0;
+    for (size_t i = 0; i < n && i <= lo + 1; ++i)
+      for (size_t j = 0; j < space.budgets[i].size(); ++j) {
+        const SolverPlan& p = space.budgets[i][j];
+        if (p.parent < 0 || measured[i][j] || cannot_win(p)) continue;
+        // The nearest measured ancestor decides; with none, the root must be the runtime's
+        // own plan of a budget the bisection found to keep the bound, or have been passed
+        // over for its speed (not for the measurement cap).
+        double guess = p.optimistic_tokens_per_second;
+        bool eligible = true;
+        for (int32_t a = p.parent; a >= 0; a = space.budgets[i][size_t(a)].parent) {
+          if (measured[i][size_t(a)]) {
+            eligible = kept[i][size_t(a)];
+            guess = std::min(guess, predicted[i][size_t(a)]);
+            break;
+          }
+          const SolverPlan& root = space.budgets[i][size_t(a)];
+          if (root.parent < 0 && !cannot_win(root) && !(root.automatic && i < hi)) eligible = false;
+        }
+        if (!eligible) continue;
+        if (!any || guess > best_guess) {
+          any = true;
+          bi = i;
+          bj = j;
+          best_guess = guess;
+        }
+      }
+    if (!any) break;
+    bool within = false;
+    STRATA_RETURN_IF_ERROR(measure(bi, bj, &within));
+    ++variants;
   }
   *out = r;
   return Status::OK();

@@ -11,8 +11,13 @@
 //     found by bisection.
 //   - Other settings are searched at that budget, every larger one and the next smaller
 //     one: a setting that keeps the bound two budgets below where the runtime's own choice
-//     fails is not looked for. Within that, the search is exact: it returns what measuring
-//     every plan would.
+//     fails is not looked for.
+//   - A variant (a plan with a parent: the same settings with more groups re-selected a
+//     step) keeps no better quality than its parent, and its speed is known only once its
+//     reads are measured, so the optimistic bound says little about it. Variants are
+//     searched last, with a cap of their own, each only if its parent kept the bound (or
+//     was never measured because it could not win), best known speed first.
+// Within that, the search is exact: it returns what measuring every plan would.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +32,7 @@ namespace strata {
 struct SolverPlan {
   double optimistic_tokens_per_second = 0;
   bool automatic = false;  // the runtime's own settings at this budget (at most one a budget)
+  int32_t parent = -1;     // a variant of that plan of the same budget (see above); -1: none
 };
 
 struct SolverSpace {
@@ -35,7 +41,8 @@ struct SolverSpace {
   // Full KV in memory, when it fits: exact (always within the bound), its speed predicted.
   bool memory_fits = false;
   double memory_tokens_per_second = 0;
-  int32_t max_evaluations = 16;  // plans measured at most
+  int32_t max_evaluations = 16;         // plans measured at most, variants aside
+  int32_t max_variant_evaluations = 6;  // variants measured at most
 };
 
 struct SolverOutcome {

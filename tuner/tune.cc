@@ -31,17 +31,28 @@ struct Candidate {
   std::string key;
   StepPrediction optimistic;  // no reads: what the configuration cannot beat
   bool automatic = false;     // every setting left to the runtime's rules
+  int32_t parent = -1;        // the plan of the same budget this one selects fewer groups than
 };
 
 // What a plan selects and reads depends on these settings only: not on the device's speed
 // (kv.emulate_emmc) or the queue depth, so quality results serve every device.
+// M is named only where it was set (0: every slot chosen afresh), so keys of plans that
+// leave it to the runtime read as they always did and cached results stay valid.
 std::string KeyOf(const DiskKvOptions& o) {
   return "disk:sigma=" + std::to_string(o.ratio) + ",G=" + std::to_string(o.group_size) +
          ",record=" + KvRecordTypeName(o.record_type) + ",T=" + std::to_string(o.read_through) +
          ",budget=" + std::to_string(o.budget_bytes) +
          ",group_summary=" + AutoSwitchName(o.group_summary) +
-         ",calibrated=" + AutoSwitchName(o.calibrated_layers);
+         ",calibrated=" + AutoSwitchName(o.calibrated_layers) +
+         (o.groups_per_step > 0 ? ",M=" + std::to_string(o.groups_per_step) : "");
 }
+
+// M as a share of the groups a layer attends (C + T), besides the runtime's M = C + T. A
+// smaller M re-selects fewer groups a step, so fewer are read: the slots keep stale picks
+// of earlier steps, which attention still reads. On a device bound by its request rate
+// (eMMC) the reads are most of the step and this is the setting that moves speed most; on
+// a fast disk it saves little, and its cost is quality, which the search measures.
+constexpr double kGroupShares[] = {0.75, 0.5};
 
 uint64_t FullKvBytes(const HParams& hp, int32_t context) {
   return uint64_t(hp.n_layer) * uint64_t(context) * uint64_t(hp.n_head_kv) * uint64_t(hp.head_dim) *
@@ -110,11 +121,35 @@ struct Search {
   const std::function<void(const std::string&)>& say;
   std::function<void(int32_t quality_runs)> progress;  // optional
 
-  // The disk plans of one budget: every sigma (0: the runtime's choice), G, record type and
-  // read-through; settings the plan resolves the same way are one candidate. The first is
-  // the runtime's own choice (every setting automatic), when its plan fits.
-  std::vector<Candidate> Plans(int32_t batch, int32_t context, int64_t budget) const {
+  // Plans c.options and, when it fits, resolves the plan's automatic choices into them (a
+  // candidate is what it runs) and appends it to *out unless an equal one is there.
+  void Add(int32_t batch, int32_t context, Candidate c, std::vector<Candidate>* out) const {
     const HParams& hp = model.hparams();
+    if (!PlanDiskKv({hp.n_layer, hp.n_head_kv, hp.head_dim, context}, c.options, block, &c.plan,
+                    &adapters.profile, ratios, hp.n_head)
+             .ok())
+      return;
+    c.options.group_size = c.plan.layout.group_size;
+    c.options.record_type =
+        c.plan.layout.type == kernels::KvType::kQ8_0 ? KvRecordType::kQ8_0 : KvRecordType::kF16;
+    c.options.read_through = c.plan.transient_groups;
+    c.options.ratio = c.plan.ratio;
+    c.options.group_summary = c.plan.group_summary ? AutoSwitch::kOn : AutoSwitch::kOff;
+    c.options.calibrated_layers = c.plan.calibrated ? AutoSwitch::kOn : AutoSwitch::kOff;
+    c.key = KeyOf(c.options);
+    for (const Candidate& x : *out)
+      if (x.key == c.key) return;
+    c.optimistic =
+        PredictDiskStep(report.device, report.compute,
+                        ShapeOfPlan(c.plan, c.options, batch, context, hp.n_layer, 0, 0));
+    out->push_back(std::move(c));
+  }
+
+  // The disk plans of one budget: every sigma (0: the runtime's choice), G, record type,
+  // read-through and M (the runtime's, or a share of the groups attended: kGroupShares);
+  // settings the plan resolves the same way are one candidate. The first is the runtime's
+  // own choice (every setting automatic), when its plan fits.
+  std::vector<Candidate> Plans(int32_t batch, int32_t context, int64_t budget) const {
     std::vector<int32_t> sigmas = {0};
     sigmas.insert(sigmas.end(), ratios.begin(), ratios.end());
     std::vector<Candidate> out;
@@ -131,28 +166,24 @@ struct Search {
             c.options.record_type = rt;
             c.options.read_through = t;
             c.options.budget_bytes = budget;
-            if (!PlanDiskKv({hp.n_layer, hp.n_head_kv, hp.head_dim, context}, c.options, block,
-                            &c.plan, &adapters.profile, ratios, hp.n_head)
-                     .ok())
-              continue;
-            // The plan resolves the automatic choices: a candidate is what it runs.
-            c.options.group_size = c.plan.layout.group_size;
-            c.options.record_type = c.plan.layout.type == kernels::KvType::kQ8_0
-                                        ? KvRecordType::kQ8_0
-                                        : KvRecordType::kF16;
-            c.options.read_through = c.plan.transient_groups;
-            c.options.ratio = c.plan.ratio;
-            c.options.group_summary = c.plan.group_summary ? AutoSwitch::kOn : AutoSwitch::kOff;
-            c.options.calibrated_layers = c.plan.calibrated ? AutoSwitch::kOn : AutoSwitch::kOff;
-            c.key = KeyOf(c.options);
             c.automatic = ratio == 0 && g == 0 && rt == KvRecordType::kAuto && t == -1;
-            bool dup = false;
-            for (const Candidate& x : out) dup = dup || x.key == c.key;
-            if (dup) continue;
-            c.optimistic =
-                PredictDiskStep(report.device, report.compute,
-                                ShapeOfPlan(c.plan, c.options, batch, context, hp.n_layer, 0, 0));
-            out.push_back(std::move(c));
+            const size_t before = out.size();
+            Add(batch, context, c, &out);
+            if (out.size() == before) continue;
+            // The same settings with fewer groups re-selected a step. Read-through serves
+            // selections beyond the slots; with M below the slots it has nothing to do.
+            const DiskKvPlan& base = out.back().plan;
+            const int32_t attended = base.reuse_slots + base.transient_groups;
+            Candidate v = out.back();
+            v.automatic = false;
+            v.parent = int32_t(out.size()) - 1;
+            v.options.read_through = 0;
+            for (double share : kGroupShares) {
+              v.options.groups_per_step = std::max(1, int32_t(std::lround(share * attended)));
+              const size_t n = out.size();
+              Add(batch, context, v, &out);
+              if (out.size() > n) v.parent = int32_t(n);
+            }
           }
     return out;
   }
@@ -200,10 +231,11 @@ struct Search {
     space.memory_fits = memory_fits;
     space.memory_tokens_per_second = mem.tokens_per_second;
     space.max_evaluations = o.max_candidates;
+    space.max_variant_evaluations = o.max_variants;
     for (const std::vector<Candidate>& budget_plans : plans) {
       space.budgets.emplace_back();
       for (const Candidate& c : budget_plans)
-        space.budgets.back().push_back({c.optimistic.tokens_per_second, c.automatic});
+        space.budgets.back().push_back({c.optimistic.tokens_per_second, c.automatic, c.parent});
     }
     struct Measured {
       StepPrediction predicted;
@@ -231,22 +263,25 @@ struct Search {
       say(Format("  budget %.0f KiB, sigma %.0f, ", double(c.options.budget_bytes >> 10),
                  c.options.ratio) +
           Format("G %.0f, ", c.options.group_size) + KvRecordTypeName(c.options.record_type) +
-          Format(", T %.0f: ppl %+.2f%%, ", c.options.read_through, q.ppl_loss() * 100) +
+          Format(", T %.0f, M %.0f: ppl %+.2f%% ", c.options.read_through, c.plan.groups_per_step,
+                 q.ppl_loss() * 100) +
+          Format("(up to %+.2f%%), ", q.ppl_loss_upper() * 100) +
           Format("agreement %.1f%%, %.1f tok/s predicted", q.agreement() * 100,
                  p.tokens_per_second) +
           (ran == 0 ? " (cached)" : ""));
-      if (q.ppl_loss() < closest_loss) {
-        closest_loss = q.ppl_loss();
+      if (q.ppl_loss_upper() < closest_loss) {
+        closest_loss = q.ppl_loss_upper();
         closest = c.key;
       }
       measured[bi][pi] = {p, q};
-      out->within_bound = q.ppl_loss() <= o.max_ppl_loss;
+      out->within_bound = q.ppl_loss_upper() <= o.max_ppl_loss;
       out->predicted_tokens_per_second = p.tokens_per_second;
       TunedCandidate tc;
       tc.key = c.key;
       tc.options = c.options;
       tc.predicted_tokens_per_second = p.tokens_per_second;
       tc.ppl_loss = q.ppl_loss();
+      tc.ppl_loss_upper = q.ppl_loss_upper();
       tc.agreement = q.agreement();
       tc.requests_per_step = q.requests_per_step();
       tc.bytes_per_step = q.bytes_per_step();
@@ -260,7 +295,7 @@ struct Search {
       return Status::OutOfRange(
           "tune: at batch " + std::to_string(batch) + ", context " + std::to_string(context) +
           " no disk plan within " + std::to_string(per_seq) +
-          " bytes a sequence kept the perplexity loss within " +
+          " bytes a sequence kept the upper estimate of its perplexity loss within " +
           Format("%.1f%%", o.max_ppl_loss * 100) +
           " of full KV (closest: " + (closest.empty() ? std::string("none measured") : closest) +
           Format(" at %+.2f%%); raise --memory or --max-ppl-loss", closest_loss * 100));
@@ -273,6 +308,7 @@ struct Search {
       choice->description = best.plan.Describe();
       choice->key = best.key;
       choice->ppl_loss = m.quality.ppl_loss();
+      choice->ppl_loss_upper = m.quality.ppl_loss_upper();
       choice->agreement = m.quality.agreement();
     } else {
       choice->predicted = mem;
@@ -285,8 +321,9 @@ struct Search {
 
 }  // namespace
 
-Status Tune(const Model& model, const TuneOptions& o,
+Status Tune(const Model& model, const TuneOptions& options,
             const std::function<void(const std::string&)>& progress, TuneReport* out) {
+  TuneOptions o = options;  // threads: the search's choice where left at 0
   const std::function<void(const std::string&)> say = [&](const std::string& line) {
     if (progress) progress(line);
   };
@@ -389,6 +426,17 @@ Status Tune(const Model& model, const TuneOptions& o,
         Format(", %.0f us", p.mean_us));
   say(Format("  memory %.1f GB/s", report.device.memory_gb_per_s));
 
+  if (o.threads == 0 && o.cuda_device < 0) {
+    ThreadsChoice tc;
+    STRATA_RETURN_IF_ERROR(ChooseThreads(model, std::max(1, report.device.platform.cores),
+                                         max_batch, o.quick ? 5 : 8, &tc));
+    for (size_t i = 0; i < tc.counts.size(); ++i)
+      say(Format("  %.0f threads: %.2f ms a token (batch 1 and %.0f)", tc.counts[i],
+                 tc.seconds_per_token[i] * 1e3, max_batch));
+    o.threads = tc.threads;
+    say(Format("  using %.0f threads", o.threads));
+  }
+
   say("profiling compute");
   ComputeProfileOptions cpo;
   cpo.threads = o.threads;
@@ -445,7 +493,7 @@ Status Tune(const Model& model, const TuneOptions& o,
       say("batch " + std::to_string(batch) + ", context " + std::to_string(context) + ":");
       TunedChoice choice;
       const int64_t checks = 1 + std::max(0, o.validate);
-      const int64_t units = std::max(1, o.max_candidates) + checks;
+      const int64_t units = std::max(1, o.max_candidates) + std::max(0, o.max_variants) + checks;
       const std::function<void(int64_t, int64_t)> advance =
           phase("batch " + std::to_string(batch) + ", context " + std::to_string(context));
       search.progress = [&](int32_t runs) {
@@ -459,6 +507,25 @@ Status Tune(const Model& model, const TuneOptions& o,
       say(std::string("  chose the ") + (choice.disk ? "disk" : "memory") + " policy: " +
           Format("%.1f tok/s predicted, %.1f measured", choice.predicted.tokens_per_second,
                  choice.measured_tokens_per_second));
+      // The runtime's defaults at the same memory, measured beside the choice: full KV where
+      // it fits what a sequence has, else the disk policy with that budget and every
+      // setting left to its own rules.
+      {
+        const uint64_t per_seq = memory / uint64_t(batch);
+        DiskKvOptions d;
+        d.dir = o.kv_dir;
+        d.adapters = adapters_path;
+        d.emulate_emmc = o.emulate_emmc;
+        d.budget_bytes = int64_t(per_seq);
+        const bool full = FullKvBytes(model.hparams(), context) <= per_seq;
+        STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, tokens, batch, context, full ? nullptr : &d,
+                                            &choice.default_tokens_per_second));
+        say(Format("  the runtime's defaults at the same memory: %.1f tok/s measured (tuned %.2fx)",
+                   choice.default_tokens_per_second,
+                   choice.default_tokens_per_second > 0
+                       ? choice.measured_tokens_per_second / choice.default_tokens_per_second
+                       : 0));
+      }
       if (advance) advance(units - checks + 1, units);
       int32_t checked = 0;
       for (TunedCandidate& k : choice.candidates) {
@@ -482,7 +549,7 @@ Status Tune(const Model& model, const TuneOptions& o,
 Config TunedConfig(const Model& model, const TuneOptions& o, const TuneReport& r) {
   Config c;
   c.model = o.model_path;
-  c.engine.n_threads = o.threads;
+  c.engine.n_threads = r.compute.threads > 0 ? r.compute.threads : o.threads;  // as measured
   c.engine.cuda_device = o.cuda_device;  // speeds were measured there
   c.engine.n_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
   c.engine.max_sequences = *std::max_element(o.batches.begin(), o.batches.end());
@@ -500,6 +567,7 @@ Config TunedConfig(const Model& model, const TuneOptions& o, const TuneReport& r
       e.settings.emplace_back("kv.group_size", std::to_string(d.group_size));
       e.settings.emplace_back("kv.record_type", KvRecordTypeName(d.record_type));
       e.settings.emplace_back("kv.read_through", std::to_string(d.read_through));
+      e.settings.emplace_back("kv.groups_per_step", std::to_string(d.groups_per_step));
       e.settings.emplace_back("kv.budget_bytes", std::to_string(d.budget_bytes));
       e.settings.emplace_back("kv.queue_depth", std::to_string(d.queue_depth));
       e.settings.emplace_back("kv.group_summary", AutoSwitchName(d.group_summary));

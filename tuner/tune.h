@@ -7,14 +7,16 @@
 //   2. Compute profile (tuner/cost_model.h): decode step time by batch, attention per
 //      attended token, selection per summary row by adapter rank, through the engine.
 //   3. For each (batch, context): full KV in memory where it fits the memory a sequence
-//      has, and disk plans (sigma from the adapters, G, record type, read-through) at
-//      budgets from 1/34 of full KV up to what a sequence has. Candidates are taken in order
+//      has, and disk plans (sigma from the adapters, G, record type, read-through, and M at
+//      shares of the groups attended) at budgets from 1/34 of full KV up to what a
+//      sequence has. Candidates are taken in order
 //      of their optimistic speed (the cost model without reads); each disk plan's quality
 //      and reads are measured (tuner/quality.h, cached and resumable) until no untried
 //      candidate could beat the best one within the perplexity bound. Full KV is exact and
 //      is chosen only where it is also the fastest.
 //   4. The chosen configurations run for real (decode steps after a replayed prefix), and
-//      their measured speed is recorded beside the prediction.
+//      their measured speed is recorded beside the prediction and beside the speed of the
+//      runtime's defaults at the same memory.
 // Nothing of the user's is overwritten: the caller writes the result where it chooses.
 #pragma once
 
@@ -60,9 +62,12 @@ struct TuneOptions {
   // Besides the chosen plan, run up to this many other measured plans per entry and record
   // their speed beside the prediction: a check of the cost model on plans it did not pick.
   int32_t validate = 0;
-  int32_t max_candidates = 16;  // quality runs per (batch, context) at most
-  bool quick = false;           // shorter device and compute profiles
-  std::string command;          // the command line, for provenance
+  int32_t max_candidates = 16;  // quality runs per (batch, context) at most, variants aside
+  // Quality runs of plans that re-select fewer groups a step than another measured plan
+  // (kv.groups_per_step below C + T), per (batch, context), at most.
+  int32_t max_variants = 6;
+  bool quick = false;   // shorter device and compute profiles
+  std::string command;  // the command line, for provenance
   // Optional: units done of each long phase, for a progress bar. A tuned entry's phase
   // counts its quality runs up to max_candidates (the search may need fewer), then its
   // check runs.
@@ -75,6 +80,7 @@ struct TunedCandidate {
   DiskKvOptions options;
   double predicted_tokens_per_second = 0;
   double ppl_loss = 0, agreement = 1;
+  double ppl_loss_upper = 0;  // what --max-ppl-loss is held to (QualitySummary::ppl_loss_upper)
   double requests_per_step = 0, bytes_per_step = 0;
   bool within_bound = false;
   double measured_tokens_per_second = 0;  // 0: not run (see TuneOptions::validate)
@@ -88,8 +94,12 @@ struct TunedChoice {
   std::string key;             // the chosen candidate's settings key ("memory" for full KV)
   StepPrediction predicted;
   double measured_tokens_per_second = 0;
+  // The runtime's defaults at the same memory (full KV where it fits a sequence's share,
+  // else the disk policy at that budget with every setting automatic), measured the same way.
+  double default_tokens_per_second = 0;
   double ppl_loss = 0, agreement = 1;
-  int32_t quality_runs = 0;  // configurations whose quality was measured for this entry
+  double ppl_loss_upper = 0;  // what --max-ppl-loss held (QualitySummary::ppl_loss_upper)
+  int32_t quality_runs = 0;   // configurations whose quality was measured for this entry
   std::vector<TunedCandidate> candidates;  // in the order they were measured
 };
 

@@ -44,27 +44,46 @@ struct World {
 // Each setting keeps its quality and speed relative to the runtime's own choice at every
 // budget (within the spreads given), reads cost each plan a random share of its optimistic
 // speed. The loss grows fast enough with a smaller budget that no setting keeps the bound
-// two budgets below where the runtime's own choice fails: the solver's assumption.
+// two budgets below where the runtime's own choice fails: the solver's assumption. With
+// `variants`, a setting may come with up to two variants (each of the one before it): no
+// better quality, about the same optimistic speed, fewer reads (a higher predicted speed
+// than its parent's, within its own optimistic one).
 World MakeWorld(std::mt19937* rng, int32_t budgets, int32_t settings, double bound,
-                bool memory_fits) {
+                bool memory_fits, bool variants = false) {
   std::uniform_real_distribution<double> u(0, 1);
   World w;
-  std::vector<double> quality(static_cast<size_t>(settings)), speed(static_cast<size_t>(settings));
+  // Per plan of a budget: its quality and speed factors and its parent (-1: none).
+  std::vector<double> quality, speed;
+  std::vector<int32_t> parent;
   for (int32_t j = 0; j < settings; ++j) {
-    quality[size_t(j)] = j == 0 ? 1.0 : 0.8 + 0.4 * u(*rng);
-    speed[size_t(j)] = j == 0 ? 1.0 : 0.8 + 0.4 * u(*rng);
+    quality.push_back(j == 0 ? 1.0 : 0.8 + 0.4 * u(*rng));
+    speed.push_back(j == 0 ? 1.0 : 0.8 + 0.4 * u(*rng));
+    parent.push_back(-1);
+    const int32_t n = variants ? int32_t(u(*rng) * 3) : 0;
+    for (int32_t k = 0; k < n; ++k) {
+      const size_t up = quality.size() - 1;
+      quality.push_back(quality[up] * (1.0 + 0.6 * u(*rng)));
+      speed.push_back(speed[up] * (0.97 + 0.06 * u(*rng)));
+      parent.push_back(int32_t(up));
+    }
   }
   const double base_loss = bound * (0.05 + 0.3 * u(*rng));
   for (int32_t i = 0; i < budgets; ++i) {
     std::vector<SolverPlan> plans;
     std::vector<SolverOutcome> outcomes;
-    for (int32_t j = 0; j < settings; ++j) {
+    for (size_t j = 0; j < quality.size(); ++j) {
       SolverPlan p;
       p.automatic = j == 0;
-      p.optimistic_tokens_per_second = 10.0 * std::pow(1.2, i) * speed[size_t(j)];
+      p.parent = parent[j];
+      p.optimistic_tokens_per_second = 10.0 * std::pow(1.2, i) * speed[j];
       SolverOutcome o;
-      o.predicted_tokens_per_second = p.optimistic_tokens_per_second * (0.55 + 0.45 * u(*rng));
-      o.within_bound = base_loss * std::pow(1.6, i) * quality[size_t(j)] <= bound;
+      const double share = 0.55 + 0.45 * u(*rng);
+      o.predicted_tokens_per_second =
+          parent[j] < 0 ? p.optimistic_tokens_per_second * share
+                        : std::min(p.optimistic_tokens_per_second,
+                                   outcomes[size_t(parent[j])].predicted_tokens_per_second *
+                                       (1.0 + 0.6 * u(*rng)));
+      o.within_bound = base_loss * std::pow(1.6, i) * quality[j] <= bound;
       plans.push_back(p);
       outcomes.push_back(o);
     }
@@ -74,6 +93,7 @@ World MakeWorld(std::mt19937* rng, int32_t budgets, int32_t settings, double bou
   w.space.memory_fits = memory_fits;
   w.space.memory_tokens_per_second = 10.0 * (0.5 + 2.0 * u(*rng));
   w.space.max_evaluations = 1 << 20;
+  w.space.max_variant_evaluations = 1 << 20;
   return w;
 }
 
@@ -93,8 +113,9 @@ Status SolveWorld(const World& w, SolverResult* r, std::vector<std::vector<int>>
 TEST(SolverTest, FindsTheExhaustiveOptimumOnSyntheticCostTablesMeasuringFewPlans) {
   std::mt19937 rng(2026);
   int64_t evaluations = 0, plans = 0;
-  for (int32_t trial = 0; trial < 400; ++trial) {
-    const World w = MakeWorld(&rng, 2 + trial % 7, 1 + trial % 24, 0.03, trial % 3 == 0);
+  for (int32_t trial = 0; trial < 800; ++trial) {
+    const World w =
+        MakeWorld(&rng, 2 + trial % 7, 1 + trial % 24, 0.03, trial % 3 == 0, trial % 2 == 1);
     SolverResult got;
     std::vector<std::vector<int>> asked;
     ASSERT_TRUE(SolveWorld(w, &got, &asked).ok());
@@ -162,6 +183,22 @@ TEST(SolverTest, HandMadeTables) {
   ASSERT_TRUE(SolveWorld(w, &r, &asked).ok());
   EXPECT_FALSE(r.found);
   EXPECT_EQ(r.evaluations, 2);
+
+  // Variants: one of a plan that lost the bound is never measured; one of a plan that kept
+  // it is, and wins when its fewer reads make it the fastest; the cap of variants holds.
+  w.space.memory_fits = false;
+  w.space.budgets = {{{20, true}, {30, false, 0}, {30, false, 1}, {25, false}, {25, false, 3}}};
+  w.truth = {{{true, 12}, {true, 19}, {false, 25}, {false, 14}, {false, 24}}};
+  ASSERT_TRUE(SolveWorld(w, &r, &asked).ok());
+  EXPECT_EQ(r.plan, 1);
+  EXPECT_EQ(r.predicted_tokens_per_second, 19);
+  EXPECT_EQ(asked[0][4], 0) << "the variant of a plan that lost the bound was measured";
+  EXPECT_EQ(asked[0][2], 1);
+  w.space.max_variant_evaluations = 1;
+  ASSERT_TRUE(SolveWorld(w, &r, &asked).ok());
+  EXPECT_EQ(asked[0][2], 0);
+  EXPECT_EQ(r.evaluations, 3);
+  w.space.max_variant_evaluations = 6;
 
   // An evaluation's error ends the search with that error.
   const Status s = SolveEntry(

@@ -3,6 +3,8 @@
 // memory and a disk plan within the perplexity bound, written as a config that loads.
 #include "tuner/tune.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -133,6 +135,23 @@ TEST(CostModelTest, NonNegativeFitRecoversConstantsAndNeverGoesNegative) {
   EXPECT_EQ(c, std::vector<double>(3, 0.0));
 }
 
+TEST(QualitySummaryTest, TheBoundHoldsTheUpperEstimateOfTheLoss) {
+  // Four positions whose NLL exceeds full KV's by 0.1, 0.3, 0.1, 0.3: mean 0.2, sample
+  // standard deviation 0.2/sqrt(3), standard error half that.
+  QualitySummary q;
+  q.sum.positions = 4;
+  q.full_nll = 10.0;
+  q.sum.nll = 10.8;
+  q.diff_sq = 0.01 + 0.09 + 0.01 + 0.09;
+  const double se = 0.2 / std::sqrt(3.0) / 2.0;
+  EXPECT_NEAR(q.ppl_loss(), std::exp(0.2) - 1, 1e-12);
+  EXPECT_NEAR(q.ppl_loss_upper(), std::exp(0.2 + kQualityZ * se) - 1, 1e-12);
+  EXPECT_NEAR(q.ppl_loss_upper(0), q.ppl_loss(), 1e-12);
+  // The same mean with no spread: the estimate is the mean.
+  q.diff_sq = 4 * 0.04;
+  EXPECT_NEAR(q.ppl_loss_upper(), q.ppl_loss(), 1e-9);
+}
+
 TEST(DeviceProfileTest, MeasuresTheKvDirectoryThroughTheStore) {
   KvTempDir dir;
   DeviceProfileOptions o;
@@ -197,6 +216,22 @@ class TuneTest : public ::testing::Test {
   std::string adapters_, text_;
 };
 
+TEST_F(TuneTest, ThreadsSearchTimesEveryCountFromAllCoresDown) {
+  ThreadsChoice tc;
+  STRATA_ASSERT_OK(ChooseThreads(*model_, 4, 2, 2, &tc));
+  EXPECT_EQ(tc.counts, (std::vector<int32_t>{4, 2, 1}));
+  ASSERT_EQ(tc.seconds_per_token.size(), 3u);
+  for (double s : tc.seconds_per_token) EXPECT_GT(s, 0);
+  // The choice is the fastest, unless a larger count is within the margin of it.
+  const auto best = std::min_element(tc.seconds_per_token.begin(), tc.seconds_per_token.end());
+  const int32_t chosen =
+      int32_t(std::find(tc.counts.begin(), tc.counts.end(), tc.threads) - tc.counts.begin());
+  ASSERT_LT(chosen, 3);
+  EXPECT_LE(chosen, best - tc.seconds_per_token.begin());
+  EXPECT_LE(*best, tc.seconds_per_token[size_t(chosen)]);
+  EXPECT_FALSE(ChooseThreads(*model_, 0, 1, 2, &tc).ok());
+}
+
 TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
   QualityOptions qo;
   qo.text_path = text_;
@@ -244,10 +279,16 @@ TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
 TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFit) {
   TuneOptions o = Options();
   o.kv_memory_bytes = int64_t(1) << 30;
-  // No disk plan measured: full KV, which fits, is the choice.
+  // No disk plan measured: full KV, which fits, is the choice. Threads left to the tuner:
+  // it picks a count it timed, which the profile and the written config use.
   o.max_candidates = 0;
+  o.threads = 0;
   TuneReport mem;
   STRATA_ASSERT_OK(Tune(*model_, o, nullptr, &mem));
+  EXPECT_GE(mem.compute.threads, 1);
+  EXPECT_LE(mem.compute.threads, mem.device.platform.cores);
+  EXPECT_EQ(TunedConfig(*model_, o, mem).engine.n_threads, mem.compute.threads);
+  o.threads = 2;
   ASSERT_EQ(mem.choices.size(), 1u);
   EXPECT_FALSE(mem.choices[0].disk);
   EXPECT_EQ(mem.choices[0].quality_runs, 0);
@@ -275,7 +316,8 @@ TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFi
   EXPECT_TRUE(c.disk);
   EXPECT_LE(c.ppl_loss, o.max_ppl_loss);
   EXPECT_GT(c.quality_runs, 0);
-  EXPECT_LE(c.quality_runs, o.max_candidates);
+  EXPECT_LE(c.quality_runs, o.max_candidates + o.max_variants);
+  EXPECT_GT(c.default_tokens_per_second, 0);
   EXPECT_LE(c.disk_options.budget_bytes, 240 << 10);
   EXPECT_GT(c.disk_options.group_size, 0);  // resolved, not "auto"
   EXPECT_GT(c.disk_options.ratio, 0);
@@ -296,6 +338,7 @@ TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFi
   EXPECT_EQ(start.engine.kv.disk.group_size, c.disk_options.group_size);
   EXPECT_EQ(start.engine.kv.disk.ratio, c.disk_options.ratio);
   EXPECT_EQ(start.engine.kv.disk.budget_bytes, c.disk_options.budget_bytes);
+  EXPECT_EQ(start.engine.kv.disk.groups_per_step, c.disk_options.groups_per_step);
   EXPECT_NE(start.tuned_choice.find("batch 1, context 1024"), std::string::npos);
 
   // A rerun finds every quality result in its file: a plan measured before is not measured
