@@ -492,7 +492,8 @@ Status Tune(const Model& model, const TuneOptions& options,
     for (int32_t batch : o.batches) {
       say("batch " + std::to_string(batch) + ", context " + std::to_string(context) + ":");
       TunedChoice choice;
-      const int64_t checks = 1 + std::max(0, o.validate);
+      // Check runs: the choice, the defaults beside it, and the --validate plans.
+      const int64_t checks = 2 + std::max(0, o.validate);
       const int64_t units = std::max(1, o.max_candidates) + std::max(0, o.max_variants) + checks;
       const std::function<void(int64_t, int64_t)> advance =
           phase("batch " + std::to_string(batch) + ", context " + std::to_string(context));
@@ -507,6 +508,7 @@ Status Tune(const Model& model, const TuneOptions& options,
       say(std::string("  chose the ") + (choice.disk ? "disk" : "memory") + " policy: " +
           Format("%.1f tok/s predicted, %.1f measured", choice.predicted.tokens_per_second,
                  choice.measured_tokens_per_second));
+      if (advance) advance(units - checks + 1, units);
       // The runtime's defaults at the same memory, measured beside the choice: full KV where
       // it fits what a sequence has, else the disk policy with that budget and every
       // setting left to its own rules.
@@ -526,7 +528,7 @@ Status Tune(const Model& model, const TuneOptions& options,
                        ? choice.measured_tokens_per_second / choice.default_tokens_per_second
                        : 0));
       }
-      if (advance) advance(units - checks + 1, units);
+      if (advance) advance(units - checks + 2, units);
       int32_t checked = 0;
       for (TunedCandidate& k : choice.candidates) {
         if (checked >= o.validate) break;
@@ -534,7 +536,7 @@ Status Tune(const Model& model, const TuneOptions& options,
         STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, tokens, batch, context, &k.options,
                                             &k.measured_tokens_per_second));
         ++checked;
-        if (advance) advance(units - checks + 1 + checked, units);
+        if (advance) advance(units - checks + 2 + checked, units);
         say(Format("  check: %.1f tok/s predicted, %.1f measured (", k.predicted_tokens_per_second,
                    k.measured_tokens_per_second) +
             k.key + ")");

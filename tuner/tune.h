@@ -69,8 +69,8 @@ struct TuneOptions {
   bool quick = false;   // shorter device and compute profiles
   std::string command;  // the command line, for provenance
   // Optional: units done of each long phase, for a progress bar. A tuned entry's phase
-  // counts its quality runs up to max_candidates (the search may need fewer), then its
-  // check runs.
+  // counts its quality runs up to max_candidates + max_variants (the search may need
+  // fewer), then its check runs (the choice, the defaults, the --validate plans).
   std::function<void(const std::string& phase, int64_t done, int64_t total)> on_progress;
 };
 
