@@ -145,7 +145,8 @@ Status QualityProfiler::Open(const Model& model, const QualityOptions& options,
 }
 
 int32_t QualityProfiler::WindowsAvailable(int32_t context) const {
-  return context > 0 ? int32_t(tokens_.size() / size_t(context)) : 0;
+  // A window's capture spans its whole stride but the last token.
+  return context > 0 ? int32_t(tokens_.size() / Stride(context)) : 0;
 }
 
 std::string QualityProfiler::LineKey(const std::string& config, int32_t context,
@@ -153,28 +154,38 @@ std::string QualityProfiler::LineKey(const std::string& config, int32_t context,
   char ids[48];
   std::snprintf(ids, sizeof ids, "%016llx/%016llx", (unsigned long long)model_.identity(),
                 (unsigned long long)text_hash_);
+  // Windows laid out at their own context keep the keys they always had.
+  const std::string at = Stride(context) == size_t(context)
+                             ? ""
+                             : "/at=" + std::to_string(WindowBegin(context, window));
   return std::string(ids) + "/ctx=" + std::to_string(context) + "/w=" + std::to_string(window) +
-         "/s=" + std::to_string(options_.scored) + "/" + config;
+         at + "/s=" + std::to_string(options_.scored) + "/" + config;
+}
+
+Status QualityProfiler::Capture(int32_t context, int32_t w, KvCapture* out) const {
+  if (context < 2 || w < 0 || w >= WindowsAvailable(context))
+    return Status::OutOfRange("tune: the text " + options_.text_path + " holds " +
+                              std::to_string(WindowsAvailable(context)) + " windows of " +
+                              std::to_string(context) + " tokens, not " + std::to_string(w + 1));
+  const size_t begin = WindowBegin(context, w);
+  bool computed = false;
+  return LoadOrCapture(model_,
+                       std::span<const int32_t>(tokens_.data() + begin, Stride(context) - 1),
+                       options_.cache_dir, options_.threads, out, &computed);
 }
 
 Status QualityProfiler::Window(int32_t context, int32_t w, const DiskKvOptions* disk,
                                WindowQuality* out) {
-  const size_t begin = size_t(w) * size_t(context);
-  if (begin + size_t(context) > tokens_.size())
-    return Status::OutOfRange("tune: the text " + options_.text_path + " holds " +
-                              std::to_string(WindowsAvailable(context)) + " windows of " +
-                              std::to_string(context) + " tokens, not " + std::to_string(w + 1));
-  const std::vector<int32_t> win(tokens_.begin() + ptrdiff_t(begin),
-                                 tokens_.begin() + ptrdiff_t(begin + size_t(context)));
   const int32_t prefix = context - options_.scored - 1;
   if (prefix < 1)
     return Status::InvalidArgument("tune: a context of " + std::to_string(context) +
                                    " tokens leaves no prefix before " +
                                    std::to_string(options_.scored) + " scored positions");
   KvCapture cap;
-  bool computed = false;
-  STRATA_RETURN_IF_ERROR(LoadOrCapture(model_, std::span<const int32_t>(win.data(), size_t(prefix)),
-                                       options_.cache_dir, options_.threads, &cap, &computed));
+  STRATA_RETURN_IF_ERROR(Capture(context, w, &cap));
+  const size_t begin = WindowBegin(context, w);
+  const std::vector<int32_t> win(tokens_.begin() + ptrdiff_t(begin),
+                                 tokens_.begin() + ptrdiff_t(begin + size_t(context)));
   std::unique_ptr<Engine> e;
   STRATA_RETURN_IF_ERROR(CreateRunEngine(model_, options_.threads, context, 1, disk, &e));
   SeqId seq;

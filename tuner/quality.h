@@ -14,6 +14,7 @@
 // Runs engines on the caller's thread plus their pools.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -23,6 +24,7 @@
 #include "common/status.h"
 #include "runtime/kv/kv_options.h"
 #include "runtime/model/model.h"
+#include "tuner/kv_replay.h"
 
 namespace strata {
 
@@ -78,6 +80,11 @@ struct QualityOptions {
   int32_t windows = 2;         // windows per context
   std::string cache_dir;       // replay captures and the results file live here
   int32_t threads = 0;
+  // Tokens between the starts of consecutive windows; 0 (or less than a context): the
+  // context itself. With several contexts the tuner sets the longest, so a shorter window is
+  // the start of a longer one and both replay one capture of the longest prefix: computing
+  // a capture (a full prefill) is most of a quick tune's time.
+  int32_t window_stride = 0;
 };
 
 class QualityProfiler {
@@ -95,12 +102,19 @@ class QualityProfiler {
 
   // Windows of `context` the text holds.
   int32_t WindowsAvailable(int32_t context) const;
+  // The capture of window w of `context`: the K/V of all but the last token of the stride
+  // that begins there (computed once, cached on disk), so any prefix of any context whose
+  // windows start there replays from it. The speed runs use window 0's.
+  Status Capture(int32_t context, int32_t w, KvCapture* out) const;
+  // Where window w of `context` begins in tokens().
+  size_t WindowBegin(int32_t context, int32_t w) const { return size_t(w) * Stride(context); }
   // The text's evaluation tokens (the part after options.skip_fraction).
   const std::vector<int32_t>& tokens() const { return tokens_; }
 
  private:
   QualityProfiler(const Model& model, const QualityOptions& options)
       : model_(model), options_(options) {}
+  size_t Stride(int32_t context) const { return size_t(std::max(context, options_.window_stride)); }
   std::string LineKey(const std::string& config, int32_t context, int32_t window) const;
   // Window w of `context` under `disk`, or full KV (disk null).
   Status Window(int32_t context, int32_t w, const DiskKvOptions* disk, WindowQuality* out);

@@ -60,21 +60,21 @@ uint64_t FullKvBytes(const HParams& hp, int32_t context) {
 }
 
 // Decode speed of a configuration: `batch` sequences hold a replayed prefix of the
-// evaluation text, then decode `steps` teacher-forced tokens together (one warm-up step
-// first, not timed); the speed of the median step.
-Status MeasureSpeed(const Model& model, const TuneOptions& o, const std::vector<int32_t>& tokens,
+// evaluation text (the start of the first quality window, whose capture it shares), then
+// decode `steps` teacher-forced tokens together (one warm-up step first, not timed); the
+// speed of the median step.
+Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfiler& quality,
                     int32_t batch, int32_t context, const DiskKvOptions* disk,
                     double* tokens_per_second) {
+  const std::vector<int32_t>& tokens = quality.tokens();
   const int32_t steps = std::max(1, o.verify_steps);
   const int32_t prefix = context - steps - 2;
-  if (prefix < 1 || tokens.size() < size_t(context))
-    return Status::InvalidArgument("tune: the evaluation text is shorter than a context of " +
-                                   std::to_string(context) + " tokens");
+  if (prefix < 1)
+    return Status::InvalidArgument("tune: a context of " + std::to_string(context) +
+                                   " tokens leaves no prefix before " + std::to_string(steps) +
+                                   " timed steps");
   KvCapture cap;
-  bool computed = false;
-  STRATA_RETURN_IF_ERROR(LoadOrCapture(model,
-                                       std::span<const int32_t>(tokens.data(), size_t(prefix)),
-                                       o.work_dir, o.threads, &cap, &computed));
+  STRATA_RETURN_IF_ERROR(quality.Capture(context, 0, &cap));
   std::unique_ptr<Engine> e;
   STRATA_RETURN_IF_ERROR(
       CreateRunEngine(model, o.threads, context, batch, disk, &e, o.cuda_device));
@@ -386,15 +386,16 @@ Status Tune(const Model& model, const TuneOptions& options,
   qo.windows = o.windows;
   qo.cache_dir = o.work_dir;
   qo.threads = o.threads;
+  qo.window_stride = *std::max_element(o.contexts.begin(), o.contexts.end());
   std::unique_ptr<QualityProfiler> quality;
   STRATA_RETURN_IF_ERROR(QualityProfiler::Open(model, qo, &quality));
-  const std::vector<int32_t>& tokens = quality->tokens();
-  for (int32_t context : o.contexts)
-    if (quality->WindowsAvailable(context) < o.windows)
-      return Status::InvalidArgument("tune: the text " + o.text_path + " holds " +
-                                     std::to_string(quality->WindowsAvailable(context)) +
-                                     " evaluation windows of " + std::to_string(context) +
-                                     " tokens; --windows asks for " + std::to_string(o.windows));
+  // Windows of every context start a longest context apart (qo.window_stride).
+  if (quality->WindowsAvailable(qo.window_stride) < o.windows)
+    return Status::InvalidArgument("tune: the evaluation half of " + o.text_path + " holds " +
+                                   std::to_string(quality->WindowsAvailable(qo.window_stride)) +
+                                   " windows of " + std::to_string(qo.window_stride) +
+                                   " tokens (the longest context); --windows asks for " +
+                                   std::to_string(o.windows));
 
   const std::string adapters_path =
       o.adapters.empty() ? Adapters::DefaultPath(model.path()) : o.adapters;
@@ -502,7 +503,7 @@ Status Tune(const Model& model, const TuneOptions& options,
       };
       STRATA_RETURN_IF_ERROR(search.Entry(batch, context, memory, &choice));
       if (advance) advance(units - checks, units);
-      STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, tokens, batch, context,
+      STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, *quality, batch, context,
                                           choice.disk ? &choice.disk_options : nullptr,
                                           &choice.measured_tokens_per_second));
       say(std::string("  chose the ") + (choice.disk ? "disk" : "memory") + " policy: " +
@@ -520,7 +521,7 @@ Status Tune(const Model& model, const TuneOptions& options,
         d.emulate_emmc = o.emulate_emmc;
         d.budget_bytes = int64_t(per_seq);
         const bool full = FullKvBytes(model.hparams(), context) <= per_seq;
-        STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, tokens, batch, context, full ? nullptr : &d,
+        STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, *quality, batch, context, full ? nullptr : &d,
                                             &choice.default_tokens_per_second));
         say(Format("  the runtime's defaults at the same memory: %.1f tok/s measured (tuned %.2fx)",
                    choice.default_tokens_per_second,
@@ -533,7 +534,7 @@ Status Tune(const Model& model, const TuneOptions& options,
       for (TunedCandidate& k : choice.candidates) {
         if (checked >= o.validate) break;
         if (k.key == choice.key) continue;
-        STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, tokens, batch, context, &k.options,
+        STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, *quality, batch, context, &k.options,
                                             &k.measured_tokens_per_second));
         ++checked;
         if (advance) advance(units - checks + 2 + checked, units);

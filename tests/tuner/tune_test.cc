@@ -276,6 +276,48 @@ TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
   EXPECT_EQ(ran, 2);
 }
 
+TEST_F(TuneTest, ShorterContextsReplayTheLongestContextsCaptures) {
+  QualityOptions qo;
+  qo.text_path = text_;
+  qo.scored = 8;
+  qo.windows = 2;
+  qo.cache_dir = dir_.path() + "/work";
+  qo.threads = 2;
+  qo.window_stride = 1024;
+  std::unique_ptr<QualityProfiler> q;
+  STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
+  ASSERT_GE(q->WindowsAvailable(1024), 2);
+  EXPECT_EQ(q->WindowsAvailable(512), q->WindowsAvailable(1024));
+  EXPECT_EQ(q->WindowBegin(512, 1), 1024u);
+  EXPECT_EQ(q->WindowBegin(1024, 1), 1024u);
+  // A window's capture spans its stride but the last token, whatever the context.
+  KvCapture short_cap, long_cap;
+  STRATA_ASSERT_OK(q->Capture(512, 1, &short_cap));
+  STRATA_ASSERT_OK(q->Capture(1024, 1, &long_cap));
+  EXPECT_EQ(short_cap.n_tokens, 1023);
+  EXPECT_TRUE(short_cap.data == long_cap.data);
+  EXPECT_FALSE(q->Capture(512, q->WindowsAvailable(512), &short_cap).ok());
+  DiskKvOptions d;
+  d.dir = kv_dir_.path();
+  d.adapters = adapters_;
+  d.group_size = 4;
+  d.groups_per_step = 512 / 4;
+  d.record_type = KvRecordType::kF16;
+  d.budget_bytes = int64_t(64) << 20;
+  QualitySummary s;
+  int32_t ran = 0;
+  STRATA_ASSERT_OK(q->Measure(d, "all", 512, &s, &ran));
+  EXPECT_EQ(ran, 2);
+  EXPECT_NEAR(s.ppl_loss(), 0.0, 2e-3);
+  STRATA_ASSERT_OK(q->Measure(d, "all", 1024, &s, &ran));
+  EXPECT_EQ(ran, 2);
+  // Two windows, one capture each, shared by both contexts.
+  int captures = 0;
+  for (const auto& f : std::filesystem::directory_iterator(qo.cache_dir))
+    captures += f.path().extension() == ".kvcap";
+  EXPECT_EQ(captures, 2);
+}
+
 TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFit) {
   TuneOptions o = Options();
   o.kv_memory_bytes = int64_t(1) << 30;
