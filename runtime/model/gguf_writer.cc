@@ -105,8 +105,8 @@ void GgufWriter::AddF32Array(std::string_view key, std::span<const float> v) {
   AddArray(key, GgufValueType::kFloat32, v.data(), v.size());
 }
 
-Status GgufWriter::AddTensor(std::string_view name, kernels::DType type, std::vector<int64_t> ne,
-                             std::span<const uint8_t> data) {
+Status GgufWriter::TensorBytes(std::string_view name, kernels::DType type,
+                               const std::vector<int64_t>& ne, uint64_t* bytes) {
   const std::string what = "GgufWriter: tensor '" + std::string(name) + "'";
   if (ne.empty() || ne.size() > 4) {
     return Status::InvalidArgument(what + ": " + std::to_string(ne.size()) +
@@ -123,14 +123,33 @@ Status GgufWriter::AddTensor(std::string_view name, kernels::DType type, std::ve
                                    " is not a multiple of the " + info.name + " block (" +
                                    std::to_string(info.block_elems) + ")");
   }
-  const uint64_t want = static_cast<uint64_t>(ne[0] / info.block_elems) * info.block_bytes *
-                        static_cast<uint64_t>(rows);
+  *bytes = static_cast<uint64_t>(ne[0] / info.block_elems) * info.block_bytes *
+           static_cast<uint64_t>(rows);
+  return Status::OK();
+}
+
+Status GgufWriter::AddTensor(std::string_view name, kernels::DType type, std::vector<int64_t> ne,
+                             std::span<const uint8_t> data) {
+  uint64_t want = 0;
+  STRATA_RETURN_IF_ERROR(TensorBytes(name, type, ne, &want));
   if (data.size() != want) {
-    return Status::InvalidArgument(what + ": " + std::to_string(data.size()) + " bytes given, " +
+    return Status::InvalidArgument("GgufWriter: tensor '" + std::string(name) +
+                                   "': " + std::to_string(data.size()) + " bytes given, " +
                                    std::to_string(want) + " expected");
   }
-  tensors_.push_back(
-      {std::string(name), type, std::move(ne), std::vector<uint8_t>(data.begin(), data.end())});
+  tensors_.push_back({std::string(name), type, std::move(ne),
+                      std::vector<uint8_t>(data.begin(), data.end()), want, nullptr});
+  return Status::OK();
+}
+
+Status GgufWriter::AddTensorGenerated(std::string_view name, kernels::DType type,
+                                      std::vector<int64_t> ne, TensorFill fill) {
+  uint64_t bytes = 0;
+  STRATA_RETURN_IF_ERROR(TensorBytes(name, type, ne, &bytes));
+  if (!fill)
+    return Status::InvalidArgument("GgufWriter: tensor '" + std::string(name) +
+                                   "' has no generator");
+  tensors_.push_back({std::string(name), type, std::move(ne), {}, bytes, std::move(fill)});
   return Status::OK();
 }
 
@@ -159,7 +178,8 @@ Status GgufWriter::AddTensorF32(std::string_view name, kernels::DType type, std:
   return AddTensor(name, type, std::move(ne), bytes);
 }
 
-std::vector<uint8_t> GgufWriter::Serialize(GgufLayout* layout) const {
+Status GgufWriter::Emit(const std::function<Status(std::span<const uint8_t>)>& sink,
+                        GgufLayout* layout) const {
   GgufLayout l;
   std::vector<uint8_t> out;
   Put<uint32_t>(&out, 0x46554747);  // "GGUF"
@@ -181,7 +201,7 @@ std::vector<uint8_t> GgufWriter::Serialize(GgufLayout* layout) const {
   uint64_t next = 0;
   for (const Tensor& t : tensors_) {
     offsets.push_back(next);
-    next = (next + t.data.size() + alignment_ - 1) / alignment_ * alignment_;
+    next = (next + t.bytes + alignment_ - 1) / alignment_ * alignment_;
   }
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const Tensor& t = tensors_[i];
@@ -201,31 +221,55 @@ std::vector<uint8_t> GgufWriter::Serialize(GgufLayout* layout) const {
   l.infos_end = out.size();
   PadTo(&out, alignment_);
   l.data_offset = out.size();
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    out.resize(l.data_offset + offsets[i], 0);
-    out.insert(out.end(), tensors_[i].data.begin(), tensors_[i].data.end());
+  STRATA_RETURN_IF_ERROR(sink(out));
+  std::vector<uint8_t> made;
+  const std::vector<uint8_t> zeros(alignment_, 0);
+  for (const Tensor& t : tensors_) {
+    std::span<const uint8_t> bytes(t.data);
+    if (t.fill) {
+      made.assign(t.bytes, 0);
+      STRATA_RETURN_IF_ERROR(t.fill(std::span<uint8_t>(made)));
+      bytes = made;
+    }
+    STRATA_RETURN_IF_ERROR(sink(bytes));
+    const uint64_t pad = (alignment_ - t.bytes % alignment_) % alignment_;
+    STRATA_RETURN_IF_ERROR(sink(std::span<const uint8_t>(zeros.data(), pad)));
   }
-  if (!tensors_.empty()) PadTo(&out, alignment_);
   if (layout != nullptr) *layout = std::move(l);
+  return Status::OK();
+}
+
+std::vector<uint8_t> GgufWriter::Serialize(GgufLayout* layout) const {
+  std::vector<uint8_t> out;
+  const Status st = Emit(
+      [&out](std::span<const uint8_t> b) {
+        out.insert(out.end(), b.begin(), b.end());
+        return Status::OK();
+      },
+      layout);
+  if (!st.ok()) return {};
   return out;
 }
 
 Status GgufWriter::WriteFile(const std::string& path) const {
-  const std::vector<uint8_t> bytes = Serialize();
   // Write a sibling temp file and rename it, so a reader never sees a half-written model.
   const std::string tmp = path + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) return Status::FromErrno("GgufWriter: open " + tmp, errno);
-  const bool wrote = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  int err = errno;
-  const bool closed = std::fclose(f) == 0;
-  if (wrote && !closed) err = errno;
-  if (!wrote || !closed) {
+  Status st = Emit(
+      [f, &tmp](std::span<const uint8_t> b) {
+        if (!b.empty() && std::fwrite(b.data(), 1, b.size(), f) != b.size())
+          return Status::FromErrno("GgufWriter: write " + tmp, errno);
+        return Status::OK();
+      },
+      nullptr);
+  if (std::fclose(f) != 0 && st.ok()) st = Status::FromErrno("GgufWriter: write " + tmp, errno);
+  if (!st.ok()) {
     std::remove(tmp.c_str());
-    return Status::FromErrno("GgufWriter: write " + tmp, err);
+    return st;
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = errno;
+    const int err = errno;
     std::remove(tmp.c_str());
     return Status::FromErrno("GgufWriter: rename " + tmp + " to " + path, err);
   }

@@ -1,5 +1,8 @@
-// GgufWriter: builds a little-endian GGUF v3 (or v2) file in memory: metadata of every
-// type, tensors of any type kernels/types.h knows, padded to the alignment.
+// GgufWriter: builds a little-endian GGUF v3 (or v2) file: metadata of every type, tensors
+// of any type kernels/types.h knows, padded to the alignment. Tensors are either copied in
+// (AddTensor) or made when the file is written (AddTensorGenerated), one at a time, so a
+// file larger than memory (an 8B model in F16) can be written by a machine that holds one
+// tensor of it.
 //
 // For tests and tools (synthetic models, corrupted files, the tuner's fixtures); it is not
 // on the inference path. Serialize can report where each structural field landed so a test
@@ -7,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -73,11 +77,20 @@ class GgufWriter {
   // the product of the other dims). ne has 1..4 entries, ne[0] first (contiguous).
   Status AddTensor(std::string_view name, kernels::DType type, std::vector<int64_t> ne,
                    std::span<const uint8_t> data);
+  // Fills the tensor's bytes (exactly as many as AddTensor would take) when the file is
+  // written. Generators run at every Serialize or WriteFile, in the order the tensors were
+  // added, one at a time; each sees a buffer of the tensor's size.
+  using TensorFill = std::function<Status(std::span<uint8_t> out)>;
+  Status AddTensorGenerated(std::string_view name, kernels::DType type, std::vector<int64_t> ne,
+                            TensorFill fill);
   // F32 convenience: converts to `type` when it is F32, F16 or BF16.
   Status AddTensorF32(std::string_view name, kernels::DType type, std::vector<int64_t> ne,
                       std::span<const float> values);
 
+  // The whole file in memory; empty when a generator failed.
   std::vector<uint8_t> Serialize(GgufLayout* layout = nullptr) const;
+  // Streams the file to a sibling temporary and renames it to `path`, so a reader never
+  // sees a half-written model and a failure leaves no partial file behind.
   Status WriteFile(const std::string& path) const;
 
  private:
@@ -90,9 +103,18 @@ class GgufWriter {
     std::string name;
     kernels::DType type;
     std::vector<int64_t> ne;
-    std::vector<uint8_t> data;
+    std::vector<uint8_t> data;  // or, when `fill` is set, made at write time
+    uint64_t bytes = 0;
+    TensorFill fill;
   };
   void AddScalar(std::string_view key, GgufValueType t, const void* p, size_t n);
+  // The tensor's byte count, or an error naming what is wrong with its shape.
+  static Status TensorBytes(std::string_view name, kernels::DType type,
+                            const std::vector<int64_t>& ne, uint64_t* bytes);
+  // Hands the file to `sink` in order: the header and infos, then each tensor's bytes and
+  // padding.
+  Status Emit(const std::function<Status(std::span<const uint8_t>)>& sink,
+              GgufLayout* layout) const;
 
   uint32_t version_ = 3;
   uint32_t alignment_;

@@ -1,9 +1,11 @@
 #include "runtime/model/synthetic_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -292,7 +294,12 @@ std::vector<uint8_t> RandomTensor(DType type, int64_t cols, int64_t rows, float 
 
 const char* SyntheticTrainingText() { return kTrainingText; }
 
-Status BuildSyntheticModel(const SyntheticModelSpec& s, GgufWriter* w) {
+namespace {
+
+// With `generate`, the tensors are made while the file is written (one in memory at a
+// time); they draw from one random stream in the order they were added, which is the order
+// they are written, so the file is the same either way.
+Status Build(const SyntheticModelSpec& s, GgufWriter* w, bool generate) {
   const std::string a = s.arch;
   if (a != "llama" && a != "qwen2" && a != "qwen3") {
     return Status::InvalidArgument("synthetic model: arch '" + a + "' (llama, qwen2, qwen3)");
@@ -370,7 +377,7 @@ Status BuildSyntheticModel(const SyntheticModelSpec& s, GgufWriter* w) {
                  "{% endfor %}");
   }
 
-  Rng rng(s.seed);
+  auto rng = std::make_shared<Rng>(s.seed);
   const int64_t E = s.n_embd, V = s.n_vocab, F = s.n_ff;
   const int64_t Q = s.n_head * hd, KV = s.n_head_kv * hd;
   auto add = [&](const std::string& name, DType t, int64_t cols, int64_t rows, float center = 0.f,
@@ -378,7 +385,13 @@ Status BuildSyntheticModel(const SyntheticModelSpec& s, GgufWriter* w) {
     if (scale == 0.f) scale = 1.f / std::sqrt(static_cast<float>(cols));
     std::vector<int64_t> ne =
         rows == 1 ? std::vector<int64_t>{cols} : std::vector<int64_t>{cols, rows};
-    return w->AddTensor(name, t, ne, RandomTensor(t, cols, rows, scale, center, &rng));
+    if (!generate)
+      return w->AddTensor(name, t, ne, RandomTensor(t, cols, rows, scale, center, rng.get()));
+    return w->AddTensorGenerated(name, t, ne, [=](std::span<uint8_t> out) {
+      const std::vector<uint8_t> bytes = RandomTensor(t, cols, rows, scale, center, rng.get());
+      std::copy(bytes.begin(), bytes.end(), out.begin());
+      return Status::OK();
+    });
   };
   STRATA_RETURN_IF_ERROR(add("token_embd.weight", s.embd_type, E, V));
   STRATA_RETURN_IF_ERROR(add("output_norm.weight", DType::kF32, E, 1, 1.f, 0.1f));
@@ -410,9 +423,15 @@ Status BuildSyntheticModel(const SyntheticModelSpec& s, GgufWriter* w) {
   return Status::OK();
 }
 
+}  // namespace
+
+Status BuildSyntheticModel(const SyntheticModelSpec& spec, GgufWriter* w) {
+  return Build(spec, w, /*generate=*/false);
+}
+
 Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::string& path) {
   GgufWriter w;
-  STRATA_RETURN_IF_ERROR(BuildSyntheticModel(spec, &w));
+  STRATA_RETURN_IF_ERROR(Build(spec, &w, /*generate=*/true));
   return w.WriteFile(path);
 }
 

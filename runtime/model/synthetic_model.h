@@ -46,6 +46,8 @@ struct SyntheticModelSpec {
 
 // Adds the metadata, vocabulary and tensors of `spec` to an empty writer.
 Status BuildSyntheticModel(const SyntheticModelSpec& spec, GgufWriter* writer);
+// The same file written to `path`, each tensor made as it is written: the writer holds one
+// tensor at a time, so models larger than memory can be written.
 Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::string& path);
 
 // The text the synthetic vocabularies are trained on (encodes to few tokens).

@@ -1,5 +1,6 @@
 #include "runtime/model/gguf.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -388,6 +389,53 @@ TEST(GgufTest, WriterRejectsWrongTensorSizes) {
   EXPECT_NE(s.message().find("not a multiple of the Q4_0 block"), std::string::npos);
   s = w.AddTensor("t", DType::kF32, {}, {});
   EXPECT_FALSE(s.ok());
+}
+
+TEST(GgufTest, GeneratedTensorsAreWrittenAsCopiedOnesAndAFailureLeavesNoFile) {
+  const std::vector<uint8_t> a = RandomBytes(Bytes(DType::kF32, {8, 2}), 1);
+  const std::vector<uint8_t> b = RandomBytes(Bytes(DType::kQ8_0, {32, 3}), 2);
+  GgufWriter copied = BaseWriter(64);
+  GgufWriter made(64);
+  made.AddString("general.architecture", "llama");
+  made.AddBool("test.flag", true);
+  const int32_t arr[] = {1, -2, 3};
+  made.AddI32Array("test.arr", arr);
+  int calls = 0;
+  auto from = [&calls](const std::vector<uint8_t>& src) {
+    return [&calls, &src](std::span<uint8_t> out) {
+      ++calls;
+      if (out.size() != src.size()) return Status::Internal("size");
+      std::copy(src.begin(), src.end(), out.begin());
+      return Status::OK();
+    };
+  };
+  STRATA_ASSERT_OK(made.AddTensorGenerated("a", DType::kF32, {8, 2}, from(a)));
+  STRATA_ASSERT_OK(made.AddTensorGenerated("b", DType::kQ8_0, {32, 3}, from(b)));
+  EXPECT_FALSE(made.AddTensorGenerated("c", DType::kQ4_0, {20}, from(a)).ok());
+  EXPECT_FALSE(made.AddTensorGenerated("c", DType::kF32, {8}, nullptr).ok());
+  GgufWriter base64 = BaseWriter(64);
+  const std::vector<uint8_t> want = base64.Serialize();
+  EXPECT_EQ(made.Serialize(), want);
+  EXPECT_EQ(calls, 2);
+  TempFile file("generated.gguf");
+  STRATA_ASSERT_OK(made.WriteFile(file.path()));
+  EXPECT_EQ(calls, 4);
+  std::unique_ptr<GgufFile> f;
+  STRATA_ASSERT_OK(GgufFile::Open(file.path(), &f));
+  ASSERT_NE(f->FindTensor("b"), nullptr);
+  EXPECT_EQ(std::memcmp(f->FindTensor("b")->data, b.data(), b.size()), 0);
+
+  // A generator's error is WriteFile's; neither the file nor its temporary is left.
+  GgufWriter failing;
+  STRATA_ASSERT_OK(failing.AddTensorGenerated(
+      "x", DType::kF32, {8}, [](std::span<uint8_t>) { return Status::IOError("no entropy"); }));
+  TempFile bad("failing.gguf");
+  const Status st = failing.WriteFile(bad.path());
+  EXPECT_NE(st.message().find("no entropy"), std::string::npos) << st.message();
+  struct stat sb;
+  EXPECT_NE(stat(bad.path().c_str(), &sb), 0);
+  EXPECT_NE(stat((bad.path() + ".tmp").c_str(), &sb), 0);
+  EXPECT_TRUE(failing.Serialize().empty());
 }
 
 // Random single-byte corruptions must never crash or hang; the fuzzer goes further.

@@ -135,6 +135,28 @@ TEST(ModelTest, LoadsSyntheticLlama) {
   EXPECT_EQ(m->identity_hex().size(), 16u);
 }
 
+TEST(ModelTest, WrittenSyntheticModelIsTheBuiltOneMadeTensorByTensor) {
+  SyntheticModelSpec spec;
+  spec.arch = "qwen2";
+  spec.weight_type = DType::kQ4_K;
+  spec.n_embd = 256;
+  spec.n_head = 4;
+  spec.n_ff = 512;
+  GgufWriter w;
+  STRATA_ASSERT_OK(BuildSyntheticModel(spec, &w));
+  const std::vector<uint8_t> built = w.Serialize();
+  TempFile tmp("written.gguf");
+  STRATA_ASSERT_OK(WriteSyntheticModel(spec, tmp.path()));
+  FILE* f = std::fopen(tmp.path().c_str(), "rb");
+  ASSERT_NE(f, nullptr);
+  std::vector<uint8_t> written(built.size() + 1);
+  const size_t n = std::fread(written.data(), 1, written.size(), f);
+  std::fclose(f);
+  ASSERT_EQ(n, built.size());
+  written.resize(n);
+  EXPECT_TRUE(written == built);
+}
+
 TEST(ModelTest, IdentityFollowsContentNotPath) {
   SyntheticModelSpec spec;
   std::unique_ptr<Model> a, b, c;
