@@ -74,6 +74,10 @@ class DecodeTimer {
   int32_t done_ = 0;
 };
 
+// Fewest timed steps of a compute profile point: steps are milliseconds, and fewer let one
+// stall of a shared machine move a median.
+constexpr int32_t kMinSteps = 12;
+
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -229,35 +233,39 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
   auto advance = [&] {
     if (o.progress) o.progress(++done, units);
   };
-  for (int32_t b : o.batches) {
-    double sec = 0;
-    STRATA_RETURN_IF_ERROR(
-        TimeDecode(model, o.threads, o.cuda_device, b, kShortContext, o.steps, nullptr, &sec));
-    p.batches.push_back(b);
-    p.dense_seconds.push_back(sec);
-    advance();
+  {
+    // Each batch on its own engine, one after another: engines stepped in alternation slow
+    // each other down, several times over on two cores (their pools' workers wake and sleep
+    // out of turn).
+    std::vector<int32_t> batches = o.batches;
+    std::sort(batches.begin(), batches.end());
+    batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+    for (int32_t b : batches) {
+      double sec = 0;
+      STRATA_RETURN_IF_ERROR(TimeDecode(model, o.threads, o.cuda_device, b, kShortContext,
+                                        std::max(o.steps, kMinSteps), nullptr, &sec));
+      p.batches.push_back(b);
+      p.dense_seconds.push_back(sec);
+      advance();
+    }
+    // A larger batch does all a smaller one does and more: where noise says otherwise, the
+    // smaller batch's time is the better estimate of both.
+    for (size_t i = p.dense_seconds.size(); i-- > 1;)
+      p.dense_seconds[i - 1] = std::min(p.dense_seconds[i - 1], p.dense_seconds[i]);
   }
-  std::vector<size_t> order(p.batches.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return p.batches[a] < p.batches[b]; });
-  ComputeProfile sorted = p;
-  for (size_t i = 0; i < order.size(); ++i) {
-    sorted.batches[i] = p.batches[order[i]];
-    sorted.dense_seconds[i] = p.dense_seconds[order[i]];
-  }
-  p = sorted;
   {
     // Attention is what a long context adds to a short one's step. The two are timed in
     // alternation and the median of their differences kept, so that a stall or a neighbour
     // on a shared machine shifts both sides of a pair rather than deciding the difference.
+    // A difference of two steps is noisier than either, hence more pairs than steps.
+    const int32_t pairs = std::max(o.steps, 3 * kMinSteps);
     DecodeTimer short_ctx, long_ctx;
     STRATA_RETURN_IF_ERROR(
-        short_ctx.Init(model, o.threads, 1, kShortContext, o.steps, nullptr, o.cuda_device));
+        short_ctx.Init(model, o.threads, 1, kShortContext, pairs, nullptr, o.cuda_device));
     STRATA_RETURN_IF_ERROR(
-        long_ctx.Init(model, o.threads, 1, o.attention_tokens, o.steps, nullptr, o.cuda_device));
+        long_ctx.Init(model, o.threads, 1, o.attention_tokens, pairs, nullptr, o.cuda_device));
     std::vector<double> diffs;
-    for (int32_t i = 0; i <= o.steps; ++i) {
+    for (int32_t i = 0; i <= pairs; ++i) {
       double a = 0, b = 0;
       STRATA_RETURN_IF_ERROR(short_ctx.Step(&a));
       STRATA_RETURN_IF_ERROR(long_ctx.Step(&b));
