@@ -117,8 +117,10 @@ double Interpolate(const std::vector<int32_t>& xs, const std::vector<double>& ys
 Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
                         const DiskKvOptions& disk, ComputeProfile* p) {
   const HParams& hp = model.hparams();
-  const int32_t short_ctx = std::max(256, o.attention_tokens / 2);
-  const int32_t long_ctx = std::max(512, o.attention_tokens * 2);
+  const int32_t short_ctx =
+      o.fit_short_context > 0 ? o.fit_short_context : std::max(256, o.attention_tokens / 2);
+  const int32_t long_ctx =
+      o.fit_long_context > 0 ? o.fit_long_context : std::max(512, o.attention_tokens * 2);
   struct Run {
     int32_t context;
     int32_t divisor;  // budget = full KV / divisor; 0: twice full KV (every group resident)
@@ -233,26 +235,33 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
   auto advance = [&] {
     if (o.progress) o.progress(++done, units);
   };
-  {
-    // Each batch on its own engine, one after another: engines stepped in alternation slow
-    // each other down, several times over on two cores (their pools' workers wake and sleep
-    // out of turn).
-    std::vector<int32_t> batches = o.batches;
-    std::sort(batches.begin(), batches.end());
-    batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
-    for (int32_t b : batches) {
+  // Each batch on its own engine, one after another: engines stepped in alternation slow
+  // each other down, several times over on two cores (their pools' workers wake and sleep
+  // out of turn). Two passes some seconds apart, the faster kept per batch: a shared
+  // machine's slow spells only ever add time, and one can last a whole pass.
+  std::vector<int32_t> batches = o.batches;
+  std::sort(batches.begin(), batches.end());
+  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  auto time_batches = [&](bool first) -> Status {
+    for (size_t i = 0; i < batches.size(); ++i) {
       double sec = 0;
-      STRATA_RETURN_IF_ERROR(TimeDecode(model, o.threads, o.cuda_device, b, kShortContext,
+      STRATA_RETURN_IF_ERROR(TimeDecode(model, o.threads, o.cuda_device, batches[i], kShortContext,
                                         std::max(o.steps, kMinSteps), nullptr, &sec));
-      p.batches.push_back(b);
-      p.dense_seconds.push_back(sec);
-      advance();
+      if (first) {
+        p.batches.push_back(batches[i]);
+        p.dense_seconds.push_back(sec);
+        advance();
+      } else {
+        p.dense_seconds[i] = std::min(p.dense_seconds[i], sec);
+      }
     }
     // A larger batch does all a smaller one does and more: where noise says otherwise, the
     // smaller batch's time is the better estimate of both.
     for (size_t i = p.dense_seconds.size(); i-- > 1;)
       p.dense_seconds[i - 1] = std::min(p.dense_seconds[i - 1], p.dense_seconds[i]);
-  }
+    return Status::OK();
+  };
+  STRATA_RETURN_IF_ERROR(time_batches(true));
   {
     // Attention is what a long context adds to a short one's step. The two are timed in
     // alternation and the median of their differences kept, so that a stall or a neighbour
@@ -333,6 +342,7 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
       std::swap(p.ranks[j - 1], p.ranks[j]);
       std::swap(p.score_seconds_per_row[j - 1], p.score_seconds_per_row[j]);
     }
+  STRATA_RETURN_IF_ERROR(time_batches(false));
   if (disk) {
     STRATA_RETURN_IF_ERROR(FitDiskConstants(model, o, *disk, &p));
     advance();

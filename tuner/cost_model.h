@@ -70,7 +70,12 @@ struct ComputeProfileOptions {
   int32_t threads = 0;
   int32_t cuda_device = -1;  // decode steps on this CUDA device; -1: the CPU
   std::vector<int32_t> batches = {1, 2, 4, 8};
-  int32_t attention_tokens = 2048;     // context of the attention measurement
+  int32_t attention_tokens = 2048;  // context of the attention measurement
+  // Contexts of the disk policy's fitting runs, shortest and longest (0: half and twice
+  // attention_tokens). The tuner gives the contexts it tunes, so the constants are fitted
+  // where they are used rather than extrapolated to them.
+  int32_t fit_short_context = 0;
+  int32_t fit_long_context = 0;
   int32_t steps = 8;                   // timed decode steps per point
   int32_t score_rows = 8192;           // summary rows of the scoring measurement
   double memory_bytes_per_second = 0;  // floors attention per token; 0 = no floor

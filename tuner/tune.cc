@@ -457,6 +457,10 @@ Status Tune(const Model& model, const TuneOptions& options,
     cpo.steps = 5;
     cpo.score_rows = 2048;
   }
+  cpo.fit_short_context = *std::min_element(o.contexts.begin(), o.contexts.end());
+  cpo.fit_long_context = *std::max_element(o.contexts.begin(), o.contexts.end());
+  if (cpo.fit_long_context == cpo.fit_short_context)
+    cpo.fit_short_context = std::max(256, cpo.fit_long_context / 4);
   DiskKvOptions overhead_run;
   overhead_run.dir = o.kv_dir;
   overhead_run.adapters = adapters_path;
