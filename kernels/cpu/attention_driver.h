@@ -30,18 +30,6 @@ struct AttnRow {
 //   template <int G> static void ProcessGroup(AttnRow* rows, const uint16_t* k,
 //       const uint16_t* v, int64_t stride, int n, int D, float scale);
 //   static void ScaleRow(float* out, const float* acc, float inv, int D);
-// and may provide, for chunks that many rows share (a prefill's query block), a conversion
-// of the chunk done once for all of them:
-//   struct Prepared;
-//   static bool Prepare(const uint16_t* k, const uint16_t* v, int64_t stride, int n, int D,
-//       int rows, Prepared* out);  // false: not worth it for this many rows
-//   template <int G> static void ProcessPrepared(AttnRow* rows, const Prepared& p, int n,
-//       int D, float scale);
-template <class Isa>
-concept PreparesChunks = requires {
-  typename Isa::Prepared;
-};
-
 template <class Isa>
 void AttentionOverChunks(const AttentionArgs& a) {
   constexpr int kChunk = kAttnChunk;
@@ -56,14 +44,6 @@ void AttentionOverChunks(const AttentionArgs& a) {
   std::fill(acc, acc + static_cast<int64_t>(n_rows) * D, 0.f);
   std::fill(m, m + n_rows, -INFINITY);
   std::fill(l, l + n_rows, 0.f);
-  struct None {};
-  using Prepared = decltype([] {
-    if constexpr (PreparesChunks<Isa>)
-      return typename Isa::Prepared{};
-    else
-      return None{};
-  }());
-  Prepared prep;
   for (int32_t s = 0; s < a.n_spans; ++s) {
     const KvSpan& sp = a.spans[s];
     for (int32_t c0 = 0; c0 < sp.n_tokens; c0 += kChunk) {
@@ -76,15 +56,6 @@ void AttentionOverChunks(const AttentionArgs& a) {
           static_cast<int64_t>(c0) * sp.stride + static_cast<int64_t>(a.kv_head) * D;
       const uint16_t* k = sp.k + off;
       const uint16_t* v = sp.v + off;
-      bool prepared = false;
-      if constexpr (PreparesChunks<Isa>)
-        prepared = Isa::Prepare(k, v, sp.stride, n, D, n_rows - t_first * a.n_rep, &prep);
-      auto process = [&]<int G>(AttnRow* rows) {
-        if constexpr (PreparesChunks<Isa>) {
-          if (prepared) return Isa::template ProcessPrepared<G>(rows, prep, n, D, a.scale);
-        }
-        Isa::template ProcessGroup<G>(rows, k, v, sp.stride, n, D, a.scale);
-      };
       for (int r0 = t_first * a.n_rep; r0 < n_rows; r0 += 4) {
         const int g = std::min(4, n_rows - r0);
         AttnRow rows[4];
@@ -100,16 +71,16 @@ void AttentionOverChunks(const AttentionArgs& a) {
         }
         switch (g) {
           case 4:
-            process.template operator()<4>(rows);
+            Isa::template ProcessGroup<4>(rows, k, v, sp.stride, n, D, a.scale);
             break;
           case 3:
-            process.template operator()<3>(rows);
+            Isa::template ProcessGroup<3>(rows, k, v, sp.stride, n, D, a.scale);
             break;
           case 2:
-            process.template operator()<2>(rows);
+            Isa::template ProcessGroup<2>(rows, k, v, sp.stride, n, D, a.scale);
             break;
           default:
-            process.template operator()<1>(rows);
+            Isa::template ProcessGroup<1>(rows, k, v, sp.stride, n, D, a.scale);
             break;
         }
       }

@@ -9,12 +9,6 @@
 //   3. P x V into accumulators held in registers for up to 64 dims at a time, loaded from
 //      and stored to scratch once per chunk.
 // Rows whose token cannot see any key of the chunk (causal mask) skip it entirely.
-//
-// When many rows share a chunk (a prefill's query block), the chunk is converted once
-// instead: K to F32 transposed (dim-major, keys in lanes), so a row's 32 scores are two
-// vectors of multiply-adds with its query elements broadcast, no reduction across lanes;
-// V to F32 rows. Decode (a few rows a chunk) keeps the direct path, whose conversions cost
-// less than a transpose serving three rows.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -81,10 +75,9 @@ void SoftmaxStep(RowState& row, float scale) {
   *row.m = m_new;
 }
 
-// acc = alpha * acc + P x V over dims [d0, d0 + 16 * NC) for G rows; load(j, d) gives 16
-// values of V's row j from dim d (F16 converted, or F32 prepared).
-template <int G, int NC, class Load>
-STRATA_INLINE void AccumulateV(RowState* rows, const Load& load, int n, int d0) {
+// acc = alpha * acc + P x V over dims [d0, d0 + 16 * NC) for G rows.
+template <int G, int NC>
+void AccumulateV(RowState* rows, const uint16_t* v, int64_t stride, int n, int d0) {
   __m512 acc[G][NC];
   for (int r = 0; r < G; ++r) {
     const __m512 alpha = _mm512_set1_ps(rows[r].alpha);
@@ -93,8 +86,11 @@ STRATA_INLINE void AccumulateV(RowState* rows, const Load& load, int n, int d0) 
     }
   }
   for (int j = 0; j < n; ++j) {
+    const uint16_t* vr = v + static_cast<int64_t>(j) * stride + d0;
     __m512 vv[NC];
-    for (int c = 0; c < NC; ++c) vv[c] = load(j, d0 + 16 * c);
+    for (int c = 0; c < NC; ++c) {
+      vv[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + 16 * c)));
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < G; ++r) {
       const __m512 p = _mm512_set1_ps(rows[r].scores[j]);
@@ -106,92 +102,27 @@ STRATA_INLINE void AccumulateV(RowState* rows, const Load& load, int n, int d0) 
   }
 }
 
-template <int G, class Load>
-void AccumulateVAllDims(RowState* rows, const Load& load, int n, int D) {
+template <int G>
+void AccumulateVAllDims(RowState* rows, const uint16_t* v, int64_t stride, int n, int D) {
   int d0 = 0;
-  for (; d0 + 64 <= D; d0 += 64) AccumulateV<G, 4>(rows, load, n, d0);
+  for (; d0 + 64 <= D; d0 += 64) AccumulateV<G, 4>(rows, v, stride, n, d0);
   switch ((D - d0) / 16) {
     case 3:
-      AccumulateV<G, 3>(rows, load, n, d0);
+      AccumulateV<G, 3>(rows, v, stride, n, d0);
       break;
     case 2:
-      AccumulateV<G, 2>(rows, load, n, d0);
+      AccumulateV<G, 2>(rows, v, stride, n, d0);
       break;
     case 1:
-      AccumulateV<G, 1>(rows, load, n, d0);
+      AccumulateV<G, 1>(rows, v, stride, n, d0);
       break;
     default:
       break;
   }
 }
 
-// Rows a chunk must serve before converting it once pays (two groups and more).
-constexpr int kPrepareRows = 8;
-constexpr int kMaxDim = 256;
-
-// Scores of G rows against the chunk's transposed keys kt[d * kChunk + j].
-template <int G>
-void ScoresTransposed(RowState* rows, const float* kt, int D) {
-  __m512 s0[G], s1[G];
-  for (int r = 0; r < G; ++r) s0[r] = s1[r] = _mm512_setzero_ps();
-  for (int d = 0; d < D; ++d) {
-    const __m512 k0 = _mm512_load_ps(kt + d * kChunk), k1 = _mm512_load_ps(kt + d * kChunk + 16);
-#pragma GCC unroll 4
-    for (int r = 0; r < G; ++r) {
-      const __m512 q = _mm512_set1_ps(rows[r].q[d]);
-      s0[r] = _mm512_fmadd_ps(q, k0, s0[r]);
-      s1[r] = _mm512_fmadd_ps(q, k1, s1[r]);
-    }
-  }
-  for (int r = 0; r < G; ++r) {
-    _mm512_storeu_ps(rows[r].scores, s0[r]);
-    _mm512_storeu_ps(rows[r].scores + 16, s1[r]);
-  }
-}
-
 // What the shared driver (attention_driver.h) asks of an ISA.
 struct Isa {
-  struct Prepared {
-    const float* kt;  // [D][kChunk], keys past the chunk's end zero
-    const float* v;   // [kChunk][D]
-  };
-  static bool Prepare(const uint16_t* k, const uint16_t* v, int64_t stride, int n, int D, int rows,
-                      Prepared* out) {
-    if (rows < kPrepareRows || D > kMaxDim) return false;
-    alignas(64) static thread_local float kt[kMaxDim * kChunk];
-    alignas(64) static thread_local float vf[kChunk * kMaxDim];
-    alignas(64) float row[kMaxDim];
-    for (int j = 0; j < kChunk; ++j) {
-      if (j < n) {
-        for (int d = 0; d < D; d += 16) {
-          _mm512_store_ps(row + d, _mm512_cvtph_ps(_mm256_loadu_si256(
-                                       reinterpret_cast<const __m256i*>(k + j * stride + d))));
-          _mm512_store_ps(vf + j * D + d,
-                          _mm512_cvtph_ps(_mm256_loadu_si256(
-                              reinterpret_cast<const __m256i*>(v + j * stride + d))));
-        }
-        for (int d = 0; d < D; ++d) kt[d * kChunk + j] = row[d];
-      } else {
-        for (int d = 0; d < D; ++d) kt[d * kChunk + j] = 0.f;
-      }
-    }
-    out->kt = kt;
-    out->v = vf;
-    return true;
-  }
-  template <int G>
-  static void ProcessPrepared(RowState* rows, const Prepared& p, int, int D, float scale) {
-    ScoresTransposed<G>(rows, p.kt, D);
-    int n_vis = 0;
-    for (int r = 0; r < G; ++r) {
-      SoftmaxStep(rows[r], scale);
-      n_vis = std::max(n_vis, rows[r].visible);
-    }
-    const float* v = p.v;
-    AccumulateVAllDims<G>(
-        rows, [v, D](int j, int d) { return _mm512_load_ps(v + static_cast<int64_t>(j) * D + d); },
-        n_vis, D);
-  }
   template <int G>
   static void ProcessGroup(RowState* rows, const uint16_t* k, const uint16_t* v, int64_t stride,
                            int n, int D, float scale) {
@@ -203,13 +134,7 @@ struct Isa {
     }
     // Keys past a row's visible prefix have probability 0 there, so the group can run to the
     // largest prefix.
-    AccumulateVAllDims<G>(
-        rows,
-        [v, stride](int j, int d) {
-          return _mm512_cvtph_ps(_mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(v + static_cast<int64_t>(j) * stride + d)));
-        },
-        n_vis, D);
+    AccumulateVAllDims<G>(rows, v, stride, n_vis, D);
   }
   static void ScaleRow(float* o, const float* acc, float inv, int D) {
     const __m512 vi = _mm512_set1_ps(inv);
