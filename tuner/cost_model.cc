@@ -163,13 +163,20 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
     const KvCounters c1 = kv->counters();
     const double requests = double(c1.reads_issued - c0.reads_issued) / steps;
     const double bytes = double(c1.bytes_read - c0.bytes_read) / steps;
-    DiskStepShape shape = ShapeOfPlan(kv->plan(), d, 1, context, hp.n_layer, requests, bytes);
+    const double attended = double(c1.groups_selected - c0.groups_selected + c1.resident_attended -
+                                   c0.resident_attended) /
+                            steps;
+    DiskStepShape shape =
+        ShapeOfPlan(kv->plan(), d, 1, context, hp.n_layer, requests, bytes, attended);
     ComputeProfile bare = *p;  // the model without the constants being fitted
     bare.disk_overhead_seconds = bare.disk_seconds_per_group = bare.disk_seconds_per_request = 0;
     bare.disk_seconds_per_q8_token = bare.disk_seconds_per_context_token = 0;
     const StepPrediction modelled = PredictDiskStep(device, bare, shape);
     const DiskOwnWork w = OwnWork(shape);
-    x.push_back({1.0, w.groups, w.requests, w.q8_tokens, w.context});
+    // Q8_0 records change attention's cost per token either way (their expansion, against
+    // one span for all their groups where F16 groups are spans of their own): a column for
+    // each sign keeps the fit non-negative while letting the difference have either.
+    x.push_back({1.0, w.groups, w.requests, w.q8_tokens, -w.q8_tokens, w.context});
     y.push_back(Median(std::move(times)) - modelled.step_seconds);
   }
   if (x.empty()) return Status::OK();
@@ -177,8 +184,11 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   p->disk_overhead_seconds = c[0];
   p->disk_seconds_per_group = c[1];
   p->disk_seconds_per_request = c[2];
-  p->disk_seconds_per_q8_token = c[3];
-  p->disk_seconds_per_context_token = c[4];
+  // Attention over Q8_0 records still costs something: at most all but a tenth of the F16
+  // rate is saved.
+  p->disk_seconds_per_q8_token =
+      std::max(c[3] - c[4], -0.9 * p->attention_seconds_per_token / std::max(1, hp.n_layer));
+  p->disk_seconds_per_context_token = c[5];
   p->disk_fit_runs = int32_t(x.size());
   return Status::OK();
 }
@@ -389,16 +399,25 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
 }
 
 DiskStepShape ShapeOfPlan(const DiskKvPlan& plan, const DiskKvOptions& o, int32_t batch,
-                          int32_t context, int32_t n_layer, double requests, double bytes) {
+                          int32_t context, int32_t n_layer, double requests, double bytes,
+                          double attended_groups) {
   DiskStepShape s;
   s.batch = batch;
   s.n_layer = n_layer;
   const int64_t G = plan.layout.group_size;
-  // With kv.experimental.attend_resident attention reads every group the slots hold, besides the
-  // sink, the read-through groups, the recent window and the rolling group.
-  const int64_t groups =
-      int64_t(plan.sink_groups) + plan.reuse_slots + plan.transient_groups + plan.recent_groups + 1;
-  s.attended_tokens = std::min<int64_t>(context, groups * G);
+  // Attention reads the sink, the recent window and the rolling group, and the slot groups:
+  // this step's selection and, with kv.experimental.attend_resident, whatever else the
+  // slots still hold. Those last fill as a sequence decodes and may never all be taken when
+  // the selections keep returning to the same groups (a large budget's slots can hold more
+  // than a sequence ever selects), so the measured count is used where there is one; the
+  // bound otherwise.
+  const double slot_bound = o.attend_resident ? double(plan.reuse_slots + plan.transient_groups)
+                                              : double(plan.groups_per_step);
+  const double slots = attended_groups >= 0
+                           ? std::min(slot_bound, attended_groups / std::max(1, n_layer))
+                           : slot_bound;
+  const double groups = double(plan.sink_groups) + slots + plan.recent_groups + 1;
+  s.attended_tokens = std::min<int64_t>(context, int64_t(std::llround(groups * double(G))));
   s.group_size = int32_t(G);
   s.context = context;
   s.q8_records = plan.layout.type == kernels::KvType::kQ8_0;

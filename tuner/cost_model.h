@@ -12,10 +12,13 @@
 //   plus the policy's own work, which neither overlaps with compute nor shows in the parts
 //   above (DiskOwnWork): a constant a step, per attended group (slot lookups, view
 //   assembly), per read request (issuing and completing it, landing it in its slot), per
-//   attended token of Q8_0 records (their expansion for attention) and per token of
-//   context once a step (what walks the whole sequence). The constants are fitted (least
-//   squares, non-negative) to the residuals of real runs of several different plans at two
-//   contexts, as FlexGen fits its hardware constants, so that no one plan decides them.
+//   attended token of Q8_0 records (what their expansion and attention cost beyond or below
+//   F16's: attention takes F16 groups as spans of their own and Q8_0 ones expanded side by
+//   side into one span; the only constant that may be negative) and per token of context
+//   once a step (what walks the whole sequence). The constants are fitted (least squares,
+//   non-negative but for the Q8_0 one) to the residuals of real runs of several different
+//   plans at two contexts, as FlexGen fits its hardware constants, so that no one plan
+//   decides them.
 // With full KV in memory a step is dense(b) + b * context * attention_per_token. The
 // requests and bytes a step reads per sequence come from the quality runs of the same
 // configuration (tuner/quality.h), which see the real reuse and coalescing.
@@ -56,7 +59,9 @@ struct ComputeProfile {
   double disk_overhead_seconds = 0;
   double disk_seconds_per_group = 0;
   double disk_seconds_per_request = 0;
-  double disk_seconds_per_q8_token = 0;       // per attended token and layer of Q8_0 records
+  // Per attended token and layer of Q8_0 records, against F16 ones: negative where their
+  // attention is cheaper.
+  double disk_seconds_per_q8_token = 0;
   double disk_seconds_per_context_token = 0;  // per token of context and layer, once a step
   int32_t disk_fit_runs = 0;                  // real runs these were fitted on
 
@@ -140,9 +145,12 @@ struct DiskOwnWork {
 };
 DiskOwnWork OwnWork(const DiskStepShape& s);
 
-// The shape of a planned configuration; requests and bytes per sequence step as measured.
+// The shape of a planned configuration; requests, bytes and the slot groups attended
+// (selected or still resident, all layers) per sequence step as measured; attended_groups
+// < 0: not measured, every slot counted (an upper bound).
 DiskStepShape ShapeOfPlan(const DiskKvPlan& plan, const DiskKvOptions& options, int32_t batch,
-                          int32_t context, int32_t n_layer, double requests, double bytes);
+                          int32_t context, int32_t n_layer, double requests, double bytes,
+                          double attended_groups = -1);
 StepPrediction PredictMemoryStep(const ComputeProfile& compute, int32_t batch, int32_t context);
 
 // Least squares of y on the columns of x (a row per run) with every coefficient >= 0: the

@@ -46,6 +46,7 @@ nlohmann::json ToJson(const std::string& key, const WindowQuality& q) {
           {"bytes_read", q.bytes_read},
           {"groups_selected", q.groups_selected},
           {"reuse_hits", q.reuse_hits},
+          {"resident_attended", q.resident_attended},
           {"argmax", q.argmax},
           {"margin", q.margin},
           {"nlls", q.nlls}};
@@ -64,6 +65,8 @@ bool FromJson(const nlohmann::json& j, std::string* key, WindowQuality* q) {
     q->bytes_read = j.at("bytes_read").get<int64_t>();
     q->groups_selected = j.at("groups_selected").get<int64_t>();
     q->reuse_hits = j.at("reuse_hits").get<int64_t>();
+    // Lines written before it are measured again, like those without "nlls".
+    q->resident_attended = j.at("resident_attended").get<int64_t>();
     q->argmax = j.at("argmax").get<std::vector<int32_t>>();
     q->margin = j.at("margin").get<std::vector<float>>();
     q->nlls = j.at("nlls").get<std::vector<float>>();  // lines written before it: measured again
@@ -112,6 +115,11 @@ double QualitySummary::requests_per_step() const {
 
 double QualitySummary::bytes_per_step() const {
   return sum.steps > 0 ? double(sum.bytes_read) / double(sum.steps) : 0;
+}
+
+double QualitySummary::attended_groups_per_step() const {
+  return sum.steps > 0 ? double(sum.groups_selected + sum.resident_attended) / double(sum.steps)
+                       : 0;
 }
 
 Status QualityProfiler::Open(const Model& model, const QualityOptions& options,
@@ -208,6 +216,7 @@ Status QualityProfiler::Window(int32_t context, int32_t w, const DiskKvOptions* 
   q.bytes_read = int64_t(c.bytes_read - c0.bytes_read);
   q.groups_selected = int64_t(c.groups_selected - c0.groups_selected);
   q.reuse_hits = int64_t(c.reuse_hits - c0.reuse_hits);
+  q.resident_attended = int64_t(c.resident_attended - c0.resident_attended);
   *out = std::move(q);
   return Status::OK();
 }
@@ -264,6 +273,7 @@ Status QualityProfiler::Measure(const DiskKvOptions& disk, const std::string& ke
     s.sum.bytes_read += q.bytes_read;
     s.sum.groups_selected += q.groups_selected;
     s.sum.reuse_hits += q.reuse_hits;
+    s.sum.resident_attended += q.resident_attended;
     ++s.windows;
   }
   *out = s;

@@ -36,6 +36,9 @@ struct WindowQuality {
   int32_t clear_agree = 0;  // ... and the configuration agrees
   // Decode steps of the window (disk policy): what they read and reused.
   int64_t steps = 0, reads = 0, bytes_read = 0, groups_selected = 0, reuse_hits = 0;
+  // Groups attention read only because they were still resident (all layers): with the
+  // selected ones, what a step attends beyond its sink and recent window.
+  int64_t resident_attended = 0;
   // Per position: the top-1 token and its margin over the second (full KV's are the
   // reference the configurations are compared with).
   std::vector<int32_t> argmax;
@@ -71,6 +74,8 @@ struct QualitySummary {
   double agreement() const;  // on clear positions (all positions when none is clear)
   double requests_per_step() const;
   double bytes_per_step() const;
+  // Slot groups attended a step, all layers: the selected and the still resident.
+  double attended_groups_per_step() const;
 };
 
 struct QualityOptions {

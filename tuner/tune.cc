@@ -139,9 +139,10 @@ struct Search {
     c.key = KeyOf(c.options);
     for (const Candidate& x : *out)
       if (x.key == c.key) return;
-    c.optimistic =
-        PredictDiskStep(report.device, report.compute,
-                        ShapeOfPlan(c.plan, c.options, batch, context, hp.n_layer, 0, 0));
+    // No reads, and only the selection attended among the slots.
+    c.optimistic = PredictDiskStep(report.device, report.compute,
+                                   ShapeOfPlan(c.plan, c.options, batch, context, hp.n_layer, 0, 0,
+                                               double(c.plan.groups_per_step) * hp.n_layer));
     out->push_back(std::move(c));
   }
 
@@ -256,10 +257,10 @@ struct Search {
       STRATA_RETURN_IF_ERROR(quality.Measure(fast, c.key, context, &q, &ran));
       ++choice->quality_runs;
       if (progress) progress(choice->quality_runs);
-      const StepPrediction p =
-          PredictDiskStep(report.device, report.compute,
-                          ShapeOfPlan(c.plan, c.options, batch, context, hp.n_layer,
-                                      q.requests_per_step(), q.bytes_per_step()));
+      const StepPrediction p = PredictDiskStep(
+          report.device, report.compute,
+          ShapeOfPlan(c.plan, c.options, batch, context, hp.n_layer, q.requests_per_step(),
+                      q.bytes_per_step(), q.attended_groups_per_step()));
       say(Format("  budget %.0f KiB, sigma %.0f, ", double(c.options.budget_bytes >> 10),
                  c.options.ratio) +
           Format("G %.0f, ", c.options.group_size) + KvRecordTypeName(c.options.record_type) +
@@ -475,7 +476,7 @@ Status Tune(const Model& model, const TuneOptions& options,
              cp.disk_overhead_seconds * 1e3) +
       Format("%.1f ns a group, %.2f us a read, ", cp.disk_seconds_per_group * 1e9,
              cp.disk_seconds_per_request * 1e6) +
-      Format("%.1f ns a Q8_0 token, %.2f ns a context token", cp.disk_seconds_per_q8_token * 1e9,
+      Format("%+.1f ns a Q8_0 token, %.2f ns a context token", cp.disk_seconds_per_q8_token * 1e9,
              cp.disk_seconds_per_context_token * 1e9));
 
   if (memory == 0) {

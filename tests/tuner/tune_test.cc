@@ -110,6 +110,33 @@ TEST(CostModelTest, ThePolicysOwnWorkAddsPerStepPerGroupAndPerRead) {
   c.disk_seconds_per_request = 2e-6;
   EXPECT_NEAR(PredictDiskStep(DeviceProfile(), c, s).step_seconds - bare,
               1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6), 1e-12);
+  // Q8_0 records: their tokens' own term may be a saving.
+  s.q8_records = true;
+  c.disk_seconds_per_q8_token = -2e-8;
+  EXPECT_NEAR(PredictDiskStep(DeviceProfile(), c, s).step_seconds - bare,
+              1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6 - 10 * 800 * 2e-8), 1e-12);
+}
+
+TEST(CostModelTest, AttentionTakesTheSlotGroupsMeasuredNotEverySlot) {
+  DiskKvPlan plan;
+  plan.layout.group_size = 8;
+  plan.sink_groups = 1;
+  plan.recent_groups = 2;
+  plan.groups_per_step = 10;
+  plan.reuse_slots = 40;
+  plan.transient_groups = 4;
+  DiskKvOptions o;
+  o.attend_resident = true;
+  // Unmeasured: every slot and read-through slot, besides sink, recent and rolling groups.
+  EXPECT_EQ(ShapeOfPlan(plan, o, 1, 8192, 10, 0, 0).attended_tokens, (1 + 44 + 2 + 1) * 8);
+  // Measured (all layers): 150 slot groups a step over 10 layers attend 15 a layer.
+  EXPECT_EQ(ShapeOfPlan(plan, o, 1, 8192, 10, 0, 0, 150).attended_tokens, (1 + 15 + 2 + 1) * 8);
+  // Never more than the slots hold, nor than the context.
+  EXPECT_EQ(ShapeOfPlan(plan, o, 1, 8192, 10, 0, 0, 1e6).attended_tokens, (1 + 44 + 2 + 1) * 8);
+  EXPECT_EQ(ShapeOfPlan(plan, o, 1, 100, 10, 0, 0).attended_tokens, 100);
+  // Without attend_resident only the selection is attended among the slots.
+  o.attend_resident = false;
+  EXPECT_EQ(ShapeOfPlan(plan, o, 1, 8192, 10, 0, 0).attended_tokens, (1 + 10 + 2 + 1) * 8);
 }
 
 TEST(CostModelTest, NonNegativeFitRecoversConstantsAndNeverGoesNegative) {
@@ -211,6 +238,28 @@ class TuneTest : public ::testing::Test {
     return o;
   }
 
+  // Quality runs of 8 positions in 2 windows, cached under the work directory.
+  QualityOptions Quality() {
+    QualityOptions qo;
+    qo.text_path = text_;
+    qo.scored = 8;
+    qo.windows = 2;
+    qo.cache_dir = dir_.path() + "/work";
+    qo.threads = 2;
+    return qo;
+  }
+  // Every group of a 512-token context selected, F16 records: the same keys as full KV.
+  DiskKvOptions EveryGroup() {
+    DiskKvOptions d;
+    d.dir = kv_dir_.path();
+    d.adapters = adapters_;
+    d.group_size = 4;
+    d.groups_per_step = 512 / 4;
+    d.record_type = KvRecordType::kF16;
+    d.budget_bytes = int64_t(64) << 20;
+    return d;
+  }
+
   KvTempDir dir_, kv_dir_;
   std::unique_ptr<Model> model_;
   std::string adapters_, text_;
@@ -233,20 +282,8 @@ TEST_F(TuneTest, ThreadsSearchTimesEveryCountFromAllCoresDown) {
 }
 
 TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
-  QualityOptions qo;
-  qo.text_path = text_;
-  qo.scored = 8;
-  qo.windows = 2;
-  qo.cache_dir = dir_.path() + "/work";
-  qo.threads = 2;
-  DiskKvOptions d;
-  d.dir = kv_dir_.path();
-  d.adapters = adapters_;
-  // Every group, F16 records: the same keys as full KV.
-  d.group_size = 4;
-  d.groups_per_step = 512 / 4;
-  d.record_type = KvRecordType::kF16;
-  d.budget_bytes = int64_t(64) << 20;
+  const QualityOptions qo = Quality();
+  DiskKvOptions d = EveryGroup();
   QualitySummary first, again;
   int32_t ran = 0;
   {
@@ -261,6 +298,8 @@ TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
   EXPECT_NEAR(first.ppl_loss(), 0.0, 2e-3);
   EXPECT_GT(first.agreement(), 0.9);
   EXPECT_GT(first.sum.steps, 0);
+  // Each step attends (at least) what it selects, every group at every layer.
+  EXPECT_GE(first.attended_groups_per_step(), 0.9 * 128 * model_->hparams().n_layer);
   // An interrupted run leaves a line cut short: it is ignored, the rest is kept.
   { std::ofstream(qo.cache_dir + "/quality.jsonl", std::ios::app) << "{\"key\": \"cut"; }
   std::unique_ptr<QualityProfiler> q;
@@ -269,6 +308,7 @@ TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
   EXPECT_EQ(ran, 0);
   EXPECT_EQ(again.sum.nll, first.sum.nll);
   EXPECT_EQ(again.sum.reads, first.sum.reads);
+  EXPECT_EQ(again.attended_groups_per_step(), first.attended_groups_per_step());
   EXPECT_EQ(again.full_nll, first.full_nll);
   // Another configuration is measured.
   d.groups_per_step = 2;
@@ -277,12 +317,7 @@ TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
 }
 
 TEST_F(TuneTest, ShorterContextsReplayTheLongestContextsCaptures) {
-  QualityOptions qo;
-  qo.text_path = text_;
-  qo.scored = 8;
-  qo.windows = 2;
-  qo.cache_dir = dir_.path() + "/work";
-  qo.threads = 2;
+  QualityOptions qo = Quality();
   qo.window_stride = 1024;
   std::unique_ptr<QualityProfiler> q;
   STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
@@ -297,13 +332,7 @@ TEST_F(TuneTest, ShorterContextsReplayTheLongestContextsCaptures) {
   EXPECT_EQ(short_cap.n_tokens, 1023);
   EXPECT_TRUE(short_cap.data == long_cap.data);
   EXPECT_FALSE(q->Capture(512, q->WindowsAvailable(512), &short_cap).ok());
-  DiskKvOptions d;
-  d.dir = kv_dir_.path();
-  d.adapters = adapters_;
-  d.group_size = 4;
-  d.groups_per_step = 512 / 4;
-  d.record_type = KvRecordType::kF16;
-  d.budget_bytes = int64_t(64) << 20;
+  const DiskKvOptions d = EveryGroup();
   QualitySummary s;
   int32_t ran = 0;
   STRATA_ASSERT_OK(q->Measure(d, "all", 512, &s, &ran));
