@@ -220,37 +220,21 @@ void AttentionOverSpans(const AttentionArgs& a) {
     return;
   }
   // Expand kv_head's visible Q8_0 rows to F16 once per call; F16 spans pass through with
-  // their head offset applied, so the kernel sees head 0 of every span.
-  // Rows that every query sees (all of them in a decode step) need no positions: they are
-  // expanded side by side into one span, so a view of many small spans (a sparse policy's
-  // groups of a few tokens, or single tokens) runs through the kernel in whole chunks
-  // instead of one short chunk per span. The span's positions are then made up, ending at
-  // the first query's, which keeps every row visible to every query.
+  // their head offset applied, so the kernel sees head 0 of every span. (The kernels gather
+  // the keys every query sees from consecutive spans into whole chunks, so a view of many
+  // small spans costs what its keys do.)
   thread_local std::vector<uint16_t> expanded;
   thread_local std::vector<KvSpan> spans;
   const int32_t D = a.head_dim, last = a.q_pos0 + a.n_q - 1;
   auto visible = [&](const KvSpan& sp) { return std::clamp(last - sp.pos0 + 1, 0, sp.n_tokens); };
-  auto seen_by_all = [&](const KvSpan& sp) {
-    return sp.type == KvType::kQ8_0 && sp.pos0 + sp.n_tokens - 1 <= a.q_pos0;
-  };
-  int64_t n_all = 0, n_rest = 0;
-  for (int32_t s = 0; s < a.n_spans; ++s) {
-    const KvSpan& sp = a.spans[s];
-    if (seen_by_all(sp))
-      n_all += sp.n_tokens;
-    else if (sp.type == KvType::kQ8_0)
-      n_rest += visible(sp);
-  }
-  // Positions are distinct, so n_all <= q_pos0 + 1; a view that breaks this keeps its own.
-  const bool merge = n_all > 1 && n_all <= int64_t(a.q_pos0) + 1;
-  if (!merge) n_rest += n_all;
-  const size_t need = size_t(n_all + n_rest) * D * 2;
+  int64_t n_q8 = 0;
+  for (int32_t s = 0; s < a.n_spans; ++s)
+    if (a.spans[s].type == KvType::kQ8_0) n_q8 += visible(a.spans[s]);
+  const size_t need = size_t(n_q8) * D * 2;
   if (expanded.size() < need) expanded.resize(need);
   spans.clear();
   const int64_t head_bytes = Q8_0RowBytes(D) * a.kv_head;
-  uint16_t* all_k = expanded.data();
-  uint16_t* all_v = all_k + (merge ? n_all * D : 0);
-  uint16_t* out = all_v + (merge ? n_all * D : 0);
+  uint16_t* out = expanded.data();
   for (int32_t s = 0; s < a.n_spans; ++s) {
     KvSpan sp = a.spans[s];
     if (sp.type != KvType::kQ8_0) {
@@ -259,22 +243,12 @@ void AttentionOverSpans(const AttentionArgs& a) {
       spans.push_back(sp);
       continue;
     }
-    if (merge && seen_by_all(sp)) {
-      ExpandQ8Head(sp.qk + head_bytes, sp.stride, sp.n_tokens, D, all_k);
-      ExpandQ8Head(sp.qv + head_bytes, sp.stride, sp.n_tokens, D, all_v);
-      all_k += int64_t(sp.n_tokens) * D;
-      all_v += int64_t(sp.n_tokens) * D;
-      continue;
-    }
     const int32_t n = visible(sp);
     ExpandQ8Head(sp.qk + head_bytes, sp.stride, n, D, out);
     ExpandQ8Head(sp.qv + head_bytes, sp.stride, n, D, out + int64_t(n) * D);
     spans.push_back(KvSpan{out, out + int64_t(n) * D, n, sp.pos0, D});
     out += int64_t(n) * D * 2;
   }
-  if (merge)
-    spans.push_back(KvSpan{expanded.data(), expanded.data() + n_all * D, int32_t(n_all),
-                           a.q_pos0 - int32_t(n_all) + 1, D});
   AttentionArgs b = a;
   b.kv_head = 0;
   b.spans = spans.data();

@@ -65,6 +65,9 @@ int Register() {
   const AttnShape shapes[] = {
       {64, 3, 3, 8192, 1, 8192, "decode.smollm2.8k.one_span"},
       {64, 3, 3, 8192, 1, 128, "decode.smollm2.8k.spans128"},
+      // A disk KV view's groups (G = 4, 16), or a prefix tree's 16-token blocks.
+      {64, 3, 3, 8192, 1, 4, "decode.smollm2.8k.spans4"},
+      {64, 3, 3, 8192, 1, 16, "decode.smollm2.8k.spans16"},
       {128, 4, 8, 8192, 1, 8192, "decode.llama.8k"},
       {64, 3, 3, 512, 512, 512, "prefill.smollm2.512"},
       {128, 4, 8, 512, 64, 512, "prefill.llama.64of512"},

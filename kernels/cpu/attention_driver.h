@@ -1,9 +1,15 @@
 // The part of the SIMD attention kernels (AVX2, AVX-512, NEON) that is the same on every
-// ISA: the walk over a view's spans in chunks of kAttnChunk keys, the causal cut of each
-// chunk per query row, query rows in groups of four (the n_rep heads of consecutive tokens
-// that share a KV head), and the final normalization. An ISA supplies only the arithmetic
-// of one group against one chunk and the scaling of one output row, so a fix to the walk
-// lands once.
+// ISA: the walk over a view's keys in chunks of kAttnChunk, the causal cut of each chunk per
+// query row, query rows in groups of four (the n_rep heads of consecutive tokens that share
+// a KV head), and the final normalization. An ISA supplies only the arithmetic of one group
+// against one chunk and the scaling of one output row, so a fix to the walk lands once.
+//
+// Keys that every query row sees (all of a decode step's view) are gathered from
+// consecutive spans into full chunks: a sparse view's groups of a few tokens, or a prefix
+// tree's blocks, would otherwise each pay a chunk's softmax update and accumulator rescale
+// for a handful of keys. A chunk lying within one span is passed as a base and a stride, a
+// gathered one as row pointers. Spans that some row sees only in part are cut into chunks
+// of their own, whose positions decide each row's visible prefix.
 #ifndef STRATA_KERNELS_CPU_ATTENTION_DRIVER_H_
 #define STRATA_KERNELS_CPU_ATTENTION_DRIVER_H_
 
@@ -26,9 +32,25 @@ struct AttnRow {
   float alpha;     // rescale of the old accumulator for this chunk
 };
 
+// A chunk's keys within one span: key j's K and V rows at k + j * stride, v + j * stride.
+struct StridedKeys {
+  const uint16_t* k;
+  const uint16_t* v;
+  int64_t stride;
+  const uint16_t* K(int j) const { return k + static_cast<int64_t>(j) * stride; }
+  const uint16_t* V(int j) const { return v + static_cast<int64_t>(j) * stride; }
+};
+// A chunk gathered from several spans: key j's rows at k[j], v[j].
+struct GatheredKeys {
+  const uint16_t* const* k;
+  const uint16_t* const* v;
+  const uint16_t* K(int j) const { return k[j]; }
+  const uint16_t* V(int j) const { return v[j]; }
+};
+
 // Isa must provide
-//   template <int G> static void ProcessGroup(AttnRow* rows, const uint16_t* k,
-//       const uint16_t* v, int64_t stride, int n, int D, float scale);
+//   template <int G, class Keys> static void ProcessGroup(AttnRow* rows, const Keys& keys,
+//       int n, int D, float scale);  (keys.K(j), keys.V(j): key j's rows of the KV head)
 //   static void ScaleRow(float* out, const float* acc, float inv, int D);
 template <class Isa>
 void AttentionOverChunks(const AttentionArgs& a) {
@@ -44,48 +66,82 @@ void AttentionOverChunks(const AttentionArgs& a) {
   std::fill(acc, acc + static_cast<int64_t>(n_rows) * D, 0.f);
   std::fill(m, m + n_rows, -INFINITY);
   std::fill(l, l + n_rows, 0.f);
+  // n keys against the rows of tokens t_first on; the keys are at positions p0 .. p0 + n - 1
+  // (token t sees those <= q_pos0 + t), or seen by every row when all_visible.
+  auto run = [&](const auto& keys, int n, int32_t p0, int32_t t_first, bool all_visible)
+      __attribute__((always_inline)) {
+    for (int r0 = t_first * a.n_rep; r0 < n_rows; r0 += 4) {
+      const int g = std::min(4, n_rows - r0);
+      AttnRow rows[4];
+      for (int i = 0; i < g; ++i) {
+        const int r = r0 + i, t = r / a.n_rep, j = r % a.n_rep;
+        rows[i] = {a.q + static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(j) * D,
+                   acc + static_cast<int64_t>(r) * D,
+                   scores + static_cast<int64_t>(r % 4) * kChunk,
+                   m + r,
+                   l + r,
+                   all_visible ? n : std::clamp(a.q_pos0 + t - p0 + 1, 0, n),
+                   1.f};
+      }
+      switch (g) {
+        case 4:
+          Isa::template ProcessGroup<4>(rows, keys, n, D, a.scale);
+          break;
+        case 3:
+          Isa::template ProcessGroup<3>(rows, keys, n, D, a.scale);
+          break;
+        case 2:
+          Isa::template ProcessGroup<2>(rows, keys, n, D, a.scale);
+          break;
+        default:
+          Isa::template ProcessGroup<1>(rows, keys, n, D, a.scale);
+          break;
+      }
+    }
+  };
+  const int64_t head = static_cast<int64_t>(a.kv_head) * D;
+  const uint16_t *gk[kChunk], *gv[kChunk];  // gathered keys every row sees
+  int gathered = 0;
   for (int32_t s = 0; s < a.n_spans; ++s) {
     const KvSpan& sp = a.spans[s];
+    const uint16_t* k = sp.k + head;
+    const uint16_t* v = sp.v + head;
+    if (sp.pos0 + sp.n_tokens - 1 <= a.q_pos0) {
+      // Top up the gathered chunk, run the span's whole chunks in place, gather the rest.
+      int32_t i = 0;
+      if (gathered > 0) {
+        const int take = std::min<int32_t>(kChunk - gathered, sp.n_tokens);
+        for (int j = 0; j < take; ++j) {
+          gk[gathered + j] = k + static_cast<int64_t>(j) * sp.stride;
+          gv[gathered + j] = v + static_cast<int64_t>(j) * sp.stride;
+        }
+        i = take;
+        gathered += take;
+        if (gathered < kChunk) continue;
+        run(GatheredKeys{gk, gv}, kChunk, 0, 0, true);
+        gathered = 0;
+      }
+      for (; i + kChunk <= sp.n_tokens; i += kChunk) {
+        const int64_t off = static_cast<int64_t>(i) * sp.stride;
+        run(StridedKeys{k + off, v + off, sp.stride}, kChunk, 0, 0, true);
+      }
+      for (; i < sp.n_tokens; ++i, ++gathered) {
+        gk[gathered] = k + static_cast<int64_t>(i) * sp.stride;
+        gv[gathered] = v + static_cast<int64_t>(i) * sp.stride;
+      }
+      continue;
+    }
     for (int32_t c0 = 0; c0 < sp.n_tokens; c0 += kChunk) {
       const int n = std::min<int32_t>(kChunk, sp.n_tokens - c0);
       const int32_t p0 = sp.pos0 + c0;
       // Token t sees key positions <= q_pos0 + t; earlier tokens may see none of the chunk.
       const int32_t t_first = std::max<int32_t>(0, p0 - a.q_pos0);
       if (t_first >= a.n_q) continue;
-      const int64_t off =
-          static_cast<int64_t>(c0) * sp.stride + static_cast<int64_t>(a.kv_head) * D;
-      const uint16_t* k = sp.k + off;
-      const uint16_t* v = sp.v + off;
-      for (int r0 = t_first * a.n_rep; r0 < n_rows; r0 += 4) {
-        const int g = std::min(4, n_rows - r0);
-        AttnRow rows[4];
-        for (int i = 0; i < g; ++i) {
-          const int r = r0 + i, t = r / a.n_rep, j = r % a.n_rep;
-          rows[i] = {a.q + static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(j) * D,
-                     acc + static_cast<int64_t>(r) * D,
-                     scores + static_cast<int64_t>(r % 4) * kChunk,
-                     m + r,
-                     l + r,
-                     std::clamp(a.q_pos0 + t - p0 + 1, 0, n),
-                     1.f};
-        }
-        switch (g) {
-          case 4:
-            Isa::template ProcessGroup<4>(rows, k, v, sp.stride, n, D, a.scale);
-            break;
-          case 3:
-            Isa::template ProcessGroup<3>(rows, k, v, sp.stride, n, D, a.scale);
-            break;
-          case 2:
-            Isa::template ProcessGroup<2>(rows, k, v, sp.stride, n, D, a.scale);
-            break;
-          default:
-            Isa::template ProcessGroup<1>(rows, k, v, sp.stride, n, D, a.scale);
-            break;
-        }
-      }
+      const int64_t off = static_cast<int64_t>(c0) * sp.stride;
+      run(StridedKeys{k + off, v + off, sp.stride}, n, p0, t_first, false);
     }
   }
+  if (gathered > 0) run(GatheredKeys{gk, gv}, gathered, 0, 0, true);
   for (int r = 0; r < n_rows; ++r) {
     const int t = r / a.n_rep, j = r % a.n_rep;
     float* o = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(j) * D;

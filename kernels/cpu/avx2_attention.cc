@@ -17,11 +17,11 @@ constexpr int kChunk = kAttnChunk;
 
 using RowState = AttnRow;
 
-template <int G>
-void Scores(RowState* rows, const uint16_t* k, int64_t stride, int n, int D) {
+template <int G, class Keys>
+STRATA_INLINE void Scores(RowState* rows, const Keys keys, int n, int D) {
   for (int j0 = 0; j0 < n; j0 += 2) {
-    const uint16_t* k0 = k + static_cast<int64_t>(j0) * stride;
-    const uint16_t* k1 = k + static_cast<int64_t>(std::min(j0 + 1, n - 1)) * stride;
+    const uint16_t* k0 = keys.K(j0);
+    const uint16_t* k1 = keys.K(std::min(j0 + 1, n - 1));
     __m256 part[G][2];
     for (int r = 0; r < G; ++r) part[r][0] = part[r][1] = _mm256_setzero_ps();
     for (int d = 0; d < D; d += 8) {
@@ -61,8 +61,8 @@ void SoftmaxStep(RowState& row, float scale) {
   *row.m = m_new;
 }
 
-template <int G, int NC>
-void AccumulateV(RowState* rows, const uint16_t* v, int64_t stride, int n, int d0) {
+template <int G, int NC, class Keys>
+STRATA_INLINE void AccumulateV(RowState* rows, const Keys keys, int n, int d0) {
   __m256 acc[G][NC];
   for (int r = 0; r < G; ++r) {
     const __m256 alpha = _mm256_set1_ps(rows[r].alpha);
@@ -70,7 +70,7 @@ void AccumulateV(RowState* rows, const uint16_t* v, int64_t stride, int n, int d
       acc[r][c] = _mm256_mul_ps(_mm256_loadu_ps(rows[r].acc + d0 + 8 * c), alpha);
   }
   for (int j = 0; j < n; ++j) {
-    const uint16_t* vr = v + static_cast<int64_t>(j) * stride + d0;
+    const uint16_t* vr = keys.V(j) + d0;
     __m256 vv[NC];
     for (int c = 0; c < NC; ++c) {
       vv[c] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + 8 * c)));
@@ -87,16 +87,15 @@ void AccumulateV(RowState* rows, const uint16_t* v, int64_t stride, int n, int d
 
 // What the shared driver (attention_driver.h) asks of an ISA.
 struct Isa {
-  template <int G>
-  static void ProcessGroup(RowState* rows, const uint16_t* k, const uint16_t* v, int64_t stride,
-                           int n, int D, float scale) {
-    Scores<G>(rows, k, stride, n, D);
+  template <int G, class Keys>
+  static void ProcessGroup(RowState* rows, const Keys keys, int n, int D, float scale) {
+    Scores<G>(rows, keys, n, D);
     int n_vis = 0;
     for (int r = 0; r < G; ++r) {
       SoftmaxStep(rows[r], scale);
       n_vis = std::max(n_vis, rows[r].visible);
     }
-    for (int d0 = 0; d0 < D; d0 += 16) AccumulateV<G, 2>(rows, v, stride, n_vis, d0);
+    for (int d0 = 0; d0 < D; d0 += 16) AccumulateV<G, 2>(rows, keys, n_vis, d0);
   }
   static void ScaleRow(float* o, const float* acc, float inv, int D) {
     const __m256 vi = _mm256_set1_ps(inv);

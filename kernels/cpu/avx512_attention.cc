@@ -28,11 +28,11 @@ using RowState = AttnRow;
 
 // Scores of G rows against keys [0, n) of the chunk (n rounded up to four; the extra keys
 // repeat the last valid one and are masked by the softmax step).
-template <int G>
-void Scores(RowState* rows, const uint16_t* k, int64_t stride, int n, int D) {
+template <int G, class Keys>
+void Scores(RowState* rows, const Keys keys, int n, int D) {
   for (int j0 = 0; j0 < n; j0 += 4) {
     const uint16_t* kr[4];
-    for (int j = 0; j < 4; ++j) kr[j] = k + static_cast<int64_t>(std::min(j0 + j, n - 1)) * stride;
+    for (int j = 0; j < 4; ++j) kr[j] = keys.K(std::min(j0 + j, n - 1));
     __m512 part[G][4];
     for (int r = 0; r < G; ++r) {
       for (int j = 0; j < 4; ++j) part[r][j] = _mm512_setzero_ps();
@@ -76,8 +76,8 @@ void SoftmaxStep(RowState& row, float scale) {
 }
 
 // acc = alpha * acc + P x V over dims [d0, d0 + 16 * NC) for G rows.
-template <int G, int NC>
-void AccumulateV(RowState* rows, const uint16_t* v, int64_t stride, int n, int d0) {
+template <int G, int NC, class Keys>
+STRATA_INLINE void AccumulateV(RowState* rows, const Keys keys, int n, int d0) {
   __m512 acc[G][NC];
   for (int r = 0; r < G; ++r) {
     const __m512 alpha = _mm512_set1_ps(rows[r].alpha);
@@ -86,7 +86,7 @@ void AccumulateV(RowState* rows, const uint16_t* v, int64_t stride, int n, int d
     }
   }
   for (int j = 0; j < n; ++j) {
-    const uint16_t* vr = v + static_cast<int64_t>(j) * stride + d0;
+    const uint16_t* vr = keys.V(j) + d0;
     __m512 vv[NC];
     for (int c = 0; c < NC; ++c) {
       vv[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + 16 * c)));
@@ -102,19 +102,19 @@ void AccumulateV(RowState* rows, const uint16_t* v, int64_t stride, int n, int d
   }
 }
 
-template <int G>
-void AccumulateVAllDims(RowState* rows, const uint16_t* v, int64_t stride, int n, int D) {
+template <int G, class Keys>
+void AccumulateVAllDims(RowState* rows, const Keys v, int n, int D) {
   int d0 = 0;
-  for (; d0 + 64 <= D; d0 += 64) AccumulateV<G, 4>(rows, v, stride, n, d0);
+  for (; d0 + 64 <= D; d0 += 64) AccumulateV<G, 4>(rows, v, n, d0);
   switch ((D - d0) / 16) {
     case 3:
-      AccumulateV<G, 3>(rows, v, stride, n, d0);
+      AccumulateV<G, 3>(rows, v, n, d0);
       break;
     case 2:
-      AccumulateV<G, 2>(rows, v, stride, n, d0);
+      AccumulateV<G, 2>(rows, v, n, d0);
       break;
     case 1:
-      AccumulateV<G, 1>(rows, v, stride, n, d0);
+      AccumulateV<G, 1>(rows, v, n, d0);
       break;
     default:
       break;
@@ -123,10 +123,9 @@ void AccumulateVAllDims(RowState* rows, const uint16_t* v, int64_t stride, int n
 
 // What the shared driver (attention_driver.h) asks of an ISA.
 struct Isa {
-  template <int G>
-  static void ProcessGroup(RowState* rows, const uint16_t* k, const uint16_t* v, int64_t stride,
-                           int n, int D, float scale) {
-    Scores<G>(rows, k, stride, n, D);
+  template <int G, class Keys>
+  static void ProcessGroup(RowState* rows, const Keys keys, int n, int D, float scale) {
+    Scores<G>(rows, keys, n, D);
     int n_vis = 0;
     for (int r = 0; r < G; ++r) {
       SoftmaxStep(rows[r], scale);
@@ -134,7 +133,7 @@ struct Isa {
     }
     // Keys past a row's visible prefix have probability 0 there, so the group can run to the
     // largest prefix.
-    AccumulateVAllDims<G>(rows, v, stride, n_vis, D);
+    AccumulateVAllDims<G>(rows, keys, n_vis, D);
   }
   static void ScaleRow(float* o, const float* acc, float inv, int D) {
     const __m512 vi = _mm512_set1_ps(inv);

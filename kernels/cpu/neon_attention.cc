@@ -21,11 +21,10 @@ using RowState = AttnRow;
 
 // What the shared driver (attention_driver.h) asks of an ISA.
 struct Isa {
-  template <int G>
-  static void ProcessGroup(RowState* rows, const uint16_t* k, const uint16_t* v, int64_t stride,
-                           int n, int D, float scale) {
+  template <int G, class Keys>
+  static void ProcessGroup(RowState* rows, const Keys keys, int n, int D, float scale) {
     for (int j = 0; j < n; ++j) {
-      const uint16_t* kr = k + static_cast<int64_t>(j) * stride;
+      const uint16_t* kr = keys.K(j);
       float32x4_t part[G];
       for (int r = 0; r < G; ++r) part[r] = vdupq_n_f32(0.f);
       for (int d = 0; d < D; d += 4) {
@@ -64,7 +63,7 @@ struct Isa {
           acc[r][c] = vmulq_n_f32(vld1q_f32(rows[r].acc + d0 + 4 * c), rows[r].alpha);
       }
       for (int j = 0; j < n_vis; ++j) {
-        const uint16_t* vr = v + static_cast<int64_t>(j) * stride + d0;
+        const uint16_t* vr = keys.V(j) + d0;
         float32x4_t vv[4];
         for (int c = 0; c < 4; ++c) vv[c] = LoadF16x4(vr + 4 * c);
         for (int r = 0; r < G; ++r) {

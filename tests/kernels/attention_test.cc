@@ -136,6 +136,10 @@ TEST_P(AttentionIsa, MatchesNaiveReference) {
       cases.push_back({D, n_rep, 5, 120, 30, 3.f, {10, 25, 17}});
     }
   }
+  // A sparse view's groups of a few tokens: gathered across spans into whole chunks where
+  // every query sees them, cut by position where some do not.
+  cases.push_back({64, 3, 1, 400, 399, 2.f, {4, 5, 1, 16}});
+  cases.push_back({64, 3, 9, 200, 191, 2.f, {4, 5, 3}});
   if (!testing::QuickMode()) {
     cases.push_back({64, 3, 64, 300, 236, 2.f, {128, 3, 97, 31}});
     cases.push_back({128, 4, 2, 700, 698, 4.f, {256, 200, 1, 243}});
