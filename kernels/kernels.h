@@ -184,8 +184,8 @@ struct AttentionArgs {
 // Q8_0 spans are expanded to F16 (the visible tokens of kv_head only, in a buffer of the
 // calling thread) before the F16 kernel runs. The keys every query sees are gathered across
 // spans into whole chunks, so many small spans cost what their keys do. Both types agree to
-// float rounding for the same values. head_dim must be a multiple of 16. A query row that sees no key gets zeros.
-// Scratch grows with n_q * n_rep * head_dim: split long prefills into query blocks.
+// float rounding for the same values. head_dim must be a multiple of 16. A query row that sees no
+// key gets zeros. Scratch grows with n_q * n_rep * head_dim: split long prefills into query blocks.
 void AttentionOverSpans(const AttentionArgs& a);
 // Joins attention run over disjoint parts of one view (e.g. a decode view split so that more
 // threads share it): part p's row r = t * n_rep + j is parts[(p * n_q * n_rep + r) * head_dim
