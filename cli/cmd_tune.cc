@@ -137,7 +137,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
             {"disk_seconds_per_group", r.compute.disk_seconds_per_group},
             {"disk_seconds_per_request", r.compute.disk_seconds_per_request},
             {"disk_seconds_per_q8_token", r.compute.disk_seconds_per_q8_token},
-            {"disk_seconds_per_context_token", r.compute.disk_seconds_per_context_token},
+            {"disk_seconds_per_scored_row", r.compute.disk_seconds_per_scored_row},
             {"disk_fit_runs", r.compute.disk_fit_runs},
             {"query_row_seconds", r.compute.query_row_seconds}}},
           {"max_ppl_loss", o.max_ppl_loss},

@@ -170,13 +170,13 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
         ShapeOfPlan(kv->plan(), d, 1, context, hp.n_layer, requests, bytes, attended);
     ComputeProfile bare = *p;  // the model without the constants being fitted
     bare.disk_overhead_seconds = bare.disk_seconds_per_group = bare.disk_seconds_per_request = 0;
-    bare.disk_seconds_per_q8_token = bare.disk_seconds_per_context_token = 0;
+    bare.disk_seconds_per_q8_token = bare.disk_seconds_per_scored_row = 0;
     const StepPrediction modelled = PredictDiskStep(device, bare, shape);
     const DiskOwnWork w = OwnWork(shape);
-    // Q8_0 records change attention's cost per token either way (their expansion, against
-    // one span for all their groups where F16 groups are spans of their own): a column for
-    // each sign keeps the fit non-negative while letting the difference have either.
-    x.push_back({1.0, w.groups, w.requests, w.q8_tokens, -w.q8_tokens, w.context});
+    // Q8_0 records change attention's cost per token either way (their expansion against
+    // half the bytes to read): a column for each sign keeps the fit non-negative while
+    // letting the difference have either.
+    x.push_back({1.0, w.groups, w.requests, w.q8_tokens, -w.q8_tokens, w.scored_rows});
     y.push_back(Median(std::move(times)) - modelled.step_seconds);
   }
   if (x.empty()) return Status::OK();
@@ -184,11 +184,11 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   p->disk_overhead_seconds = c[0];
   p->disk_seconds_per_group = c[1];
   p->disk_seconds_per_request = c[2];
-  // Attention over Q8_0 records still costs something: at most all but a tenth of the F16
-  // rate is saved.
+  // Q8_0 records are still read and expanded for attention: at most half the F16 rate is
+  // saved (half the bytes), whatever a noisy fit says.
   p->disk_seconds_per_q8_token =
-      std::max(c[3] - c[4], -0.9 * p->attention_seconds_per_token / std::max(1, hp.n_layer));
-  p->disk_seconds_per_context_token = c[5];
+      std::max(c[3] - c[4], -0.5 * p->attention_seconds_per_token / std::max(1, hp.n_layer));
+  p->disk_seconds_per_scored_row = c[5];
   p->disk_fit_runs = int32_t(x.size());
   return Status::OK();
 }
@@ -367,7 +367,8 @@ DiskOwnWork OwnWork(const DiskStepShape& s) {
   w.groups = b * layers * double(s.attended_tokens) / double(std::max(1, s.group_size));
   w.requests = b * s.requests;
   w.q8_tokens = s.q8_records ? b * layers * double(s.attended_tokens) : 0;
-  w.context = layers * double(s.context);
+  w.scored_rows =
+      b * (double(s.selections) * double(s.summary_rows) + layers * double(s.tail_rows));
   return w;
 }
 
@@ -393,7 +394,7 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
                    compute.disk_overhead_seconds + w.groups * compute.disk_seconds_per_group +
                    w.requests * compute.disk_seconds_per_request +
                    w.q8_tokens * compute.disk_seconds_per_q8_token +
-                   w.context * compute.disk_seconds_per_context_token;
+                   w.scored_rows * compute.disk_seconds_per_scored_row;
   p.tokens_per_second = p.step_seconds > 0 ? s.batch / p.step_seconds : 0;
   return p;
 }

@@ -12,10 +12,10 @@
 //   plus the policy's own work, which neither overlaps with compute nor shows in the parts
 //   above (DiskOwnWork): a constant a step, per attended group (slot lookups, view
 //   assembly), per read request (issuing and completing it, landing it in its slot), per
-//   attended token of Q8_0 records (what their expansion and attention cost beyond or below
-//   F16's: attention takes F16 groups as spans of their own and Q8_0 ones expanded side by
-//   side into one span; the only constant that may be negative) and per token of context
-//   once a step (what walks the whole sequence). The constants are fitted (least squares,
+//   attended token of Q8_0 records (what their expansion costs against F16's, or saves: the
+//   only constant that may be negative) and per summary row scored (what the selection does
+//   per row beyond the profile's lone scoring call: its lists, the top-M over them). The
+//   constants are fitted (least squares,
 //   non-negative but for the Q8_0 one) to the residuals of real runs of several different
 //   plans at two contexts, as FlexGen fits its hardware constants, so that no one plan
 //   decides them.
@@ -62,8 +62,10 @@ struct ComputeProfile {
   // Per attended token and layer of Q8_0 records, against F16 ones: negative where their
   // attention is cheaper.
   double disk_seconds_per_q8_token = 0;
-  double disk_seconds_per_context_token = 0;  // per token of context and layer, once a step
-  int32_t disk_fit_runs = 0;                  // real runs these were fitted on
+  // Per summary row a step scores, beyond score_seconds_per_row: what the real selection
+  // does per row that the profile's lone scoring call does not.
+  double disk_seconds_per_scored_row = 0;
+  int32_t disk_fit_runs = 0;  // real runs these were fitted on
 
   // Interpolated linearly in batch; beyond the largest, extrapolated from the last two.
   double DenseSeconds(int32_t batch) const;
@@ -138,10 +140,10 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
 
 // The disk policy's own work in a step, in the units its fitted constants price.
 struct DiskOwnWork {
-  double groups = 0;     // attended groups, all layers, all sequences
-  double requests = 0;   // reads, all sequences
-  double q8_tokens = 0;  // attended tokens of Q8_0 records, all layers, all sequences
-  double context = 0;    // tokens of context times layers (once a step)
+  double groups = 0;       // attended groups, all layers, all sequences
+  double requests = 0;     // reads, all sequences
+  double q8_tokens = 0;    // attended tokens of Q8_0 records, all layers, all sequences
+  double scored_rows = 0;  // summary rows scored, all selections, all sequences
 };
 DiskOwnWork OwnWork(const DiskStepShape& s);
 

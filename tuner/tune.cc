@@ -476,8 +476,8 @@ Status Tune(const Model& model, const TuneOptions& options,
              cp.disk_overhead_seconds * 1e3) +
       Format("%.1f ns a group, %.2f us a read, ", cp.disk_seconds_per_group * 1e9,
              cp.disk_seconds_per_request * 1e6) +
-      Format("%+.1f ns a Q8_0 token, %.2f ns a context token", cp.disk_seconds_per_q8_token * 1e9,
-             cp.disk_seconds_per_context_token * 1e9));
+      Format("%+.1f ns a Q8_0 token, %.2f ns a scored row", cp.disk_seconds_per_q8_token * 1e9,
+             cp.disk_seconds_per_scored_row * 1e9));
 
   if (memory == 0) {
     const uint64_t avail = report.device.platform.memory_available;

@@ -94,7 +94,7 @@ TEST(CostModelTest, ReadsHideUnderComputeUntilTheyDoNot) {
   EXPECT_NEAR(mem.tokens_per_second, 8 / mem.step_seconds, 1e-9);
 }
 
-TEST(CostModelTest, ThePolicysOwnWorkAddsPerStepPerGroupAndPerRead) {
+TEST(CostModelTest, ThePolicysOwnWorkAddsPerStepGroupReadAndScoredRow) {
   ComputeProfile c;
   c.batches = {1};
   c.dense_seconds = {0.010};
@@ -104,17 +104,20 @@ TEST(CostModelTest, ThePolicysOwnWorkAddsPerStepPerGroupAndPerRead) {
   s.attended_tokens = 800;
   s.group_size = 8;  // 100 groups a layer
   s.requests = 50;
+  s.selections = 18;
+  s.summary_rows = 4096;
   const double bare = PredictDiskStep(DeviceProfile(), c, s).step_seconds;
   c.disk_overhead_seconds = 1e-3;
   c.disk_seconds_per_group = 1e-7;
   c.disk_seconds_per_request = 2e-6;
+  c.disk_seconds_per_scored_row = 1e-9;
   EXPECT_NEAR(PredictDiskStep(DeviceProfile(), c, s).step_seconds - bare,
-              1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6), 1e-12);
+              1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6 + 18 * 4096 * 1e-9), 1e-12);
   // Q8_0 records: their tokens' own term may be a saving.
   s.q8_records = true;
   c.disk_seconds_per_q8_token = -2e-8;
   EXPECT_NEAR(PredictDiskStep(DeviceProfile(), c, s).step_seconds - bare,
-              1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6 - 10 * 800 * 2e-8), 1e-12);
+              1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6 + 18 * 4096 * 1e-9 - 10 * 800 * 2e-8), 1e-12);
 }
 
 TEST(CostModelTest, AttentionTakesTheSlotGroupsMeasuredNotEverySlot) {
