@@ -420,7 +420,6 @@ DiskStepShape ShapeOfPlan(const DiskKvPlan& plan, const DiskKvOptions& o, int32_
   const double groups = double(plan.sink_groups) + slots + plan.recent_groups + 1;
   s.attended_tokens = std::min<int64_t>(context, int64_t(std::llround(groups * double(G))));
   s.group_size = int32_t(G);
-  s.context = context;
   s.q8_records = plan.layout.type == kernels::KvType::kQ8_0;
   s.summary_rows = plan.SummaryRows(context);
   s.rank = plan.rank;

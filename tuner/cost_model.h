@@ -118,7 +118,6 @@ struct DiskStepShape {
   int32_t n_layer = 0;
   int64_t attended_tokens = 0;  // tokens attention reads per layer
   int32_t group_size = 1;       // tokens a group
-  int64_t context = 0;          // tokens a sequence holds
   bool q8_records = false;      // Q8_0 records (attention expands them)
   int64_t summary_rows = 0;     // K_lr rows scored per selection
   int32_t rank = 0;

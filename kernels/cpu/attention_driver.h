@@ -102,6 +102,13 @@ void AttentionOverChunks(const AttentionArgs& a) {
   const int64_t head = static_cast<int64_t>(a.kv_head) * D;
   const uint16_t *gk[kChunk], *gv[kChunk];  // gathered keys every row sees
   int gathered = 0;
+  auto gather = [&](const uint16_t* k, const uint16_t* v, int64_t stride, int32_t from, int n) {
+    for (int j = 0; j < n; ++j) {
+      gk[gathered + j] = k + static_cast<int64_t>(from + j) * stride;
+      gv[gathered + j] = v + static_cast<int64_t>(from + j) * stride;
+    }
+    gathered += n;
+  };
   for (int32_t s = 0; s < a.n_spans; ++s) {
     const KvSpan& sp = a.spans[s];
     const uint16_t* k = sp.k + head;
@@ -110,13 +117,8 @@ void AttentionOverChunks(const AttentionArgs& a) {
       // Top up the gathered chunk, run the span's whole chunks in place, gather the rest.
       int32_t i = 0;
       if (gathered > 0) {
-        const int take = std::min<int32_t>(kChunk - gathered, sp.n_tokens);
-        for (int j = 0; j < take; ++j) {
-          gk[gathered + j] = k + static_cast<int64_t>(j) * sp.stride;
-          gv[gathered + j] = v + static_cast<int64_t>(j) * sp.stride;
-        }
-        i = take;
-        gathered += take;
+        i = std::min<int32_t>(kChunk - gathered, sp.n_tokens);
+        gather(k, v, sp.stride, 0, i);
         if (gathered < kChunk) continue;
         run(GatheredKeys{gk, gv}, kChunk, 0, 0, true);
         gathered = 0;
@@ -125,10 +127,7 @@ void AttentionOverChunks(const AttentionArgs& a) {
         const int64_t off = static_cast<int64_t>(i) * sp.stride;
         run(StridedKeys{k + off, v + off, sp.stride}, kChunk, 0, 0, true);
       }
-      for (; i < sp.n_tokens; ++i, ++gathered) {
-        gk[gathered] = k + static_cast<int64_t>(i) * sp.stride;
-        gv[gathered] = v + static_cast<int64_t>(i) * sp.stride;
-      }
+      gather(k, v, sp.stride, i, sp.n_tokens - i);
       continue;
     }
     for (int32_t c0 = 0; c0 < sp.n_tokens; c0 += kChunk) {
