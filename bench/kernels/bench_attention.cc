@@ -70,6 +70,8 @@ int Register() {
       {64, 3, 3, 8192, 1, 16, "decode.smollm2.8k.spans16"},
       {128, 4, 8, 8192, 1, 8192, "decode.llama.8k"},
       {64, 3, 3, 512, 512, 512, "prefill.smollm2.512"},
+      // A scorer model's pass over a prefix tree's 16-token blocks.
+      {64, 3, 3, 512, 512, 16, "prefill.smollm2.512.spans16"},
       {128, 4, 8, 512, 64, 512, "prefill.llama.64of512"},
   };
   for (const AttnShape& s : shapes) {

@@ -48,6 +48,21 @@ struct GatheredKeys {
   const uint16_t* V(int j) const { return v[j]; }
 };
 
+// Keys of a chunk each query row sees: the first `all` by every row; of the rest, which
+// ascend in position (pos[j] for key j), those at or before the row's own position.
+struct ChunkVisibility {
+  int n;
+  int all;
+  const int32_t* pos;
+  int32_t q_pos0;
+  int operator()(int t) const {
+    if (all == n) return n;
+    return static_cast<int>(std::upper_bound(pos + all, pos + n, q_pos0 + t) - pos);
+  }
+  // The first query token that sees a key of the chunk.
+  int32_t first_row() const { return all > 0 ? 0 : std::max<int32_t>(0, pos[0] - q_pos0); }
+};
+
 // Isa must provide
 //   template <int G, class Keys> static void ProcessGroup(AttnRow* rows, const Keys& keys,
 //       int n, int D, float scale);  (keys.K(j), keys.V(j): key j's rows of the KV head)
@@ -66,10 +81,13 @@ void AttentionOverChunks(const AttentionArgs& a) {
   std::fill(acc, acc + static_cast<int64_t>(n_rows) * D, 0.f);
   std::fill(m, m + n_rows, -INFINITY);
   std::fill(l, l + n_rows, 0.f);
-  // n keys against the rows of tokens t_first on; the keys are at positions p0 .. p0 + n - 1
-  // (token t sees those <= q_pos0 + t), or seen by every row when all_visible.
-  auto run = [&](const auto& keys, int n, int32_t p0, int32_t t_first, bool all_visible)
+  // n keys against the rows of tokens t_first on; row t sees the first visible(t) of them.
+  // kAll: every row sees every key (a decode step's chunks), the case to keep lean.
+  auto run = [&]<bool kAll>(const auto& keys, const ChunkVisibility& visible)
       __attribute__((always_inline)) {
+    const int n = visible.n;
+    const int32_t t_first = kAll ? 0 : visible.first_row();
+    if (t_first >= a.n_q) return;
     for (int r0 = t_first * a.n_rep; r0 < n_rows; r0 += 4) {
       const int g = std::min(4, n_rows - r0);
       AttnRow rows[4];
@@ -80,7 +98,7 @@ void AttentionOverChunks(const AttentionArgs& a) {
                    scores + static_cast<int64_t>(r % 4) * kChunk,
                    m + r,
                    l + r,
-                   all_visible ? n : std::clamp(a.q_pos0 + t - p0 + 1, 0, n),
+                   kAll ? n : visible(t),
                    1.f};
       }
       switch (g) {
@@ -100,8 +118,22 @@ void AttentionOverChunks(const AttentionArgs& a) {
     }
   };
   const int64_t head = static_cast<int64_t>(a.kv_head) * D;
-  const uint16_t *gk[kChunk], *gv[kChunk];  // gathered keys every row sees
-  int gathered = 0;
+  // The gathered chunk: key j's rows and position. Its first `seen_by_all` keys are at
+  // positions every row sees; the rest ascend (a span that would break that is run after a
+  // flush), so each row sees a prefix of the chunk.
+  const uint16_t *gk[kChunk], *gv[kChunk];
+  int32_t gpos[kChunk];
+  int gathered = 0, seen_by_all = 0;
+  auto flush = [&]() __attribute__((always_inline)) {
+    if (gathered == 0) return;
+    const ChunkVisibility vis{gathered, seen_by_all, gpos, a.q_pos0};
+    if (seen_by_all == gathered)
+      run.template operator()<true>(GatheredKeys{gk, gv}, vis);
+    else
+      run.template operator()<false>(GatheredKeys{gk, gv}, vis);
+    gathered = seen_by_all = 0;
+  };
+  int32_t spos[kChunk];  // positions of an in-place chunk some row sees only in part
   auto gather = [&](const uint16_t* k, const uint16_t* v, int64_t stride, int32_t from, int n) {
     for (int j = 0; j < n; ++j) {
       gk[gathered + j] = k + static_cast<int64_t>(from + j) * stride;
@@ -113,34 +145,52 @@ void AttentionOverChunks(const AttentionArgs& a) {
     const KvSpan& sp = a.spans[s];
     const uint16_t* k = sp.k + head;
     const uint16_t* v = sp.v + head;
-    if (sp.pos0 + sp.n_tokens - 1 <= a.q_pos0) {
-      // Top up the gathered chunk, run the span's whole chunks in place, gather the rest.
+    const bool all_see = sp.pos0 + sp.n_tokens - 1 <= a.q_pos0;
+    // Keys some row does not see must follow the chunk's last key in position.
+    if (gathered > seen_by_all && sp.pos0 <= gpos[gathered - 1]) flush();
+    // Chunks are cut from the keys in view order, every kChunk keys, wherever the pass's
+    // queries begin: a row's result then depends only on the view and its own position,
+    // not on which other tokens share its pass (a step verified with the tokens generated
+    // ahead of it gets the scores it gets alone).
+    if (all_see) {
+      // Top up the gathered chunk, run the span's whole chunks in place, gather the rest;
+      // a span every row sees only follows keys every row sees (else the flush above ran),
+      // so no positions are kept.
       int32_t i = 0;
       if (gathered > 0) {
         i = std::min<int32_t>(kChunk - gathered, sp.n_tokens);
         gather(k, v, sp.stride, 0, i);
+        seen_by_all += i;
         if (gathered < kChunk) continue;
-        run(GatheredKeys{gk, gv}, kChunk, 0, 0, true);
-        gathered = 0;
+        flush();
       }
       for (; i + kChunk <= sp.n_tokens; i += kChunk) {
         const int64_t off = static_cast<int64_t>(i) * sp.stride;
-        run(StridedKeys{k + off, v + off, sp.stride}, kChunk, 0, 0, true);
+        run.template operator()<true>(StridedKeys{k + off, v + off, sp.stride},
+                                      ChunkVisibility{kChunk, kChunk, nullptr, a.q_pos0});
       }
       gather(k, v, sp.stride, i, sp.n_tokens - i);
+      seen_by_all += sp.n_tokens - i;
       continue;
     }
-    for (int32_t c0 = 0; c0 < sp.n_tokens; c0 += kChunk) {
-      const int n = std::min<int32_t>(kChunk, sp.n_tokens - c0);
-      const int32_t p0 = sp.pos0 + c0;
-      // Token t sees key positions <= q_pos0 + t; earlier tokens may see none of the chunk.
-      const int32_t t_first = std::max<int32_t>(0, p0 - a.q_pos0);
-      if (t_first >= a.n_q) continue;
-      const int64_t off = static_cast<int64_t>(c0) * sp.stride;
-      run(StridedKeys{k + off, v + off, sp.stride}, n, p0, t_first, false);
+    for (int32_t i = 0; i < sp.n_tokens;) {
+      if (gathered == 0 && sp.n_tokens - i >= kChunk) {
+        // A whole chunk within the span runs in place; positions are consecutive.
+        const int64_t off = static_cast<int64_t>(i) * sp.stride;
+        for (int j = 0; j < kChunk; ++j) spos[j] = sp.pos0 + i + j;
+        run.template operator()<false>(StridedKeys{k + off, v + off, sp.stride},
+                                       ChunkVisibility{kChunk, 0, spos, a.q_pos0});
+        i += kChunk;
+        continue;
+      }
+      const int32_t take = std::min<int32_t>(kChunk - gathered, sp.n_tokens - i);
+      for (int32_t j = 0; j < take; ++j) gpos[gathered + j] = sp.pos0 + i + j;
+      gather(k, v, sp.stride, i, take);
+      i += take;
+      if (gathered == kChunk) flush();
     }
   }
-  if (gathered > 0) run(GatheredKeys{gk, gv}, gathered, 0, 0, true);
+  flush();
   for (int r = 0; r < n_rows; ++r) {
     const int t = r / a.n_rep, j = r % a.n_rep;
     float* o = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(j) * D;

@@ -140,12 +140,73 @@ TEST_P(AttentionIsa, MatchesNaiveReference) {
   // every query sees them, cut by position where some do not.
   cases.push_back({64, 3, 1, 400, 399, 2.f, {4, 5, 1, 16}});
   cases.push_back({64, 3, 9, 200, 191, 2.f, {4, 5, 3}});
+  // A pass over a prefix tree's blocks beginning inside one, and over mixed groups.
+  cases.push_back({64, 3, 40, 200, 157, 2.f, {16}});
+  cases.push_back({64, 3, 33, 120, 85, 2.f, {4, 5, 1, 16}});
   if (!testing::QuickMode()) {
     cases.push_back({64, 3, 64, 300, 236, 2.f, {128, 3, 97, 31}});
     cases.push_back({128, 4, 2, 700, 698, 4.f, {256, 200, 1, 243}});
   }
   uint32_t seed = 1;
   for (const Case& c : cases) RunCase(c, seed += 10);
+}
+
+// A query row's output is the same bits whichever token its pass begins at and however
+// many follow it: chunks are cut from the view's keys, not from the pass's first position.
+// Spans in position order, as a prefix tree's blocks or a sequence's own KV.
+TEST_P(AttentionIsa, ARowGetsTheSameBitsWhereverItsPassBegins) {
+  testing::ScopedVariant isa(GetParam());
+  const int D = 64, n_rep = 3, n_keys = 130, row_pos = 101;
+  for (std::vector<int> sizes : std::vector<std::vector<int>>{{16}, {16, 7, 33, 1, 64}, {130}}) {
+    KvCache cache = MakeCache(n_keys, 2, D, 5, 2.f);
+    std::vector<KvSpan> all;
+    for (int pos = 0, i = 0; pos < n_keys; ++i) {
+      const int len = std::min(sizes[i % sizes.size()], n_keys - pos);
+      all.push_back({cache.k.data() + size_t(pos) * cache.stride,
+                     cache.v.data() + size_t(pos) * cache.stride, len, pos, cache.stride});
+      pos += len;
+    }
+    const std::vector<float> q_row = GaussianFloats(size_t(n_rep) * D, 9);
+    std::vector<float> first;
+    for (int q0 : {0, 64, 70, 96, 100, 101}) {
+      for (int end : {row_pos + 1, row_pos + 3, n_keys}) {
+        // The view holds the keys up to the pass's last token, as a KV policy's does.
+        std::vector<KvSpan> view;
+        for (KvSpan sp : all) {
+          if (sp.pos0 >= end) break;
+          sp.n_tokens = std::min(sp.n_tokens, end - sp.pos0);
+          view.push_back(sp);
+        }
+        const int n_q = end - q0, stride = n_rep * D;
+        std::vector<float> q = GaussianFloats(size_t(n_q) * stride, uint32_t(q0 + end));
+        std::copy(q_row.begin(), q_row.end(), q.begin() + size_t(row_pos - q0) * stride);
+        std::vector<float> scratch(AttentionScratchFloats(n_q, n_rep, D));
+        std::vector<float> out(size_t(n_q) * stride);
+        AttentionArgs a{};
+        a.q = q.data();
+        a.n_q = n_q;
+        a.q_stride = stride;
+        a.q_pos0 = q0;
+        a.n_rep = n_rep;
+        a.head_dim = D;
+        a.kv_head = 1;
+        a.spans = view.data();
+        a.n_spans = int(view.size());
+        a.scale = 0.125f;
+        a.out = out.data();
+        a.out_stride = stride;
+        a.scratch = scratch.data();
+        AttentionOverSpans(a);
+        std::vector<float> row(out.begin() + (row_pos - q0) * stride,
+                               out.begin() + (row_pos - q0 + 1) * stride);
+        if (first.empty()) first = row;
+        for (int i = 0; i < stride; ++i)
+          ASSERT_EQ(row[size_t(i)], first[size_t(i)])
+              << "spans of " << sizes[0] << "..., pass from " << q0 << " to " << end << ", elem "
+              << i;
+      }
+    }
+  }
 }
 
 TEST_P(AttentionIsa, RowWithoutVisibleKeysIsZero) {
