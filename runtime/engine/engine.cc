@@ -140,8 +140,8 @@ Status Engine::Create(const Model& model, const EngineOptions& options,
     if (e->kv_->device_memory())
       return Status::InvalidArgument(std::string("KV policy '") + e->kv_->name() +
                                      "' keeps KV in GPU memory; run the engine on that GPU");
-    e->forward_ =
-        std::make_unique<Forward>(model, e->kv_.get(), e->pool_.get(), int32_t(most_rows));
+    e->forward_ = std::make_unique<Forward>(model, e->kv_.get(), e->pool_.get(), int32_t(most_rows),
+                                            o.pass_invariant);
   }
   *out = std::move(e);
   return Status::OK();

@@ -60,8 +60,14 @@ int64_t ForwardBatch::n_outputs() const {
   return std::count(want_logits.begin(), want_logits.end(), uint8_t(1));
 }
 
-Forward::Forward(const Model& model, KvPolicy* kv, ThreadPool* pool, int32_t max_tokens)
-    : model_(model), hp_(model.hparams()), kv_(kv), pool_(pool), max_tokens_(max_tokens) {
+Forward::Forward(const Model& model, KvPolicy* kv, ThreadPool* pool, int32_t max_tokens,
+                 bool pass_invariant)
+    : model_(model),
+      hp_(model.hparams()),
+      kv_(kv),
+      pool_(pool),
+      max_tokens_(max_tokens),
+      pass_invariant_(pass_invariant) {
   const size_t T = size_t(max_tokens_);
   const size_t q_dim = size_t(hp_.n_head) * hp_.head_dim;
   const size_t kv_dim = size_t(hp_.n_head_kv) * hp_.head_dim;
@@ -206,7 +212,8 @@ void Forward::Attention(const ForwardBatch& batch, int32_t layer,
   // busy (batch 1: 3 KV heads on 2 threads). The number of parts depends only on the
   // sequence's own view, never on the batch or the thread count: a token's result must not
   // depend on who shares its batch (beam search promises identical results under any
-  // grouping).
+  // grouping). A pass-invariant engine does not cut: a token must also get the same bits in
+  // a pass of one token as among the tokens of a longer one.
   struct Task {
     int32_t seq_index, kv_head, t0, n_q, pos0, part;
     int64_t part_row;  // first row of its part's output in part_out_, or -1: direct to attn_
@@ -219,7 +226,7 @@ void Forward::Attention(const ForwardBatch& batch, int32_t layer,
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const BatchSeq& bs = batch.seqs[s];
     int32_t n_parts = 1;
-    if (bs.n_new == 1) {
+    if (bs.n_new == 1 && !pass_invariant_) {
       int64_t n = 0;
       for (const kernels::KvSpan& sp : views[s]) n += sp.n_tokens;
       n_parts = int32_t(std::clamp<int64_t>(n / kAttentionPartTokens, 1, kAttentionMaxParts));

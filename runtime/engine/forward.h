@@ -69,7 +69,9 @@ Status CheckForwardBatch(const ForwardBatch& batch, int64_t max_tokens, int32_t 
 
 class Forward final : public ForwardPass {
  public:
-  Forward(const Model& model, KvPolicy* kv, ThreadPool* pool, int32_t max_tokens);
+  // pass_invariant: see EngineOptions.
+  Forward(const Model& model, KvPolicy* kv, ThreadPool* pool, int32_t max_tokens,
+          bool pass_invariant = false);
 
   int32_t max_tokens() const override { return max_tokens_; }
   Status Run(const ForwardBatch& batch, std::vector<float>* logits) override;
@@ -107,6 +109,7 @@ class Forward final : public ForwardPass {
   KvPolicy* kv_;
   ThreadPool* pool_;
   const int32_t max_tokens_;
+  const bool pass_invariant_;
   std::vector<float> inv_freq_;  // per rotated pair, with scaling and frequency factors
 
   // Scratch, [max_tokens][...].

@@ -51,6 +51,12 @@ struct EngineOptions {
   int32_t n_ctx = 0;          // 0 = the model's training context
   int32_t n_batch = 512;      // most tokens per forward pass (prefill is chunked by it)
   int32_t max_sequences = 1;  // sequences that may exist at once (batch decode, beams)
+  // A token's logits do not depend on where its pass begins or how many tokens the pass
+  // holds, to the bit (CPU): a one-token pass's attention is then not cut into parts by
+  // context for the threads. A scorer that verifies a step together with the tokens
+  // generated ahead of it needs this to give the scores it gives the step alone; decode at
+  // batch 1 over a long context is slower with it.
+  bool pass_invariant = false;
   KvOptions kv;
   // >= 0: run the forward pass on this CUDA GPU (config key `device`, `--device`); the
   // engine opens it unless `cuda` is set. KV then lives in the GPU's memory (memory policy).

@@ -12,6 +12,7 @@
 
 #include "runtime/engine/engine.h"
 #include "runtime/engine/session.h"
+#include "runtime/kv/prefix_tree_kv.h"
 #include "runtime/model/synthetic_model.h"
 #include "tests/engine/reference_forward.h"
 
@@ -221,6 +222,82 @@ TEST_P(ForwardTest, DecodeSplitIntoPartsEqualsPrefill) {
   }
   ASSERT_EQ(alone.size(), V);
   for (size_t i = 0; i < V; ++i) ASSERT_EQ(alone[i], together[i]) << i;
+}
+
+// With pass_invariant a token's logits are the same bits whether its pass begins at the
+// prompt's start or anywhere later, holds one token or many: over a context long enough that
+// a one-token pass would otherwise be cut into parts, pieces that begin inside attention
+// chunks, and one-token pieces.
+TEST_P(ForwardTest, PassInvariantEngineGivesATokenTheSameBitsWhereverItsPassBegins) {
+  const int n = 600;
+  auto tokens = RandomTokens(n, 9);
+  const size_t V = size_t(model_->hparams().n_vocab);
+  // The engine's own KV (one span a sequence), and a prefix tree of 16-token blocks (a view
+  // of many small spans, as a scorer model's).
+  for (bool tree : {false, true}) {
+    auto make = [&] {
+      EngineOptions o;
+      o.n_threads = 2;
+      o.n_ctx = 640;
+      o.n_batch = 640;
+      o.max_sequences = 2;
+      o.pass_invariant = true;
+      std::unique_ptr<Engine> e;
+      Status s;
+      if (tree) {
+        const HParams& hp = model_->hparams();
+        const KvShape shape{hp.n_layer, hp.n_head_kv, hp.head_dim, o.n_ctx};
+        PrefixTreeKvOptions ko;
+        ko.max_blocks = 2 * (o.n_ctx / ko.block_tokens + 1);
+        ko.fast_budget_bytes = uint64_t(ko.max_blocks) * PrefixTreeKv::BlockBytes(shape, 16, 64);
+        std::unique_ptr<RamSlowTier> slow;
+        std::unique_ptr<PrefixTreeKv> kv;
+        s = RamSlowTier::Create(ko.fast_budget_bytes, &slow);
+        if (s.ok()) s = PrefixTreeKv::Create(shape, ko, std::move(slow), &kv);
+        if (s.ok()) s = Engine::Create(*model_, o, std::move(kv), &e);
+      } else {
+        s = Engine::Create(*model_, o, &e);
+      }
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      return e;
+    };
+    const char* kv = tree ? "prefix tree" : "memory";
+    std::vector<float> whole;
+    {
+      auto engine = make();
+      SeqId a;
+      ASSERT_TRUE(engine->NewSequence(&a).ok());
+      ASSERT_TRUE(engine->Prefill(a, tokens, &whole, true).ok());
+    }
+    ASSERT_EQ(whole.size(), size_t(n) * V);
+    auto engine = make();
+    SeqId b, other;
+    ASSERT_TRUE(engine->NewSequence(&b).ok());
+    ASSERT_TRUE(engine->NewSequence(&other).ok());
+    std::vector<float> ignored;
+    ASSERT_TRUE(engine->Prefill(other, {tokens.data() + 7, 40}, &ignored).ok());
+    int32_t done = 0;
+    for (int32_t piece : {1, 30, 3, 77, 1, 45, 400, 1, 1, 41}) {
+      std::vector<float> part;
+      if (piece == 1 && done % 2) {
+        // Beside another sequence's tokens in the same pass.
+        ForwardBatch batch;
+        batch.Add(other, engine->kv().Length(other), {tokens.data() + 3, 5}, true);
+        batch.Add(b, done, {tokens.data() + done, 1}, true);
+        ASSERT_TRUE(engine->Evaluate(batch, &part).ok());
+        part.erase(part.begin(), part.begin() + 5 * ptrdiff_t(V));
+      } else {
+        ASSERT_TRUE(engine->Prefill(b, {tokens.data() + done, size_t(piece)}, &part, true).ok());
+      }
+      ASSERT_EQ(part.size(), size_t(piece) * V);
+      for (int32_t t = 0; t < piece; ++t)
+        for (size_t i = 0; i < V; ++i)
+          ASSERT_EQ(part[size_t(t) * V + i], whole[size_t(done + t) * V + i])
+              << GetParam().name << ", " << kv << ": position " << done + t << ", logit " << i;
+      done += piece;
+    }
+    ASSERT_EQ(done, n);
+  }
 }
 
 TEST_P(ForwardTest, SequencesInOneBatchEqualSeparateRuns) {
