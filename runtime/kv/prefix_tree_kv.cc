@@ -204,6 +204,54 @@ Status PrefixTreeKv::ForkSequence(SeqId src, SeqId* out) {
   return Status::OK();
 }
 
+Status PrefixTreeKv::Truncate(SeqId seq, int32_t length) {
+  if (!batch_.empty())
+    return Status::Internal("prefix-tree KV: truncating a sequence while a batch is open");
+  Sequence* s = Find(seq);
+  if (!s) return Status::NotFound("prefix-tree KV: no sequence " + std::to_string(seq));
+  if (length < 0 || length > s->length)
+    return Status::InvalidArgument("prefix-tree KV: sequence " + std::to_string(seq) + " has " +
+                                   std::to_string(s->length) + " tokens, cannot keep " +
+                                   std::to_string(length));
+  const int32_t B = options_.block_tokens;
+  const size_t keep = size_t((length + B - 1) / B);
+  // The block the new end falls in, when partly kept and shared: copy it first, so that a
+  // failure (no room, a read error) leaves the sequence as it was.
+  BlockId copy = -1;
+  if (length % B != 0 && blocks_[s->path[keep - 1]].refs > 1) {
+    const BlockId src = s->path[keep - 1];
+    Block& b = blocks_[src];
+    const uint32_t saved_pin = b.batch_pin;
+    b.batch_pin = batch_stamp_;  // not a victim of the room made for its copy
+    Status st = MakeRoom(b.buffer < 0 ? 2 : 1, /*streaming_batch=*/false);
+    if (st.ok() && b.buffer < 0) st = Load({src});
+    if (st.ok() && b.loading) st = WaitIo(b);
+    if (st.ok()) st = NewBlock(b.pos0, &copy);
+    blocks_[src].batch_pin = saved_pin;
+    if (!st.ok()) return st;
+    Block& c = blocks_[copy];
+    c.batch_pin = 0;
+    fast_->memory()->Copy(fast_->data(c.buffer), fast_->data(blocks_[src].buffer), block_bytes_);
+    ++c_.cow_copies;
+  }
+  Status first;
+  auto drop = [&](BlockId b) {
+    Status u = Unref(b);
+    if (first.ok() && !u.ok()) first = u;
+  };
+  while (s->path.size() > keep) {
+    drop(s->path.back());
+    s->path.pop_back();
+  }
+  if (copy >= 0) {
+    drop(s->path.back());
+    s->path.back() = copy;
+  }
+  if (length % B != 0) blocks_[s->path.back()].n_tokens = length % B;
+  s->length = length;
+  return first;
+}
+
 int32_t PrefixTreeKv::Length(SeqId seq) const {
   const Sequence* s = Find(seq);
   return s ? s->length : 0;

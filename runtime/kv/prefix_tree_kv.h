@@ -104,6 +104,11 @@ class PrefixTreeKv final : public KvPolicy {
   // Write-behind pays only when blocks will be evicted; the scheduler turns it on per step.
   void set_write_behind(bool on) { write_behind_ = on; }
   KvResidency residency() const { return residency_; }
+  // Drops seq's tokens from position `length` on (between batches): blocks past it leave
+  // its path, and a partly kept last block that other sequences share is copied first (they
+  // keep theirs), so sharers of a partial block always agree on its tokens. Used to keep a
+  // sequence at a step's end after a pass that also ran tokens generated ahead of it.
+  Status Truncate(SeqId seq, int32_t length);
   // The blocks holding seq's tokens, root first.
   Status Path(SeqId seq, std::vector<BlockId>* out) const;
   // Fast buffers that appending n_new tokens to seq takes (new blocks, copy on write).

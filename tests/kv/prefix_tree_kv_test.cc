@@ -176,6 +176,64 @@ TEST(PrefixTreeKvTest, SiblingsSharingATailInOneBatchCopyItOnlyWhileOthersHoldIt
   EXPECT_EQ(f.kv->tree_counters().live_blocks, 3u);
 }
 
+// Truncate keeps a sequence at a step's end after its pass also ran tokens generated ahead:
+// the path that keeps them (a fork) is untouched, the shared partial block is copied (also
+// when it had been evicted), and both go on appending with their own content.
+TEST(PrefixTreeKvTest, TruncateCopiesASharedPartialBlockAndLeavesTheSharersIntact) {
+  TreeFixture f;
+  ASSERT_OK(f.Make(12));
+  SeqId a;
+  ASSERT_OK(f.kv->AddSequence(&a));
+  ASSERT_OK(f.Append({a}, 11, 1));  // blocks of 4, 4, 3
+  const SeqId ahead = Fork(f, a);
+  ASSERT_OK(f.kv->Truncate(a, 6));  // drops the third block, copies the shared second
+  f.tags[a].resize(6);
+  EXPECT_EQ(f.kv->Length(a), 6);
+  EXPECT_EQ(f.kv->Length(ahead), 11);
+  EXPECT_EQ(f.kv->tree_counters().cow_copies, 1u);
+  EXPECT_EQ(f.kv->tree_counters().live_blocks, 4u);
+  ASSERT_OK(f.kv->CheckInvariants());
+  std::vector<PrefixTreeKv::BlockId> pa, pb;
+  ASSERT_OK(f.kv->Path(a, &pa));
+  ASSERT_OK(f.kv->Path(ahead, &pb));
+  ASSERT_EQ(pa.size(), 2u);
+  EXPECT_EQ(pa[0], pb[0]);
+  EXPECT_NE(pa[1], pb[1]);
+  // Each appends its own tokens where it ends; the other's content stays.
+  ASSERT_OK(f.Append({a, ahead}, 5, 2));
+  ASSERT_OK(f.Append({a}, 1, 3));
+  // An unshared block is cut in place; a cut at a block boundary copies nothing.
+  ASSERT_OK(f.kv->Truncate(ahead, 14));
+  f.tags[ahead].resize(14);
+  ASSERT_OK(f.kv->Truncate(a, 8));
+  f.tags[a].resize(8);
+  EXPECT_EQ(f.kv->tree_counters().cow_copies, 1u);
+  ASSERT_OK(f.kv->CheckInvariants());
+  ASSERT_OK(f.Append({a, ahead}, 2, 4));
+  // A shared partial block only in the slow tier comes back for its copy; the budget holds.
+  const SeqId b = Fork(f, ahead);
+  for (int i = 0; i < 3; ++i) {
+    SeqId x;
+    ASSERT_OK(f.kv->AddSequence(&x));
+    ASSERT_OK(f.Append({x}, 16, 10 + i));  // pushes ahead's blocks out
+  }
+  ASSERT_OK(f.kv->Truncate(b, 13));
+  f.tags[b].resize(13);
+  ASSERT_OK(f.kv->CheckInvariants());
+  ASSERT_OK(f.Append({b}, 3, 5));
+  ASSERT_OK(f.Append({ahead}, 1, 6));
+  const PrefixTreeCounters c = f.kv->tree_counters();
+  EXPECT_GT(c.bytes_read, 0u);
+  EXPECT_LE(c.peak_fast_bytes, c.fast_budget_bytes);
+  // Errors name the problem and change nothing.
+  Status s = f.kv->Truncate(b, 99);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("cannot keep 99"), std::string::npos) << s.ToString();
+  EXPECT_EQ(f.kv->Truncate(12345, 1).code(), Status::Code::kNotFound);
+  EXPECT_EQ(f.kv->Length(b), 16);
+  ASSERT_OK(f.kv->CheckInvariants());
+}
+
 TEST(PrefixTreeKvTest, EvictedBlocksComeBackIntactAndUnchangedBlocksAreWrittenOnce) {
   TreeFixture f;
   ASSERT_OK(f.Make(6));
