@@ -131,6 +131,8 @@ Status RunBeamSearchCommand(const BeamFlags& f, const Config& cfg, const Model& 
     j["speculate"] = p.speculate;
     j["speculative_tokens"] = st.speculative_tokens;
     j["speculative_tokens_kept"] = st.speculative_tokens_kept;
+    j["verifier_ahead_tokens"] = st.verifier_ahead_tokens;
+    j["verifier_ahead_reused"] = st.verifier_ahead_reused;
     j["idle_slot_share"] =
         st.slot_passes > 0 ? double(st.idle_slot_passes) / double(st.slot_passes) : 0;
     j["forward_passes"] = st.forward_passes;

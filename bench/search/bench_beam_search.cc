@@ -301,6 +301,8 @@ int Run(Flags& f) {
                      {"idle_slot_passes", r.st.idle_slot_passes},
                      {"speculative_tokens", r.st.speculative_tokens},
                      {"speculative_tokens_kept", r.st.speculative_tokens_kept},
+                     {"verifier_ahead_tokens", r.st.verifier_ahead_tokens},
+                     {"verifier_ahead_reused", r.st.verifier_ahead_reused},
                      {"verifier_share", p.verifier_share},
                      {"generator_phase_share", r.st.generator_phase_share},
                      {"verifier_phase_share", r.st.verifier_phase_share},

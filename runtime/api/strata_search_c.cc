@@ -193,6 +193,8 @@ strata_status strata_beam_results_get_stats(const strata_beam_results* results,
   out->idle_slot_passes = s.idle_slot_passes;
   out->speculative_tokens = s.speculative_tokens;
   out->speculative_tokens_kept = s.speculative_tokens_kept;
+  out->verifier_ahead_tokens = s.verifier_ahead_tokens;
+  out->verifier_ahead_reused = s.verifier_ahead_reused;
   if (s.shared_budget) {
     out->peak_fast_bytes_both = s.peak_fast_bytes_total;
     out->verifier_bytes_read = s.verifier_kv.bytes_read;

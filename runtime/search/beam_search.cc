@@ -705,6 +705,10 @@ Status Search::ScoreStep(int32_t step) {
     c.step_logprobs = b.step_logprobs;
     c.text = texts[i];
     c.final = b.finished;
+    // Its first child's tokens generated ahead, verified in the same pass where the
+    // verifier can (they are kept if the beam is selected).
+    auto spec = spec_.find(b.id);
+    if (!b.finished && spec != spec_.end()) c.ahead = spec->second->step_tokens;
   }
   std::vector<double> scores;
   STRATA_RETURN_IF_ERROR(verifier_->ScoreStep(cands, &scores));
@@ -935,6 +939,9 @@ Status RunBeamSearch(const Model& model, std::span<const int32_t> prompt, const 
   Search search(model, p, v, &st);
   Status s = search.Setup(int32_t(prompt.size()));
   if (s.ok()) s = search.Run(prompt, results);
+  const VerifierAheadCounters ahead = v->ahead_counters();
+  st.verifier_ahead_tokens = ahead.run;
+  st.verifier_ahead_reused = ahead.reused;
   v->End();
   search.ReleaseAll();
   if (PrefixTreeKv* kv = search.kv()) {

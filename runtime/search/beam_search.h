@@ -100,7 +100,10 @@ struct BeamSearchStats {
   int64_t slot_passes = 0, idle_slot_passes = 0;
   int64_t speculative_tokens = 0;       // generated ahead into a beam's next step
   int64_t speculative_tokens_kept = 0;  // of which a selected beam's first child kept
-  double seconds = 0;                   // prompt prefill to the last score
+  // Speculative tokens the verifier ran in their parent's scoring pass (a scorer model does),
+  // and of which a child's scoring took the work over.
+  int64_t verifier_ahead_tokens = 0, verifier_ahead_reused = 0;
+  double seconds = 0;  // prompt prefill to the last score
   double prefill_seconds = 0;
   double score_seconds = 0;
   uint64_t peak_shared_blocks = 0;  // blocks used by more than one beam, at a step's start

@@ -11,6 +11,9 @@
 // in it, and Forget for beams that will never be extended (pruned, finished, or parents whose
 // children were scored). Candidates come in a deterministic order; scores must depend only
 // on a candidate, never on the others in the call, so results do not depend on scheduling.
+// With speculation a candidate also carries the tokens its first child generated ahead:
+// ModelVerifier runs them in the same pass as the step (its engine is pass-invariant, so the
+// step's scores do not change) and the child's scoring starts after them.
 //
 // Threads: the search's thread.
 #pragma once
@@ -43,6 +46,18 @@ struct StepCandidate {
   std::span<const float> step_logprobs;  // the generator's log p of each step token
   std::string_view text;                 // all generated text of the beam, this step's last
   bool final = false;                    // the beam ends with this step
+  // Tokens the beam's first child already generated into the next step (speculative beam
+  // extension), empty if none. A verifier may run them in this step's pass and take that
+  // work over when the child's step, which begins with them, is scored; the scores must be
+  // those it would give without them.
+  std::span<const int32_t> ahead;
+};
+
+// Speculative tokens a verifier ran in their parent's scoring pass, and how many of them a
+// child's scoring took over (the rest were dropped with a beam that was not selected).
+struct VerifierAheadCounters {
+  int64_t run = 0;
+  int64_t reused = 0;
 };
 
 class Verifier {
@@ -70,6 +85,8 @@ class Verifier {
   virtual PrefixTreeKv* shared_kv() { return nullptr; }
   // Bytes of weights one of its passes reads (the memory side of its cost), 0 if none.
   virtual uint64_t weight_bytes() const { return 0; }
+  // Since Begin.
+  virtual VerifierAheadCounters ahead_counters() const { return {}; }
 };
 
 class MeanLogProbVerifier final : public Verifier {
@@ -107,13 +124,23 @@ class ModelVerifier final : public Verifier {
                  const SlowTierFactory& make_slow) override;
   PrefixTreeKv* shared_kv() override { return shared_ ? kv_ : nullptr; }
   uint64_t weight_bytes() const override { return scorer_->weight_bytes(); }
+  VerifierAheadCounters ahead_counters() const override { return ahead_counters_; }
 
  private:
   struct Held {
     SeqId seq = -1;
     std::vector<float> next_logits;  // after the path's last token
   };
+  // A beam's path plus the tokens its first child generated ahead, run in the beam's
+  // scoring pass: the child's scoring forks it and continues after them.
+  struct Ahead {
+    Held held;  // after the last ahead token
+    std::vector<int32_t> tokens;
+    double sum = 0;  // the ahead tokens' log-likelihoods, summed in order
+  };
+  void DropAhead(uint64_t beam_id);
   ModelVerifier() = default;
+  int32_t MaxSequences() const;
   // Blocks the tree may hold: every beam's path and its children's while they are scored.
   int64_t MaxBlocks(int32_t block_tokens) const;
   // (Re)builds the engine over a prefix tree with these options and slow tier.
@@ -125,6 +152,8 @@ class ModelVerifier final : public Verifier {
   std::unique_ptr<Engine> engine_;
   int32_t n_vocab_ = 0;
   std::map<uint64_t, Held> held_;
+  std::map<uint64_t, Ahead> ahead_;  // by the beam whose child generated ahead
+  VerifierAheadCounters ahead_counters_;
   std::vector<float> scratch_;
 };
 

@@ -400,6 +400,53 @@ TEST_F(BeamSearchTest, AScorerModelSharesTheBudgetWithTheSameResults) {
   EXPECT_NE(s.message().find("verifier share: 1.5"), std::string::npos) << s.ToString();
 }
 
+// With speculation a scorer model runs a beam's step and its first child's tokens generated
+// ahead in one pass, and the child's scoring starts after them: the same scores to the bit
+// (the scorer's engine is pass-invariant), under every grouped schedule, with and without a
+// budget, every kept speculative token verified once.
+TEST_F(BeamSearchTest, AScorerModelVerifiesTokensGeneratedAheadInTheirParentsPass) {
+  const auto prompt = Prompt();
+  BeamSearchParams p = Base();
+  p.step_delimiter = "e";  // steps of different lengths: beams end early and speculate
+  p.step_tokens = 12;
+  p.max_tokens = 64;
+  std::unique_ptr<ModelVerifier> mv;
+  ASSERT_OK(ModelVerifier::Create(model(), model(), 1, int32_t(prompt.size()) + p.max_tokens + 1,
+                                  p.n_beams, &mv));
+  std::vector<BeamResult> ref;
+  BeamSearchStats rs;
+  ASSERT_OK(RunBeamSearch(model(), prompt, p, mv.get(), &ref, &rs));
+  ASSERT_FALSE(ref.empty());
+  EXPECT_EQ(rs.verifier_ahead_tokens, 0);
+  int64_t reused = 0;
+  for (BeamSchedule sched :
+       {BeamSchedule::kGrouped, BeamSchedule::kPrefix, BeamSchedule::kBalanced})
+    for (double budget : {0.0, 0.7}) {
+      const std::string what = std::string(BeamScheduleName(sched)) + " at " +
+                               std::to_string(int(budget * 100)) + "% of both trees";
+      BeamSearchParams q = p;
+      q.schedule = sched;
+      q.fast_budget_bytes = uint64_t(double(2 * rs.peak_tree_bytes) * budget);
+      q.speculate = 0.5f;
+      std::vector<BeamResult> r;
+      BeamSearchStats st;
+      ASSERT_OK(RunBeamSearch(model(), prompt, q, mv.get(), &r, &st)) << what;
+      ExpectSameResults(ref, r, what);
+      EXPECT_GT(st.speculative_tokens_kept, 0) << what;
+      EXPECT_LE(st.verifier_ahead_tokens, st.speculative_tokens) << what;
+      // Every kept token was run in its parent's pass and taken over by its child.
+      EXPECT_EQ(st.verifier_ahead_reused, st.speculative_tokens_kept) << what;
+      EXPECT_EQ(st.kv.live_blocks, 0u) << what;
+      if (q.fast_budget_bytes > 0) {
+        EXPECT_TRUE(st.shared_budget) << what;
+        EXPECT_LE(st.peak_fast_bytes_total, q.fast_budget_bytes) << what;
+        EXPECT_EQ(st.verifier_kv.live_blocks, 0u) << what;
+      }
+      reused += st.verifier_ahead_reused;
+    }
+  EXPECT_GT(reused, 0);
+}
+
 // A scorer model whose scores turn to NaN at one step, keeping its KV in the search's tiers.
 class FailingModelVerifier final : public Verifier {
  public:
