@@ -182,8 +182,11 @@ struct AttentionArgs {
 };
 // Online (streaming) softmax: one pass over the spans, no full score matrix.
 // Q8_0 spans are expanded to F16 (the visible tokens of kv_head only, in a buffer of the
-// calling thread) before the F16 kernel runs. The keys every query sees are gathered across
-// spans into whole chunks, so many small spans cost what their keys do. Both types agree to
+// calling thread) before the F16 kernel runs. Chunks are cut every kAttnChunk keys of the
+// view, small spans gathered into them, wherever the queries begin: many small spans cost
+// what their keys do, and a query row's output does not depend on the first position of its
+// call or on how many rows follow it (spans in position order; keys a row does not see
+// must follow it in the view, or they get chunks of their own). Both types agree to
 // float rounding for the same values. head_dim must be a multiple of 16. A query row that sees no
 // key gets zeros. Scratch grows with n_q * n_rep * head_dim: split long prefills into query blocks.
 void AttentionOverSpans(const AttentionArgs& a);

@@ -4,12 +4,14 @@
 // a KV head), and the final normalization. An ISA supplies only the arithmetic of one group
 // against one chunk and the scaling of one output row, so a fix to the walk lands once.
 //
-// Keys that every query row sees (all of a decode step's view) are gathered from
-// consecutive spans into full chunks: a sparse view's groups of a few tokens, or a prefix
-// tree's blocks, would otherwise each pay a chunk's softmax update and accumulator rescale
-// for a handful of keys. A chunk lying within one span is passed as a base and a stride, a
-// gathered one as row pointers. Spans that some row sees only in part are cut into chunks
-// of their own, whose positions decide each row's visible prefix.
+// Keys are gathered from consecutive spans into full chunks: a sparse view's groups of a few
+// tokens, or a prefix tree's blocks, would otherwise each pay a chunk's softmax update and
+// accumulator rescale for a handful of keys. A chunk lying within one span is passed as a
+// base and a stride, a gathered one as row pointers. Chunks are cut every kAttnChunk keys of
+// the view whether every row sees them or only some (each row then takes the prefix at or
+// before its position): where the pass's queries begin changes no chunk, so a row gets the
+// same bits in any pass. That costs nothing where it matters: keys a row does not see
+// change no bit of its state (probability 0), whatever chunk holds them.
 #ifndef STRATA_KERNELS_CPU_ATTENTION_DRIVER_H_
 #define STRATA_KERNELS_CPU_ATTENTION_DRIVER_H_
 
