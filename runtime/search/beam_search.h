@@ -101,7 +101,8 @@ struct BeamSearchStats {
   int64_t speculative_tokens = 0;       // generated ahead into a beam's next step
   int64_t speculative_tokens_kept = 0;  // of which a selected beam's first child kept
   // Speculative tokens the verifier ran in their parent's scoring pass (a scorer model does),
-  // and of which a child's scoring took the work over.
+  // and tokens whose scoring a child took over from there (a sibling of the speculative child
+  // whose step begins with the same tokens takes them too, so this may exceed the first).
   int64_t verifier_ahead_tokens = 0, verifier_ahead_reused = 0;
   double seconds = 0;  // prompt prefill to the last score
   double prefill_seconds = 0;

@@ -53,8 +53,8 @@ struct StepCandidate {
   std::span<const int32_t> ahead;
 };
 
-// Speculative tokens a verifier ran in their parent's scoring pass, and how many of them a
-// child's scoring took over (the rest were dropped with a beam that was not selected).
+// Speculative tokens a verifier ran in their parent's scoring pass, and tokens whose scoring
+// a child took over from there (every child whose step begins with them does).
 struct VerifierAheadCounters {
   int64_t run = 0;
   int64_t reused = 0;

@@ -434,8 +434,10 @@ TEST_F(BeamSearchTest, AScorerModelVerifiesTokensGeneratedAheadInTheirParentsPas
       ExpectSameResults(ref, r, what);
       EXPECT_GT(st.speculative_tokens_kept, 0) << what;
       EXPECT_LE(st.verifier_ahead_tokens, st.speculative_tokens) << what;
-      // Every kept token was run in its parent's pass and taken over by its child.
-      EXPECT_EQ(st.verifier_ahead_reused, st.speculative_tokens_kept) << what;
+      // Every kept token was run in its parent's pass and taken over by its child (a sibling
+      // whose step begins with the same tokens takes them over too).
+      EXPECT_GE(st.verifier_ahead_reused, st.speculative_tokens_kept) << what;
+      EXPECT_EQ(st.verifier_ahead_tokens, st.speculative_tokens) << what;
       EXPECT_EQ(st.kv.live_blocks, 0u) << what;
       if (q.fast_budget_bytes > 0) {
         EXPECT_TRUE(st.shared_budget) << what;

@@ -286,8 +286,8 @@ typedef struct strata_beam_stats {
   uint64_t peak_fast_bytes_both;
   uint64_t verifier_bytes_read, verifier_bytes_written;
   double generator_phase_share, verifier_phase_share;
-  /* Speculative tokens a scorer model ran in their parent's scoring pass, and of which a
-   * child's scoring took the work over. */
+  /* Speculative tokens a scorer model ran in their parent's scoring pass, and tokens whose
+   * scoring a child took over from there (every child whose step begins with them does). */
   int64_t verifier_ahead_tokens, verifier_ahead_reused;
 } strata_beam_stats;
 
