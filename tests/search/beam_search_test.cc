@@ -68,6 +68,20 @@ class BeamSearchTest : public ::testing::Test {
     return p;
   }
 
+  // Steps that end at a delimiter, so beams of a group end their steps at different lengths.
+  BeamSearchParams DelimitedSteps() {
+    BeamSearchParams p = Base();
+    p.step_delimiter = "e";
+    p.step_tokens = 12;
+    p.max_tokens = 64;
+    return p;
+  }
+  // The test model scoring itself, for the searches of p.
+  Status MakeScorer(const BeamSearchParams& p, std::unique_ptr<ModelVerifier>* out) {
+    return ModelVerifier::Create(model(), model(), 1, int32_t(Prompt().size()) + p.max_tokens + 1,
+                                 p.n_beams, out);
+  }
+
   static std::string* path_;
   static std::unique_ptr<Model>* model_;
 };
@@ -334,14 +348,10 @@ TEST_F(BeamSearchTest, ScorerModelMatchesTheGeneratorsOwnLogProbabilities) {
 
 TEST_F(BeamSearchTest, AScorerModelSharesTheBudgetWithTheSameResults) {
   const auto prompt = Prompt();
-  BeamSearchParams p = Base();
-  p.step_delimiter = "e";  // steps of different lengths
-  p.step_tokens = 12;
+  BeamSearchParams p = DelimitedSteps();
   p.n_beams = 16;  // a tree several times one beam's working set, so splits differ
-  p.max_tokens = 64;
   std::unique_ptr<ModelVerifier> mv;
-  ASSERT_OK(ModelVerifier::Create(model(), model(), 1, int32_t(prompt.size()) + p.max_tokens + 1,
-                                  p.n_beams, &mv));
+  ASSERT_OK(MakeScorer(p, &mv));
   std::vector<BeamResult> ref;
   BeamSearchStats rs;
   ASSERT_OK(RunBeamSearch(model(), prompt, p, mv.get(), &ref, &rs));
@@ -406,13 +416,9 @@ TEST_F(BeamSearchTest, AScorerModelSharesTheBudgetWithTheSameResults) {
 // budget, every kept speculative token verified once.
 TEST_F(BeamSearchTest, AScorerModelVerifiesTokensGeneratedAheadInTheirParentsPass) {
   const auto prompt = Prompt();
-  BeamSearchParams p = Base();
-  p.step_delimiter = "e";  // steps of different lengths: beams end early and speculate
-  p.step_tokens = 12;
-  p.max_tokens = 64;
+  const BeamSearchParams p = DelimitedSteps();  // beams end early and speculate
   std::unique_ptr<ModelVerifier> mv;
-  ASSERT_OK(ModelVerifier::Create(model(), model(), 1, int32_t(prompt.size()) + p.max_tokens + 1,
-                                  p.n_beams, &mv));
+  ASSERT_OK(MakeScorer(p, &mv));
   std::vector<BeamResult> ref;
   BeamSearchStats rs;
   ASSERT_OK(RunBeamSearch(model(), prompt, p, mv.get(), &ref, &rs));
