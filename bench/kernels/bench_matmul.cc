@@ -30,6 +30,7 @@ const Shape kShapes[] = {
     {DType::kQ4_0, 8192, 2048, "l1b.gate_up"},    {DType::kQ4_K, 8192, 2048, "l1b.gate_up"},
     {DType::kQ8_0, 8192, 2048, "l1b.gate_up"},    {DType::kF16, 1536, 576, "f16.gate_up"},
     {DType::kBF16, 1536, 576, "bf16.gate_up"},    {DType::kF32, 576, 576, "f32.q_o"},
+    {DType::kQ4_K, 14336, 4096, "l8b.gate_up"},   {DType::kQ6_K, 4096, 14336, "l8b.down"},
 };
 
 // Reads `n` bytes with wide independent accumulators: the ceiling a GEMV can reach.
@@ -152,14 +153,17 @@ int Register() {
       }
     }
   }
-  const Shape gemm_shapes[] = {kShapes[2], kShapes[3], kShapes[4], kShapes[5],  kShapes[6],
-                               kShapes[7], kShapes[8], kShapes[9], kShapes[10], kShapes[11]};
+  const Shape gemm_shapes[] = {kShapes[2],  kShapes[3],  kShapes[4],  kShapes[5],
+                               kShapes[6],  kShapes[7],  kShapes[8],  kShapes[9],
+                               kShapes[10], kShapes[11], kShapes[14], kShapes[15]};
   for (const Shape& s : gemm_shapes) {
-    const int64_t rows = s.rows > 8192 ? 8192 : s.rows;  // the output head is a GEMV in use
+    const int64_t rows = s.rows > 16384 ? 8192 : s.rows;  // the output head is a GEMV in use
     for (Isa isa : BenchIsas()) {
       // 2..8: beam-search groups and batched decode, where a ragged last tile costs most.
       for (int64_t n_tok : {2, 3, 5, 7, 8, 16, 64, 512}) {
-        if (s.k >= 4096 && (n_tok == 512 || n_tok < 8)) continue;
+        const bool large = s.rows * s.k > 32 * 1024 * 1024;  // weights past the L3 of most CPUs
+        if (s.k >= 4096 && !large && (n_tok == 512 || n_tok < 8)) continue;
+        if (large && n_tok < 64) continue;
         const std::string name = std::string("Gemm/") + TypeName(s.type) + "/" + s.what + "/" +
                                  std::to_string(rows) + "x" + std::to_string(s.k) + "/" +
                                  IsaName(isa) + "/n_tok:" + std::to_string(n_tok);

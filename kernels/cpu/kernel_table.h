@@ -14,6 +14,18 @@
 
 namespace strata::kernels::cpu {
 
+// The calling thread's activation panel for the x86 matmul driver: MatmulPanelBytes() bytes,
+// 64-byte aligned, allocated by the thread's first call and kept while the thread lives
+// (the engine's pool keeps its threads), one per thread whichever ISA's file asks.
+//
+// Its size is half the core's L2 (64 KiB to 1 MiB; 512 KiB where the size is unknown).
+// Every panel of tokens walks all the thread's rows, so a matrix larger than the
+// last-level cache streams from DRAM once per panel: a panel holding few tokens (64 KiB
+// held 8 tokens of a 14336-wide Q6_K row) makes the prefill of such a matrix a stream bound
+// by bandwidth, and half the L2 leaves the other half to the tile's weight rows.
+int64_t MatmulPanelBytes();
+void* ThreadMatmulPanel();
+
 struct KernelTable {
   Isa isa;
   const char* variant;  // human-readable detail, e.g. "neon+dotprod"

@@ -5,7 +5,7 @@
 //
 // Work is organised around "groups": a few 32-value blocks (two with AVX2, four with
 // AVX-512) or one 256-value super-block of the K formats. For each group:
-//   * activations are rearranged once per matmul call into a panel on the stack, in the
+//   * activations are rearranged once per matmul call into a per-thread panel, in the
 //     order that matches how a weight group unpacks into registers, with the per-block
 //     scales pre-broadcast (Traits::Prep);
 //   * a weight group of one row is unpacked once per register tile (Traits::Decode) and
@@ -37,14 +37,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels::cpu {
 namespace {
-
-// Stack budget for the activation panel: with k = 1536 (SmolLM2's FFN down) it holds 21
-// tokens of AVX-512's 32-value formats; larger k is processed in slices of groups.
-constexpr size_t kPanelBytes = 64 * 1024;
 
 template <class V, class Tr, int R, int T>
 STRATA_INLINE void RunTile(const uint8_t* const* rows, const typename V::I* panel, int64_t tok_vecs,
@@ -165,11 +162,13 @@ void MatmulQuantized(const MatmulArgs& a, int64_t rb, int64_t re) {
   const int64_t blocks_per_group = Tr::kGroupElems / Tr::kBlockElems;
   const int64_t n_groups = (n_blocks + blocks_per_group - 1) / blocks_per_group;
   const int64_t group_vec_bytes = Tr::kPanelVecs * int64_t{sizeof(I)};
-  alignas(64) I panel[kPanelBytes / sizeof(I)];
-  // Slice k so that at least min(n_tok, kGemmToks) tokens fit in the panel.
-  const int64_t min_toks = std::min<int64_t>(a.n_tok, kGemmToks);
-  const int64_t slice_groups =
-      std::max<int64_t>(1, std::min<int64_t>(n_groups, kPanelBytes / (group_vec_bytes * min_toks)));
+  const int64_t kPanelBytes = MatmulPanelBytes();
+  I* const panel = static_cast<I*>(ThreadMatmulPanel());
+  // Slice k so that kGemmToks tokens fit in the panel. The slices do not depend on n_tok:
+  // each slice's sums are added to y, so slicing decides the order in which a (row,
+  // token)'s groups are summed, and a token must get the same bits in any batch.
+  const int64_t slice_groups = std::max<int64_t>(
+      1, std::min<int64_t>(n_groups, kPanelBytes / (group_vec_bytes * kGemmToks)));
   for (int64_t g0 = 0; g0 < n_groups; g0 += slice_groups) {
     const int64_t g1 = std::min(n_groups, g0 + slice_groups);
     const bool last_slice = g1 == n_groups;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernel_test_util.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -383,6 +384,48 @@ TEST_P(MatmulSimd, EachTokensOutputIsIndependentOfTheBatch) {
   }
 }
 
+// A k too wide for one panel of the x86 driver (cpu::MatmulPanelBytes(), from the core's L2)
+// is summed in slices of groups; the slices must not depend on the batch, or a token decoded
+// alone would get other bits than the same token in a prefill.
+TEST_P(MatmulSimd, AWideKSlicedAcrossPanelsMatchesTheReferenceInAnyBatch) {
+  const int64_t k = (cpu::MatmulPanelBytes() + kQK_K - 1) / kQK_K * kQK_K + kQK_K;
+  const int64_t rows = 3, n_tok = 9;
+  for (DType t : kWeightTypes) {
+    if (IsFloat(t)) continue;  // float weights take no activation panel
+    SCOPED_TRACE(std::string(TypeName(t)) + " k=" + std::to_string(k));
+    Weights w = MakeWeights(t, rows, k, 91);
+    Activations a = MakeActivations(t, n_tok, k, 92);
+    std::vector<float> ref(n_tok * rows), all(n_tok * rows);
+    {
+      ScopedIsa scalar(Isa::kScalar);
+      Matmul(Args(w, a, ref.data(), rows), 0, rows);
+    }
+    testing::ScopedVariant simd(GetParam());
+    Matmul(Args(w, a, all.data(), rows), 0, rows);
+    std::vector<float> wrow(k);
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeRow(t, w.row(r), wrow.data(), k);
+      float wmax = 0;
+      for (float v : wrow) wmax = std::max(wmax, std::fabs(v));
+      for (int64_t tok = 0; tok < n_tok; ++tok) {
+        double xabs = 0;
+        for (int64_t i = 0; i < k; ++i) xabs += std::fabs(a.deq[tok * k + i]);
+        ASSERT_NEAR(all[tok * rows + r], ref[tok * rows + r], 1e-5 * 3 * wmax * xabs + 1e-6)
+            << "row " << r << " token " << tok;
+      }
+    }
+    for (int64_t tok = 0; tok < n_tok; ++tok) {
+      Activations one = a;
+      one.n_tok = 1;
+      one.q.assign(a.q.begin() + tok * a.row_bytes, a.q.begin() + (tok + 1) * a.row_bytes);
+      std::vector<float> y(rows);
+      Matmul(Args(w, one, y.data(), rows), 0, rows);
+      ASSERT_EQ(0, std::memcmp(y.data(), all.data() + tok * rows, rows * sizeof(float)))
+          << "token " << tok;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, MatmulSimd, ::testing::ValuesIn(testing::SimdVariants()),
                          testing::VariantName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MatmulSimd);
@@ -420,7 +463,7 @@ TEST(Matmul, UnsupportedTypeOrPartialBlockGivesNaNRows) {
 }
 
 // The engine's workers call Matmul at the same time on disjoint row ranges; each call's
-// activation panel lives on its own stack.
+// activation panel is its own thread's.
 TEST(Matmul, ConcurrentCallsOnDisjointRowsMatchOneCall) {
   const int64_t rows = 96, k = 576, n_tok = 5;
   for (testing::Variant v : testing::AllVariants()) {
