@@ -60,9 +60,26 @@ STRATA_INLINE __m128i Q4KScalesMins(const uint8_t* scales) {
 }
 
 // Q4_K: code vector j holds two sub-blocks (nibbles of qs bytes 64*(j/2) .. +63), so the
-// activations are paired the same way: [0..31 | 64..95], [32..63 | 96..127], ...
-constexpr Idx32w kQ4KScale[4] = {Runs(16, 0, 2, 2), Runs(16, 1, 2, 2), Runs(16, 4, 2, 2),
-                                 Runs(16, 5, 2, 2)};
+// activations are paired the same way: [0..31 | 64..95], [32..63 | 96..127], ... Its scale
+// vector is sub-block a's scale in the words of the lower 256 bits and b's in the upper,
+// (a, b) = (0, 2), (1, 3), (4, 6), (5, 7): one in-lane byte shuffle of the 16 scale and min
+// bytes broadcast to every 128-bit lane, each word's high byte zeroed by index 0x80 (a
+// cross-lane word permute of the widened bytes cost a decode step more).
+struct Idx64b {
+  alignas(64) uint8_t b[64];
+};
+constexpr Idx64b Q4KScaleShuffle(int a, int b) {
+  Idx64b r{};
+  for (int i = 0; i < 64; ++i) r.b[i] = i % 2 ? 0x80 : static_cast<uint8_t>(i < 32 ? a : b);
+  return r;
+}
+constexpr Idx64b kQ4KScale[4] = {Q4KScaleShuffle(0, 2), Q4KScaleShuffle(1, 3),
+                                 Q4KScaleShuffle(4, 6), Q4KScaleShuffle(5, 7)};
+STRATA_INLINE void Q4KScaleVectors(__m128i sm, __m512i* scale) {
+  const __m512i all = _mm512_broadcast_i32x4(sm);
+  for (int j = 0; j < 4; ++j)
+    scale[j] = _mm512_shuffle_epi8(all, _mm512_load_si512(kQ4KScale[j].b));
+}
 
 // The min term of the formats with mins (Q4_K, Q5_K, Q2_K), -dmin * sum_s m_s * sum(x of
 // sub-block s), is a dot product of at most 16 floats per super-block: the weights'
@@ -72,6 +89,13 @@ constexpr Idx32w kQ4KScale[4] = {Runs(16, 0, 2, 2), Runs(16, 1, 2, 2), Runs(16, 
 STRATA_INLINE __m512 MinTerms(__m128i mins, uint16_t dmin) {
   return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mins)),
                        _mm512_sub_ps(_mm512_setzero_ps(), BroadcastF16(dmin)));
+}
+// The same for the eight 32-value sub-blocks of Q4_K and Q5_K, on 256-bit registers: a
+// 512-bit operation costs two of the halves' on CPUs that split them (Zen 4), and a decode
+// step is bound by such operations, not by its loads.
+STRATA_INLINE __m512 MinTerms8(__m128i mins, uint16_t dmin) {
+  const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mins));
+  return _mm512_zextps256_ps512(_mm256_mul_ps(m, _mm256_set1_ps(-_cvtsh_ss(dmin))));
 }
 // Panel vector 4 for MinTerms: dx * each sub-block's activation sum, from 16-value bsums,
 // summed in pairs for 32-value sub-blocks (Q4_K, Q5_K) or as they are (Q2_K).
@@ -99,10 +123,8 @@ struct Q4_KTraits {
   STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const BlockQ4_K& b = *reinterpret_cast<const BlockQ4_K*>(p);
     const __m128i sm = Q4KScalesMins(b.scales);
-    // Words 0..15 = scales, mins; word 31 (used as "zero" by the index tables) = 0.
-    const __m512i s16 = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(sm));
-    for (int j = 0; j < 4; ++j) w.scale[j] = _mm512_permutexvar_epi16(Load(kQ4KScale[j]), s16);
-    w.min_f = MinTerms(_mm_srli_si128(sm, 8), b.dmin);
+    Q4KScaleVectors(sm, w.scale);
+    w.min_f = MinTerms8(_mm_srli_si128(sm, 8), b.dmin);
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i q0 = _mm512_loadu_si512(b.qs), q1 = _mm512_loadu_si512(b.qs + 64);
     w.code[0] = _mm512_and_si512(q0, m4);
@@ -150,9 +172,8 @@ struct Q5_KTraits {
   STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const BlockQ5_K& b = *reinterpret_cast<const BlockQ5_K*>(p);
     const __m128i sm = Q4KScalesMins(b.scales);
-    const __m512i s16 = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(sm));
-    for (int j = 0; j < 4; ++j) w.scale[j] = _mm512_permutexvar_epi16(Load(kQ4KScale[j]), s16);
-    w.min_f = MinTerms(_mm_srli_si128(sm, 8), b.dmin);
+    Q4KScaleVectors(sm, w.scale);
+    w.min_f = MinTerms8(_mm_srli_si128(sm, 8), b.dmin);
     const __m512i m4 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
     const __m512i qh =
         _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
