@@ -57,8 +57,8 @@ struct MatmulArgs {
 // float types take any k); otherwise the rows are filled with NaN. Rows and activation rows
 // need no alignment. On x86 the activations are rearranged into a per-thread panel of half
 // the core's L2 (allocated on a thread's first call, kept while it lives); other ISAs read
-// the activation rows in place. Concurrent calls on disjoint row ranges (or different y) are safe, and a
-// token's outputs are the same bits in any batch.
+// the activation rows in place. Concurrent calls on disjoint row ranges (or different y) are safe,
+// and a token's outputs are the same bits in any batch.
 constexpr int64_t kMatmulRowAlign = 16;
 void Matmul(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
 

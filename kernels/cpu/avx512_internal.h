@@ -17,6 +17,11 @@ void Avx512MatmulIQ4_NL(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512MatmulQ2_K(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512MatmulQ3_K(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512MatmulQ4_K(const MatmulArgs& a, int64_t rb, int64_t re);
+// Q4_K's two layouts (avx512_matmul_q4k.cc picks by batch): values in the lanes through the
+// shared driver (few tokens, where decoding 16 rows at once does not pay), and the slices of
+// k that driver sums in, which the rows-in-lanes kernel follows so both give the same bits.
+void Avx512MatmulQ4_KValuesInLanes(const MatmulArgs& a, int64_t rb, int64_t re);
+int64_t Avx512Q4_KSliceGroups(int64_t n_groups);
 void Avx512MatmulQ5_K(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512MatmulQ6_K(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512MatmulIQ4_XS(const MatmulArgs& a, int64_t rb, int64_t re);

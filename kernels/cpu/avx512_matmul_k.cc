@@ -156,6 +156,73 @@ struct Q4_KTraits {
   }
 };
 
+// Q4_K summed exactly per super-block, for Avx512MatmulQ4_K's rows-in-lanes kernel to match
+// bit for bit: the integer dot (sum_s sc_s * (q . x)_s, every lane added) and the mins
+// (sum_s m_s * bsum_s) are whole before two scalar multiply-adds, d * dx and -dmin * dx, on
+// the (row, token)'s sum in lane 0 (the other lanes stay zero, so the driver's lane sum
+// returns it unchanged).
+struct Q4_KExactTraits {
+  static constexpr int kGroupElems = 256, kBlockElems = 256;
+  static constexpr int kGroupBytes = sizeof(BlockQ4_K), kActBlockBytes = sizeof(BlockQ8_K);
+  static constexpr int kPanelVecs = 6;
+  struct W {
+    __m512i code[4], scale[4];
+    __m128i mins;   // the 8 mins as words
+    __m128 d_dmin;  // d, 0, -dmin, 0
+  };
+  template <bool kTail>
+  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
+    const BlockQ4_K& b = *reinterpret_cast<const BlockQ4_K*>(p);
+    const __m128i sm = Q4KScalesMins(b.scales);
+    Q4KScaleVectors(sm, w.scale);
+    w.mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i q0 = _mm512_loadu_si512(b.qs), q1 = _mm512_loadu_si512(b.qs + 64);
+    w.code[0] = _mm512_and_si512(q0, m4);
+    w.code[1] = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
+    w.code[2] = _mm512_and_si512(q1, m4);
+    w.code[3] = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
+    w.d_dmin = _mm_setr_ps(_cvtsh_ss(b.d), 0.f, -_cvtsh_ss(b.dmin), 0.f);
+  }
+  // Panel: Q4_K's four activation vectors, then the eight 32-value block sums as words and
+  // the block scale.
+  template <bool kTail>
+  STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m512i* out) {
+    const BlockQ8_K& b = *reinterpret_cast<const BlockQ8_K*>(x);
+    out[0] = Join(b.qs, b.qs + 64);
+    out[1] = Join(b.qs + 32, b.qs + 96);
+    out[2] = Join(b.qs + 128, b.qs + 192);
+    out[3] = Join(b.qs + 160, b.qs + 224);
+    const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.bsums));
+    // Adjacent pairs: quadword 0 of each 128-bit half holds four 32-value sums.
+    const __m256i pairs = _mm256_permute4x64_epi64(_mm256_hadd_epi16(bs, bs), 0x08);
+    out[4] = _mm512_zextsi128_si512(_mm256_castsi256_si128(pairs));
+    out[5] = _mm512_castps_si512(_mm512_set1_ps(b.d));
+  }
+  STRATA_INLINE static __m512 Dot(const W& w, const __m512i* x, __m512 acc) {
+    __m512i i =
+        _mm512_madd_epi16(_mm512_maddubs_epi16(w.code[0], _mm512_load_si512(x)), w.scale[0]);
+    for (int j = 1; j < 4; ++j) {
+      i = _mm512_dpwssd_epi32(i, _mm512_maddubs_epi16(w.code[j], _mm512_load_si512(x + j)),
+                              w.scale[j]);
+    }
+    // Lanes 0..3 of the dot and of the mins' products, reduced together: I in lane 0, M in
+    // lane 2, converted and scaled without leaving the vector registers.
+    const __m256i i8 = _mm256_add_epi32(_mm512_castsi512_si256(i), _mm512_extracti64x4_epi64(i, 1));
+    const __m128i i4 = _mm_add_epi32(_mm256_castsi256_si128(i8), _mm256_extracti128_si256(i8, 1));
+    const __m128i m4 =
+        _mm_madd_epi16(w.mins, _mm_load_si128(reinterpret_cast<const __m128i*>(x + 4)));
+    const __m128i s = _mm_add_epi32(_mm_unpacklo_epi64(i4, m4), _mm_unpackhi_epi64(i4, m4));
+    const __m128 f =
+        _mm_cvtepi32_ps(_mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1))));
+    const __m128 dx = _mm512_castps512_ps128(_mm512_castsi512_ps(_mm512_load_si512(x + 5)));
+    const __m128 scale = _mm_mul_ps(w.d_dmin, dx);  // lane 0: d * dx, lane 2: -dmin * dx
+    __m128 a = _mm_fmadd_ss(f, scale, _mm512_castps512_ps128(acc));
+    a = _mm_fmadd_ss(_mm_movehl_ps(f, f), _mm_movehl_ps(scale, scale), a);
+    return _mm512_zextps128_ps512(_mm_move_ss(_mm_setzero_ps(), a));  // lanes 1..3 held f's
+  }
+};
+
 // Q5_K: Q4_K's code vectors plus a fifth bit. Code vector j holds sub-blocks (0, 2), (1, 3),
 // (4, 6) or (5, 7) in its halves, and bit s of qh byte l belongs to value l of sub-block s,
 // so both halves read the same 32 qh bytes; rotating a dword left by 4 - s (mod 32) brings
@@ -394,8 +461,11 @@ struct IQ4_XSTraits {
 
 }  // namespace
 
-void Avx512MatmulQ4_K(const MatmulArgs& a, int64_t rb, int64_t re) {
-  MatmulQuantized<Avx512Vec, Q4_KTraits, 8, 2, 8>(a, rb, re);
+void Avx512MatmulQ4_KValuesInLanes(const MatmulArgs& a, int64_t rb, int64_t re) {
+  MatmulQuantized<Avx512Vec, Q4_KExactTraits, 8, 2, 8>(a, rb, re);
+}
+int64_t Avx512Q4_KSliceGroups(int64_t n_groups) {
+  return SliceGroups(n_groups, Q4_KExactTraits::kPanelVecs * int64_t{sizeof(__m512i)}, 8);
 }
 void Avx512MatmulQ6_K(const MatmulArgs& a, int64_t rb, int64_t re) {
   MatmulQuantized<Avx512Vec, Q6_KTraits, 8, 2, 4>(a, rb, re);

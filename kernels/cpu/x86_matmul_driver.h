@@ -152,6 +152,15 @@ void PanelTiles(const MatmulArgs& a, int64_t rb, int64_t re, int64_t g0, int64_t
   }
 }
 
+// Groups per slice of k: as many as kGemmToks tokens' panel vectors fit the panel. The
+// slices do not depend on n_tok: each slice's sums are added to y, so slicing decides the
+// order in which a (row, token)'s groups are summed, and a token must get the same bits in
+// any batch. A kernel that replaces this driver for some batches sums in the same slices.
+inline int64_t SliceGroups(int64_t n_groups, int64_t group_vec_bytes, int64_t gemm_toks) {
+  return std::max<int64_t>(
+      1, std::min<int64_t>(n_groups, MatmulPanelBytes() / (group_vec_bytes * gemm_toks)));
+}
+
 // Rows [rb, re) of y = W x for every token. Groups of the row: n_full complete ones plus a
 // partial one of `tail_bytes` weight bytes (32-value formats when k / 32 is not a multiple
 // of the group's blocks).
@@ -164,11 +173,7 @@ void MatmulQuantized(const MatmulArgs& a, int64_t rb, int64_t re) {
   const int64_t group_vec_bytes = Tr::kPanelVecs * int64_t{sizeof(I)};
   const int64_t kPanelBytes = MatmulPanelBytes();
   I* const panel = static_cast<I*>(ThreadMatmulPanel());
-  // Slice k so that kGemmToks tokens fit in the panel. The slices do not depend on n_tok:
-  // each slice's sums are added to y, so slicing decides the order in which a (row,
-  // token)'s groups are summed, and a token must get the same bits in any batch.
-  const int64_t slice_groups = std::max<int64_t>(
-      1, std::min<int64_t>(n_groups, kPanelBytes / (group_vec_bytes * kGemmToks)));
+  const int64_t slice_groups = SliceGroups(n_groups, group_vec_bytes, kGemmToks);
   for (int64_t g0 = 0; g0 < n_groups; g0 += slice_groups) {
     const int64_t g1 = std::min(n_groups, g0 + slice_groups);
     const bool last_slice = g1 == n_groups;
