@@ -465,19 +465,22 @@ TEST(Matmul, UnsupportedTypeOrPartialBlockGivesNaNRows) {
 // The engine's workers call Matmul at the same time on disjoint row ranges; each call's
 // activation panel is its own thread's.
 TEST(Matmul, ConcurrentCallsOnDisjointRowsMatchOneCall) {
-  const int64_t rows = 96, k = 576, n_tok = 5;
-  for (testing::Variant v : testing::AllVariants()) {
-    testing::ScopedVariant scoped(v);
-    Weights w = MakeWeights(DType::kQ4_1, rows, k, 31);
-    Activations x = MakeActivations(DType::kQ4_1, n_tok, k, 32);
-    std::vector<float> one(rows * n_tok), split(rows * n_tok);
-    Matmul(Args(w, x, one.data(), rows), 0, rows);
-    std::vector<std::thread> threads;
-    for (int64_t r0 = 0; r0 < rows; r0 += 32) {
-      threads.emplace_back([&, r0] { Matmul(Args(w, x, split.data(), rows), r0, r0 + 32); });
+  // Q4_K at 9 tokens takes AVX-512's rows-in-lanes kernel and its per-thread accumulators.
+  for (DType t : {DType::kQ4_1, DType::kQ4_K}) {
+    const int64_t rows = 96, k = t == DType::kQ4_K ? 768 : 576, n_tok = t == DType::kQ4_K ? 9 : 5;
+    for (testing::Variant v : testing::AllVariants()) {
+      testing::ScopedVariant scoped(v);
+      Weights w = MakeWeights(t, rows, k, 31);
+      Activations x = MakeActivations(t, n_tok, k, 32);
+      std::vector<float> one(rows * n_tok), split(rows * n_tok);
+      Matmul(Args(w, x, one.data(), rows), 0, rows);
+      std::vector<std::thread> threads;
+      for (int64_t r0 = 0; r0 < rows; r0 += 32) {
+        threads.emplace_back([&, r0] { Matmul(Args(w, x, split.data(), rows), r0, r0 + 32); });
+      }
+      for (std::thread& th : threads) th.join();
+      EXPECT_EQ(one, split) << TypeName(t) << " " << v->variant;
     }
-    for (std::thread& t : threads) t.join();
-    EXPECT_EQ(one, split) << v->variant;
   }
 }
 
