@@ -111,28 +111,14 @@ STRATA_INLINE __m512i SubBlockSums(const BlockQ8_K& b) {
   return _mm512_castps_si512(_mm512_mul_ps(sums, _mm512_set1_ps(b.d)));
 }
 
-struct Q4_KTraits {
-  static constexpr int kGroupElems = 256, kBlockElems = 256;
-  static constexpr int kGroupBytes = sizeof(BlockQ4_K), kActBlockBytes = sizeof(BlockQ8_K);
-  static constexpr int kPanelVecs = 6;
+// What Q5_K and Q2_K share with Q4_K's layout: the decoded weights (code and scale vectors,
+// d, the mins' floats), the paired activation panel and the dot that adds the mins as
+// floats. Q4_K itself sums exactly (Q4_KExactTraits) to match its rows-in-lanes kernel.
+struct Q4KLayout {
   struct W {
     __m512i code[4], scale[4];
     __m512 d, min_f;  // min_f: MinTerms
   };
-  template <bool kTail>
-  STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
-    const BlockQ4_K& b = *reinterpret_cast<const BlockQ4_K*>(p);
-    const __m128i sm = Q4KScalesMins(b.scales);
-    Q4KScaleVectors(sm, w.scale);
-    w.min_f = MinTerms8(_mm_srli_si128(sm, 8), b.dmin);
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i q0 = _mm512_loadu_si512(b.qs), q1 = _mm512_loadu_si512(b.qs + 64);
-    w.code[0] = _mm512_and_si512(q0, m4);
-    w.code[1] = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
-    w.code[2] = _mm512_and_si512(q1, m4);
-    w.code[3] = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
-    w.d = BroadcastF16(b.d);
-  }
   template <bool kTail>
   STRATA_INLINE static void Prep(const uint8_t* x, int64_t, __m512i* out) {
     const BlockQ8_K& b = *reinterpret_cast<const BlockQ8_K*>(x);
@@ -231,7 +217,7 @@ struct Q5_KTraits {
   static constexpr int kGroupElems = 256, kBlockElems = 256;
   static constexpr int kGroupBytes = sizeof(BlockQ5_K), kActBlockBytes = sizeof(BlockQ8_K);
   static constexpr int kPanelVecs = 6;
-  using W = Q4_KTraits::W;
+  using W = Q4KLayout::W;
   STRATA_INLINE static __m512i Rotations(int lo, int hi) {
     return _mm512_set_epi32(hi, hi, hi, hi, hi, hi, hi, hi, lo, lo, lo, lo, lo, lo, lo, lo);
   }
@@ -255,10 +241,10 @@ struct Q5_KTraits {
   }
   template <bool kTail>
   STRATA_INLINE static void Prep(const uint8_t* x, int64_t valid, __m512i* out) {
-    Q4_KTraits::Prep<kTail>(x, valid, out);
+    Q4KLayout::Prep<kTail>(x, valid, out);
   }
   STRATA_INLINE static __m512 Dot(const W& w, const __m512i* x, __m512 acc) {
-    return Q4_KTraits::Dot(w, x, acc);
+    return Q4KLayout::Dot(w, x, acc);
   }
 };
 
@@ -334,7 +320,7 @@ struct Q2_KTraits {
   static constexpr int kGroupElems = 256, kBlockElems = 256;
   static constexpr int kGroupBytes = sizeof(BlockQ2_K), kActBlockBytes = sizeof(BlockQ8_K);
   static constexpr int kPanelVecs = 6;
-  using W = Q4_KTraits::W;
+  using W = Q4KLayout::W;
   template <bool kTail>
   STRATA_INLINE static void Decode(const uint8_t* p, int64_t, W& w) {
     const BlockQ2_K& b = *reinterpret_cast<const BlockQ2_K*>(p);
@@ -352,7 +338,7 @@ struct Q2_KTraits {
     out[4] = SubBlockSums<false>(*reinterpret_cast<const BlockQ8_K*>(x));
   }
   STRATA_INLINE static __m512 Dot(const W& w, const __m512i* x, __m512 acc) {
-    return Q4_KTraits::Dot(w, x, acc);
+    return Q4KLayout::Dot(w, x, acc);
   }
 };
 
