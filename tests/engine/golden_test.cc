@@ -10,6 +10,7 @@
 
 #include "runtime/engine/engine.h"
 #include "tests/testing/test_model.h"
+#include "tests/testing/window_perplexity.h"
 
 namespace strata {
 namespace {
@@ -149,19 +150,8 @@ TEST_F(GoldenTest, PerplexityWithinOnePercentOfLlamaCpp) {
   double nll_all = 0, want_log = 0;
   for (int w = 0; w < n_windows; ++w) {
     const int32_t* tok = tokens.data() + size_t(w) * window;
-    SeqId seq;
-    ASSERT_TRUE(engine_->NewSequence(&seq).ok());
-    std::vector<float> logits;
-    ASSERT_TRUE(engine_->Prefill(seq, {tok, size_t(window)}, &logits, true).ok());
-    ASSERT_TRUE(engine_->RemoveSequence(seq).ok());
     double nll = 0;
-    for (int i = 0; i + 1 < window; ++i) {
-      const float* row = logits.data() + size_t(i) * V;
-      const float mx = *std::max_element(row, row + V);
-      double z = 0;
-      for (size_t v = 0; v < V; ++v) z += std::exp(double(row[v] - mx));
-      nll -= double(row[tok[i + 1]] - mx) - std::log(z);
-    }
+    ASSERT_TRUE(testing::WindowNll(*engine_, {tok, size_t(window)}, V, &nll));
     const double ppl = std::exp(nll / (window - 1));
     EXPECT_NEAR(ppl / want[w], 1.0, 0.01) << "window " << w;
     nll_all += nll;

@@ -1,30 +1,34 @@
 // The engine on GGUF files made by llama.cpp's llama-quantize (Q4_K_M, Q5_K_M, Q3_K_M,
 // Q2_K, IQ4_XS, ...), which mix Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS tensors with
-// today's types. CI cannot run llama-quantize, so the files come from outside:
+// today's types. The files are llama.cpp's own output, not Strata's writer's:
 //
-//   STRATA_TEST_QUANT_DIR=/path/to/dir  (every *.gguf in it is tested)
+//   STRATA_TEST_QUANT_DIR=$(scripts/make_quant_files.sh)  (every *.gguf in it is tested)
 //
-// and the test skips, saying so, when the variable is unset. With it set, the default model
-// (tests/testing/test_model.h) is the reference and must be present. For each file and
+// scripts/test.sh (CI) sets it; the tests skip, saying so, when it is unset. The default
+// model (tests/testing/test_model.h) is the reference and must be present. For each file and
 // every ISA this machine runs: all logits are finite, a counting prompt continues with "6",
 // a short text's perplexity is far from chance (and printed beside the reference model's),
-// and the ISAs agree with each other. docs/experiments/cpu-weight-types.md says how the files were
-// made; the kernels' exactness is the business of tests/kernels, this is the smoke test
-// that whole files load and run.
+// and the ISAs agree with each other. The Q4_K_M and Q5_K_M files' perplexity on
+// tinyshakespeare must be within 1% of llama.cpp's on the same bytes
+// (tests/fixtures/perplexity_quant_files.json). The kernels' exactness is the business of
+// tests/kernels; these check that whole files load and run as llama.cpp runs them.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "kernels/kernels.h"
 #include "runtime/engine/engine.h"
 #include "tests/testing/test_model.h"
+#include "tests/testing/window_perplexity.h"
 
 namespace strata {
 namespace {
@@ -100,12 +104,18 @@ float Top5Difference(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
-TEST(QuantFiles, LlamaCppMixesLoadAndRunSanely) {
+// $STRATA_TEST_QUANT_DIR, or null when it is unset.
+const char* QuantDir() {
   const char* dir = std::getenv("STRATA_TEST_QUANT_DIR");
-  if (dir == nullptr || *dir == '\0') {
-    GTEST_SKIP() << "STRATA_TEST_QUANT_DIR is not set: point it at a directory of GGUF files "
-                    "made with llama-quantize (see docs/experiments/cpu-weight-types.md)";
-  }
+  return dir != nullptr && *dir != '\0' ? dir : nullptr;
+}
+constexpr char kNoQuantDir[] =
+    "STRATA_TEST_QUANT_DIR is not set: point it at a directory of GGUF files made with "
+    "llama-quantize, as scripts/make_quant_files.sh prints";
+
+TEST(QuantFiles, LlamaCppMixesLoadAndRunSanely) {
+  const char* dir = QuantDir();
+  if (dir == nullptr) GTEST_SKIP() << kNoQuantDir;
   std::vector<std::string> files;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     if (e.is_regular_file() && e.path().extension() == ".gguf") files.push_back(e.path().string());
@@ -161,6 +171,92 @@ TEST(QuantFiles, LlamaCppMixesLoadAndRunSanely) {
   std::string seen;
   for (const auto& [name, n] : types_seen) seen += " " + name + " x" + std::to_string(n);
   std::printf("[ QuantFiles ] %zu files; tensor types:%s\n", files.size(), seen.c_str());
+}
+
+// The checksum of tests/golden/make_quant_files_golden.py: the sum and the xor of the file's
+// little-endian 64-bit words, the last one zero-padded, as 16 hex digits each.
+struct FileSum {
+  uint64_t bytes = 0, sum = 0, x = 0;
+};
+bool Checksum(const std::string& path, FileSum* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::vector<char> buf(1 << 20);
+  *out = {};
+  while (in) {
+    in.read(buf.data(), std::streamsize(buf.size()));
+    const size_t n = size_t(in.gcount());
+    out->bytes += n;
+    for (size_t i = 0; i < n; i += 8) {
+      uint64_t w = 0;
+      for (size_t b = 0; b < 8 && i + b < n; ++b) w |= uint64_t(uint8_t(buf[i + b])) << (8 * b);
+      out->sum += w;
+      out->x ^= w;
+    }
+  }
+  return true;
+}
+std::string Hex(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+nlohmann::json LoadFixture(const std::string& name) {
+  std::ifstream in(testing::SourceDir() + "/tests/fixtures/" + name);
+  EXPECT_TRUE(in.good()) << "missing fixture " << name;
+  return nlohmann::json::parse(in);
+}
+
+TEST(QuantFiles, PerplexityWithinOnePercentOfLlamaCppOnTheSameFile) {
+  const char* dir = QuantDir();
+  if (dir == nullptr) GTEST_SKIP() << kNoQuantDir;
+  const nlohmann::json fx = LoadFixture("perplexity_quant_files.json");
+  const nlohmann::json text = LoadFixture(fx["source"].get<std::string>());
+  const std::vector<int32_t> tokens = text["tokens"];
+  const int window = fx["window"], n_windows = fx["windows"];
+  ASSERT_GE(tokens.size(), size_t(window) * size_t(n_windows));
+  ASSERT_FALSE(fx["files"].empty());
+  for (const auto& [name, want] : fx["files"].items()) {
+    SCOPED_TRACE(name);
+    const std::string path = std::string(dir) + "/" + name;
+    FileSum got;
+    ASSERT_TRUE(Checksum(path, &got))
+        << "cannot read " << path << " (scripts/make_quant_files.sh writes it)";
+    // llama.cpp's figures hold for these bytes only: another llama-quantize may round
+    // differently, and the comparison would be between two files.
+    ASSERT_TRUE(got.bytes == want["bytes"].get<uint64_t>() && Hex(got.sum) == want["word_sum"] &&
+                Hex(got.x) == want["word_xor"])
+        << path << " is not the file llama.cpp's perplexity was computed on (" << got.bytes
+        << " bytes, sum " << Hex(got.sum) << ", xor " << Hex(got.x) << " against " << want.dump()
+        << "): rerun tests/golden/make_quant_files_golden.py on it";
+    std::unique_ptr<Model> model;
+    Status s = Model::Load(path, &model);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EngineOptions o;
+    o.n_threads = 2;
+    o.n_ctx = window;
+    o.max_sequences = 1;
+    std::unique_ptr<Engine> engine;
+    s = Engine::Create(*model, o, &engine);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    const std::vector<double> ref = want["window_perplexity"];
+    ASSERT_EQ(ref.size(), size_t(n_windows));
+    const size_t V = size_t(model->hparams().n_vocab);
+    double nll = 0, ref_log = 0;
+    for (int w = 0; w < n_windows; ++w) {
+      double window_nll = 0;
+      ASSERT_TRUE(testing::WindowNll(*engine, {tokens.data() + size_t(w) * window, size_t(window)},
+                                     V, &window_nll));
+      nll += window_nll;
+      ref_log += std::log(ref[size_t(w)]) * (window - 1);
+    }
+    const double scored = double(n_windows) * (window - 1);
+    const double ppl = std::exp(nll / scored), want_ppl = std::exp(ref_log / scored);
+    std::printf("[ QuantFiles ] %s: perplexity over %d windows of %d tokens %.4f, llama.cpp %.4f\n",
+                name.c_str(), n_windows, window, ppl, want_ppl);
+    EXPECT_NEAR(ppl / want_ppl, 1.0, 0.01);
+  }
 }
 
 }  // namespace
