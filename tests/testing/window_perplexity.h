@@ -21,8 +21,9 @@ inline ::testing::AssertionResult WindowNll(Engine& engine, std::span<const int3
                                             size_t n_vocab, double* nll) {
   SeqId seq;
   Status s = engine.NewSequence(&seq);
+  if (!s.ok()) return ::testing::AssertionFailure() << s.ToString();
   std::vector<float> logits;
-  if (s.ok()) s = engine.Prefill(seq, tok, &logits, true);
+  s = engine.Prefill(seq, tok, &logits, true);
   if (Status r = engine.RemoveSequence(seq); s.ok()) s = r;
   if (!s.ok()) return ::testing::AssertionFailure() << s.ToString();
   *nll = 0;
