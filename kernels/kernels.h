@@ -60,6 +60,14 @@ struct MatmulArgs {
 // the activation rows in place. Concurrent calls on disjoint row ranges (or different y) are safe,
 // and a token's outputs are the same bits in any batch.
 constexpr int64_t kMatmulRowAlign = 16;
+// How far ahead of its reads a single-token matmul (decode) on x86 asks for weight bytes
+// with software prefetches. Decode streams every weight once from DRAM; the hardware
+// prefetchers stop at each 4 KiB page and keep too few lines in flight for one core to
+// reach the memory's rate while it also decodes and multiplies, so reads and arithmetic
+// took turns. A page and a half ahead keeps the next pages' lines arriving across page
+// boundaries: nearer leaves stalls at each page, much farther evicts lines from L1 before
+// they are used (docs/experiments/cpu-real-sizes.md has the sweep).
+constexpr int64_t kMatmulPrefetchBytes = 6144;
 void Matmul(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
 
 // Dequantizes n values (one row of a tensor of type t) to floats, e.g. an embedding row.

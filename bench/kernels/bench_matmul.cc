@@ -33,12 +33,14 @@ const Shape kShapes[] = {
     {DType::kQ4_K, 14336, 4096, "l8b.gate_up"},   {DType::kQ6_K, 4096, 14336, "l8b.down"},
 };
 
-// Reads `n` bytes with wide independent accumulators: the ceiling a GEMV can reach.
+// Reads `n` bytes with wide independent accumulators, prefetching as far ahead as the
+// decode kernels do: the ceiling a GEMV can reach.
 uint64_t StreamRead(const uint8_t* p, size_t n) {
   uint64_t a = 0, b = 0, c = 0, d = 0;
   const uint64_t* q = reinterpret_cast<const uint64_t*>(p);
   size_t i = 0;
   for (; i + 8 <= n / 8; i += 8) {
+    __builtin_prefetch(reinterpret_cast<const char*>(q + i) + kMatmulPrefetchBytes);
     a += q[i] ^ q[i + 4];
     b += q[i + 1] ^ q[i + 5];
     c += q[i + 2] ^ q[i + 6];

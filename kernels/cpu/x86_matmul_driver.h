@@ -37,6 +37,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <immintrin.h>
+
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/kernels.h"
 
@@ -78,13 +80,21 @@ STRATA_INLINE void RunTile(const uint8_t* const* rows, const typename V::I* pane
     return;
   }
   // Row by row, group by group: the tile's weights (adjacent rows) are read as one
-  // sequential stream, which the hardware prefetcher follows at full bandwidth, and only
-  // one decoded group is live at a time, leaving the registers to the accumulators.
+  // sequential stream, prefetched ahead in decode, and only one decoded group is live at a
+  // time, leaving the registers to the accumulators.
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     const uint8_t* row = rows[r];
     for (int64_t g = 0; g < n_full; ++g) {
       typename Tr::W w;
+      if constexpr (T == 1) {
+        // Decode: each weight byte is used once, straight from DRAM (kMatmulPrefetchBytes).
+        // A row's stream runs on into the next row of the tile or the thread's range; past
+        // the matrix's end a prefetch is only a hint, it never faults.
+        const char* pf =
+            reinterpret_cast<const char*>(row + g * Tr::kGroupBytes) + kMatmulPrefetchBytes;
+        for (int l = 0; l < Tr::kGroupBytes; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+      }
       Tr::template Decode<false>(row + g * Tr::kGroupBytes, 0, w);
       const typename V::I* x = panel + g * Tr::kPanelVecs;
 #pragma GCC unroll 8
