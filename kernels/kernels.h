@@ -66,7 +66,7 @@ constexpr int64_t kMatmulRowAlign = 16;
 // reach the memory's rate while it also decodes and multiplies, so reads and arithmetic
 // took turns. A page and a half ahead keeps the next pages' lines arriving across page
 // boundaries: nearer leaves stalls at each page, much farther evicts lines from L1 before
-// they are used (docs/experiments/cpu-real-sizes.md has the sweep).
+// they are used (docs/experiments/cpu-kernels.md has the sweep).
 constexpr int64_t kMatmulPrefetchBytes = 6144;
 void Matmul(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
 
