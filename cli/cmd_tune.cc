@@ -100,17 +100,23 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
                        {"requests_per_step", k.requests_per_step},
                        {"bytes_per_step", k.bytes_per_step},
                        {"within_bound", k.within_bound},
-                       {"measured_tokens_per_second", k.measured_tokens_per_second}});
+                       {"measured_tokens_per_second", k.measured_tokens_per_second},
+                       {"anchor_seconds", k.anchor_seconds},
+                       {"anchored_tokens_per_second", k.anchored_tokens_per_second}});
     choices.push_back({{"batch", c.batch},
                        {"context", c.context},
                        {"policy", c.disk ? "disk" : "memory"},
                        {"plan", c.description},
+                       {"settings", c.key},
+                       {"predicted_best", c.predicted_best},
                        {"predicted_tokens_per_second", c.predicted.tokens_per_second},
                        {"predicted_step_seconds", c.predicted.step_seconds},
                        {"predicted_compute_seconds", c.predicted.compute_seconds},
                        {"predicted_select_seconds", c.predicted.select_seconds},
                        {"predicted_read_seconds", c.predicted.read_seconds},
                        {"measured_tokens_per_second", c.measured_tokens_per_second},
+                       {"anchor_seconds", c.anchor_seconds},
+                       {"anchored_tokens_per_second", c.anchored_tokens_per_second},
                        {"default_tokens_per_second", c.default_tokens_per_second},
                        {"ppl_loss", c.ppl_loss},
                        {"ppl_loss_upper", c.ppl_loss_upper},
@@ -139,7 +145,8 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
             {"disk_seconds_per_q8_token", r.compute.disk_seconds_per_q8_token},
             {"disk_seconds_per_scored_row", r.compute.disk_seconds_per_scored_row},
             {"disk_fit_runs", r.compute.disk_fit_runs},
-            {"query_row_seconds", r.compute.query_row_seconds}}},
+            {"query_row_seconds", r.compute.query_row_seconds},
+            {"anchor_seconds", r.compute.anchor_seconds}}},
           {"max_ppl_loss", o.max_ppl_loss},
           {"process_base_bytes", r.process_base_bytes},
           {"choices", choices}};
@@ -240,23 +247,33 @@ Status Tune(TuneFlags& f) {
                     ? c.measured_tokens_per_second / c.default_tokens_per_second
                     : 0.0,
                 c.ppl_loss * 100, c.ppl_loss_upper * 100, c.agreement * 100);
-  // The cost model against every plan that ran: relative error of the step time.
-  std::vector<double> errors;
+  // The cost model against every plan that ran: relative error of the step time, as
+  // predicted from the profile, and with the profile scaled to the machine's speed during
+  // each run (its anchor steps against the profile's).
+  std::vector<std::pair<double, double>> runs, anchored;  // predicted, measured tok/s
+  auto add = [&](double predicted, double at_anchor, double measured) {
+    if (!(measured > 0)) return;
+    runs.push_back({predicted, measured});
+    if (at_anchor > 0) anchored.push_back({at_anchor, measured});
+  };
   for (const TunedChoice& c : report.choices) {
-    if (c.measured_tokens_per_second > 0)
-      errors.push_back(c.predicted.tokens_per_second / c.measured_tokens_per_second - 1);
+    add(c.predicted.tokens_per_second, c.anchored_tokens_per_second, c.measured_tokens_per_second);
     for (const TunedCandidate& k : c.candidates)
-      if (k.measured_tokens_per_second > 0)
-        errors.push_back(k.predicted_tokens_per_second / k.measured_tokens_per_second - 1);
+      if (k.key != c.key)  // the choice, counted above
+        add(k.predicted_tokens_per_second, k.anchored_tokens_per_second,
+            k.measured_tokens_per_second);
   }
-  if (!errors.empty()) {
-    // Step time is batch / tokens per second: its error is measured/predicted speed - 1.
-    std::vector<double> abs_err;
-    for (double e : errors) abs_err.push_back(std::fabs(1.0 / (1.0 + e) - 1.0));
-    std::sort(abs_err.begin(), abs_err.end());
-    std::printf("cost model over %zu runs: step time error median %.1f%%, worst %.1f%%\n",
-                abs_err.size(), 100 * abs_err[abs_err.size() / 2], 100 * abs_err.back());
-  }
+  auto summary = [](const std::vector<std::pair<double, double>>& v, const char* what) {
+    if (v.empty()) return;
+    // Step time is batch / tokens per second: |predicted step / measured step - 1|.
+    std::vector<double> e;
+    for (const auto& [pred, meas] : v) e.push_back(std::fabs(meas / pred - 1.0));
+    std::sort(e.begin(), e.end());
+    std::printf("cost model over %zu runs%s: step time error median %.1f%%, worst %.1f%%\n",
+                e.size(), what, 100 * e[e.size() / 2], 100 * e.back());
+  };
+  summary(runs, "");
+  summary(anchored, " at the machine's speed during each run");
   std::printf("wrote %s\n", f.output.c_str());
   return Status::OK();
 }
@@ -298,6 +315,10 @@ void AddTuneCommand(CLI::App* app) {
   cmd->add_option("--windows", f->options.windows, "quality windows per context");
   cmd->add_option("--scored", f->options.scored, "scored positions per window");
   cmd->add_option("--verify-steps", f->options.verify_steps, "decode steps of each check run");
+  CLI::Option* runners =
+      cmd->add_option("--runners-up", f->options.runners_up,
+                      "besides the plan predicted fastest, run this many of the next ones and "
+                      "keep the measured fastest");
   cmd->add_option("--validate", f->options.validate,
                   "also run up to this many other measured plans per entry, to check the cost "
                   "model (their speed goes in the report)");
@@ -313,14 +334,15 @@ void AddTuneCommand(CLI::App* app) {
                   "where decode speed is measured: cpu, cuda or cuda:N (quality runs on the CPU)");
   cmd->add_flag("--quick", f->options.quick,
                 "shorter device and compute profiles, and unless given --max-candidates 8 "
-                "--max-variants 3");
-  cmd->callback([f, candidates, variants] {
+                "--max-variants 3 --runners-up 1");
+  cmd->callback([f, candidates, variants, runners] {
     // Not fewer windows: the upper loss estimate counts positions as independent, and
     // windows of one text differ by more than that allows (two windows let through a plan
     // that lost more than the bound on unseen text; docs/experiments/tuner.md).
     if (f->options.quick) {
       if (candidates->count() == 0) f->options.max_candidates = 8;
       if (variants->count() == 0) f->options.max_variants = 3;
+      if (runners->count() == 0) f->options.runners_up = 1;
     }
     Status s = Tune(*f);
     if (!s.ok()) ExitCode() = ReportError("tune", s);

@@ -19,16 +19,34 @@ double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Decode steps of `batch` sequences that already hold `context` tokens of random K/V
-// (imported through the policy, as a replayed prefix would be).
+// Decode steps of `batch` sequences that already hold `context` tokens of random K/V, or of
+// a captured text (imported through the policy, as a replayed prefix would be).
 class DecodeTimer {
  public:
+  // With `real` (a capture of at least `context` tokens and the text's tokens), the
+  // sequences replay its prefix and decode the text's next tokens, as the tuner's check runs
+  // do.
   Status Init(const Model& model, int32_t threads, int32_t batch, int32_t context, int32_t steps,
-              const DiskKvOptions* disk, int32_t cuda_device) {
+              const DiskKvOptions* disk, int32_t cuda_device,
+              const ComputeProfileOptions::RealText* real = nullptr) {
     const HParams& hp = model.hparams();
     context_ = context;
     STRATA_RETURN_IF_ERROR(
         CreateRunEngine(model, threads, context + steps + 2, batch, disk, &engine_, cuda_device));
+    seqs_.resize(static_cast<size_t>(batch));
+    if (real && real->capture) {
+      if (!real->tokens || real->capture->n_tokens < context ||
+          real->tokens->size() < size_t(context + steps + 1))
+        return Status::InvalidArgument("decode timer: the capture holds fewer than " +
+                                       std::to_string(context) + " tokens or the text fewer than " +
+                                       std::to_string(context + steps + 1));
+      tokens_ = real->tokens;
+      for (SeqId& s : seqs_) {
+        STRATA_RETURN_IF_ERROR(engine_->NewSequence(&s));
+        STRATA_RETURN_IF_ERROR(ReplayPrefix(engine_->kv(), s, *real->capture, context));
+      }
+      return Status::OK();
+    }
     // Random K/V (attention's cost does not depend on the values), every layer the same,
     // replayed like a captured prefix.
     KvCapture cap;
@@ -43,7 +61,6 @@ class DecodeTimer {
     kernels::F32ToF16Row(one.data(), half.data(), int64_t(one.size()));
     for (int32_t i = 0; i < 2 * hp.n_layer; ++i)
       cap.data.insert(cap.data.end(), half.begin(), half.end());
-    seqs_.resize(static_cast<size_t>(batch));
     for (SeqId& s : seqs_) {
       STRATA_RETURN_IF_ERROR(engine_->NewSequence(&s));
       STRATA_RETURN_IF_ERROR(ReplayPrefix(engine_->kv(), s, cap, context));
@@ -53,9 +70,9 @@ class DecodeTimer {
 
   // One step; the first one warms caches and is what a caller should not count.
   Status Step(double* seconds) {
-    const int32_t token = 1;
+    const int32_t* token = tokens_ ? &(*tokens_)[size_t(context_ + done_)] : &kToken;
     fb_.Clear();
-    for (SeqId s : seqs_) fb_.Add(s, context_ + done_, std::span<const int32_t>(&token, 1));
+    for (SeqId s : seqs_) fb_.Add(s, context_ + done_, std::span<const int32_t>(token, 1));
     const auto t0 = Clock::now();
     STRATA_RETURN_IF_ERROR(engine_->Evaluate(fb_, &logits_));
     *seconds = Since(t0);
@@ -72,7 +89,15 @@ class DecodeTimer {
   std::vector<float> logits_;
   int32_t context_ = 0;
   int32_t done_ = 0;
+  const std::vector<int32_t>* tokens_ = nullptr;  // the real text's, or kToken every step
+  static constexpr int32_t kToken = 1;
 };
+
+// Timed steps of each of the disk policy's fitting runs, at least.
+constexpr int32_t kFitSteps = 32;
+
+// Context of the steps that time the dense part of a decode step (and the anchor step).
+constexpr int32_t kShortContext = 16;
 
 // Fewest timed steps of a compute profile point: steps are milliseconds, and fewer let one
 // stall of a shared machine move a median.
@@ -113,7 +138,10 @@ double Interpolate(const std::vector<int32_t>& xs, const std::vector<double>& ys
 // The disk policy's own constants (see cost_model.h), fitted on real runs of plans that
 // differ in what drives them: every group resident at small and large G (groups, no reads),
 // and budgets of a tenth and a twentieth of the cache (reads, read-through). A plan this
-// model cannot place at this context is left out.
+// model cannot place at this context is left out. Where the caller gives a capture the runs
+// replay real text: real keys decide which groups a step selects, how often it selects them
+// again and what it reads, and random keys select otherwise (a fit on random keys priced
+// Q8_0 plans of small G well below what they then took on text: docs/experiments/tuner.md).
 Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
                         const DiskKvOptions& disk, ComputeProfile* p) {
   const HParams& hp = model.hparams();
@@ -128,19 +156,33 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
     KvRecordType record;
   };
   // Every group resident (groups, no reads), small and large budgets (reads, read-through),
-  // F16 and Q8_0 records, at two contexts: each constant is driven by several runs.
+  // F16 and Q8_0 records, at two contexts: each constant is driven by several runs. The
+  // Q8_0 constant multiplies every attended token, so one run attends a whole long context
+  // of Q8_0 records: without it a plan that keeps most of the cache is priced from runs that
+  // attend a tenth as many.
   const Run runs[] = {
       {short_ctx, 0, 0, KvRecordType::kF16},   {short_ctx, 0, 16, KvRecordType::kF16},
       {short_ctx, 2, 0, KvRecordType::kQ8_0},  {short_ctx, 10, 0, KvRecordType::kAuto},
       {short_ctx, 10, 8, KvRecordType::kQ8_0}, {short_ctx, 20, 16, KvRecordType::kF16},
       {short_ctx, 20, 0, KvRecordType::kAuto}, {long_ctx, 3, 0, KvRecordType::kQ8_0},
       {long_ctx, 10, 0, KvRecordType::kAuto},  {long_ctx, 20, 16, KvRecordType::kF16},
-      {long_ctx, 30, 0, KvRecordType::kAuto}};
+      {long_ctx, 30, 0, KvRecordType::kAuto},  {long_ctx, 0, 0, KvRecordType::kQ8_0}};
   std::vector<std::vector<double>> x;
   std::vector<double> y;
   const DeviceProfile no_device;
   const DeviceProfile& device = o.device ? *o.device : no_device;
-  const int32_t steps = std::max(12, o.steps);
+  // As many steps as a check run takes (TuneOptions::verify_steps) in a full profile: the
+  // constants are small parts of a step, and the median of fewer steps moves by as much as
+  // they add. A shorter profile (fewer steps a point) takes fewer.
+  const int32_t steps = std::max(kMinSteps, std::min(kFitSteps, 4 * o.steps));
+  // A run at context c replays c - steps - 2 tokens and decodes steps + 1 more.
+  if (o.real.capture && (!o.real.tokens || o.real.capture->n_tokens < long_ctx - steps - 2 ||
+                         o.real.tokens->size() < size_t(long_ctx - 1)))
+    return Status::InvalidArgument(
+        "compute profile: the capture for the disk policy's fitting runs holds " +
+        std::to_string(o.real.capture->n_tokens) + " tokens, fewer than the " +
+        std::to_string(long_ctx - steps - 2) + " a run at context " + std::to_string(long_ctx) +
+        " replays");
   for (const Run& r : runs) {
     const int32_t context = r.context;
     const int64_t full = int64_t(hp.n_layer) * context * hp.n_head_kv * hp.head_dim * 2 * 2;
@@ -149,7 +191,10 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
     d.group_size = r.group_size;
     d.record_type = r.record;
     DecodeTimer t;
-    if (!t.Init(model, o.threads, 1, context, steps, &d, o.cuda_device).ok()) continue;
+    // The check runs' conditions where the caller has a capture: real keys decide which
+    // groups a step selects, reads and re-reads, which random ones do not.
+    if (!t.Init(model, o.threads, 1, context - steps - 2, steps, &d, o.cuda_device, &o.real).ok())
+      continue;
     const auto* kv = dynamic_cast<const DiskKv*>(&t.engine().kv());
     if (!kv) continue;
     double sec = 0;
@@ -199,6 +244,22 @@ double ComputeProfile::DenseSeconds(int32_t batch) const {
   return Interpolate(batches, dense_seconds, double(batch));
 }
 
+ComputeProfile ComputeProfile::Scaled(double f) const {
+  ComputeProfile s = *this;
+  for (double& x : s.dense_seconds) x *= f;
+  for (double& x : s.score_seconds_per_row) x *= f;
+  for (double* x :
+       {&s.attention_seconds_per_token, &s.query_seconds, &s.query_row_seconds,
+        &s.disk_overhead_seconds, &s.disk_seconds_per_group, &s.disk_seconds_per_request,
+        &s.disk_seconds_per_q8_token, &s.disk_seconds_per_scored_row, &s.anchor_seconds})
+    *x *= f;
+  return s;
+}
+
+Status AnchorStep(const Model& model, int32_t threads, int32_t cuda_device, double* seconds) {
+  return TimeDecode(model, threads, cuda_device, 1, kShortContext, kMinSteps, nullptr, seconds);
+}
+
 double ComputeProfile::ScoreSecondsPerRow(int32_t rank) const {
   if (ranks.empty()) return 0;
   if (rank <= ranks.front()) return score_seconds_per_row.front() * rank / ranks.front();
@@ -210,7 +271,6 @@ Status ChooseThreads(const Model& model, int32_t cores, int32_t max_batch, int32
                      ThreadsChoice* out) {
   if (cores < 1 || max_batch < 1 || steps < 1)
     return Status::InvalidArgument("threads search: cores, batch and steps must be >= 1");
-  constexpr int32_t kShortContext = 16;
   ThreadsChoice c;
   double best = INFINITY;
   for (int32_t t = cores; t >= 1; t /= 2) {
@@ -238,7 +298,6 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
   const HParams& hp = model.hparams();
   ComputeProfile p;
   p.threads = o.threads;
-  constexpr int32_t kShortContext = 16;
   // Batches, attention, one scoring point per adapter set, the disk policy's run.
   const int64_t units = int64_t(o.batches.size() + adapters.sets.size()) + 1 + (disk ? 1 : 0);
   int64_t done = 0;
@@ -353,6 +412,16 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
       std::swap(p.score_seconds_per_row[j - 1], p.score_seconds_per_row[j]);
     }
   STRATA_RETURN_IF_ERROR(time_batches(false));
+  // The anchor is the batch-1 point, the faster of its two passes, as a check run takes the
+  // faster of the anchors timed before and after it.
+  if (p.batches.front() == 1) {
+    p.anchor_seconds = p.dense_seconds.front();
+  } else {
+    double a = 0, b = 0;
+    STRATA_RETURN_IF_ERROR(AnchorStep(model, o.threads, o.cuda_device, &a));
+    STRATA_RETURN_IF_ERROR(AnchorStep(model, o.threads, o.cuda_device, &b));
+    p.anchor_seconds = std::min(a, b);
+  }
   if (disk) {
     STRATA_RETURN_IF_ERROR(FitDiskConstants(model, o, *disk, &p));
     advance();

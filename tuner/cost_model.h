@@ -38,6 +38,7 @@
 #include "runtime/kv/kv_options.h"
 #include "runtime/model/model.h"
 #include "tuner/device_profile.h"
+#include "tuner/kv_replay.h"
 
 namespace strata {
 
@@ -66,9 +67,16 @@ struct ComputeProfile {
   // does per row that the profile's lone scoring call does not.
   double disk_seconds_per_scored_row = 0;
   int32_t disk_fit_runs = 0;  // real runs these were fitted on
+  // The machine's speed when the profile ran: a batch-1 step at a short context, full KV
+  // (AnchorStep). A check run times the same step beside itself, and the ratio says how
+  // much faster or slower the machine is then than when these constants were measured.
+  double anchor_seconds = 0;
 
   // Interpolated linearly in batch; beyond the largest, extrapolated from the last two.
   double DenseSeconds(int32_t batch) const;
+  // Every compute time above times `factor` (the reads are the device profile's): the
+  // profile of the same machine running `factor` times slower.
+  ComputeProfile Scaled(double factor) const;
   // Linear in rank between measured ranks, proportional beyond them.
   double ScoreSecondsPerRow(int32_t rank) const;
 };
@@ -89,6 +97,12 @@ struct ComputeProfileOptions {
   // The device the disk policy's fitting runs read from (their reads are modelled with it);
   // null: reads are taken as free.
   const DeviceProfile* device = nullptr;
+  // The disk policy's fitting runs replay a prefix of this capture and decode the text's
+  // next tokens, as the tuner's check runs do (both null: random K/V, a repeated token).
+  struct RealText {
+    const KvCapture* capture = nullptr;
+    const std::vector<int32_t>* tokens = nullptr;  // the capture's tokens and those after
+  } real;
   std::function<void(int64_t done, int64_t total)> progress;  // optional
 };
 
@@ -105,6 +119,10 @@ struct ThreadsChoice {
 };
 Status ChooseThreads(const Model& model, int32_t cores, int32_t max_batch, int32_t steps,
                      ThreadsChoice* out);
+
+// The anchor step (ComputeProfile::anchor_seconds): the median of a few batch-1 decode
+// steps with a short context and full KV in memory.
+Status AnchorStep(const Model& model, int32_t threads, int32_t cuda_device, double* seconds);
 
 // disk: where the disk policy's fitting runs keep their store and find the adapters; null
 // leaves the disk policy's constants at 0.

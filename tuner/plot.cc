@@ -155,7 +155,7 @@ std::string TunePlotSvg(const TuneReport& r, double max_ppl_loss) {
       speed.push_back({ms(c.predicted.tokens_per_second), ms(c.measured_tokens_per_second), kChosen,
                        false, where + "chosen: " + c.description});
     for (const TunedCandidate& k : c.candidates)
-      if (k.measured_tokens_per_second > 0)
+      if (k.measured_tokens_per_second > 0 && k.key != c.key)  // the chosen one is above
         speed.push_back({ms(k.predicted_tokens_per_second), ms(k.measured_tokens_per_second),
                          kCheck, false, where + k.key});
   }

@@ -65,7 +65,7 @@ uint64_t FullKvBytes(const HParams& hp, int32_t context) {
 // speed of the median step.
 Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfiler& quality,
                     int32_t batch, int32_t context, const DiskKvOptions* disk,
-                    double* tokens_per_second) {
+                    double* tokens_per_second, double* anchor_seconds = nullptr) {
   const std::vector<int32_t>& tokens = quality.tokens();
   const int32_t steps = std::max(1, o.verify_steps);
   const int32_t prefix = context - steps - 2;
@@ -73,6 +73,10 @@ Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfi
     return Status::InvalidArgument("tune: a context of " + std::to_string(context) +
                                    " tokens leaves no prefix before " + std::to_string(steps) +
                                    " timed steps");
+  // The anchor step before and after the run, the faster kept (as the profile keeps the
+  // faster of two passes): how fast the machine is while the run runs.
+  double before = 0;
+  if (anchor_seconds) STRATA_RETURN_IF_ERROR(AnchorStep(model, o.threads, o.cuda_device, &before));
   KvCapture cap;
   STRATA_RETURN_IF_ERROR(quality.Capture(context, 0, &cap));
   std::unique_ptr<Engine> e;
@@ -99,7 +103,26 @@ Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfi
   std::sort(times.begin(), times.end());
   const double step = times[times.size() / 2];
   *tokens_per_second = step > 0 ? double(batch) / step : 0;
+  if (anchor_seconds) {
+    e.reset();
+    double after = 0;
+    STRATA_RETURN_IF_ERROR(AnchorStep(model, o.threads, o.cuda_device, &after));
+    *anchor_seconds = std::min(before, after);
+  }
   return Status::OK();
+}
+
+// The prediction of a check run again, with the compute profile scaled by the machine's
+// speed during the run against during the profile (the anchor steps'). On a shared machine
+// whose speed drifts between the profile and the checks, this separates the cost model's
+// own error from the drift.
+double AnchoredTokensPerSecond(const TuneReport& report, int32_t batch, int32_t context, bool disk,
+                               const DiskStepShape& shape, double anchor_seconds) {
+  if (!(anchor_seconds > 0) || !(report.compute.anchor_seconds > 0)) return 0;
+  const ComputeProfile scaled =
+      report.compute.Scaled(anchor_seconds / report.compute.anchor_seconds);
+  return disk ? PredictDiskStep(report.device, scaled, shape).tokens_per_second
+              : PredictMemoryStep(scaled, batch, context).tokens_per_second;
 }
 
 std::string Format(const char* fmt, double a, double b = 0, double c = 0) {
@@ -240,6 +263,7 @@ struct Search {
     }
     struct Measured {
       StepPrediction predicted;
+      DiskStepShape shape;
       QualitySummary quality;
     };
     std::vector<std::vector<Measured>> measured(plans.size());
@@ -257,10 +281,10 @@ struct Search {
       STRATA_RETURN_IF_ERROR(quality.Measure(fast, c.key, context, &q, &ran));
       ++choice->quality_runs;
       if (progress) progress(choice->quality_runs);
-      const StepPrediction p = PredictDiskStep(
-          report.device, report.compute,
+      const DiskStepShape shape =
           ShapeOfPlan(c.plan, c.options, batch, context, hp.n_layer, q.requests_per_step(),
-                      q.bytes_per_step(), q.attended_groups_per_step()));
+                      q.bytes_per_step(), q.attended_groups_per_step());
+      const StepPrediction p = PredictDiskStep(report.device, report.compute, shape);
       say(Format("  budget %.0f KiB, sigma %.0f, ", double(c.options.budget_bytes >> 10),
                  c.options.ratio) +
           Format("G %.0f, ", c.options.group_size) + KvRecordTypeName(c.options.record_type) +
@@ -274,7 +298,7 @@ struct Search {
         closest_loss = q.ppl_loss_upper();
         closest = c.key;
       }
-      measured[bi][pi] = {p, q};
+      measured[bi][pi] = {p, shape, q};
       out->within_bound = q.ppl_loss_upper() <= o.max_ppl_loss;
       out->predicted_tokens_per_second = p.tokens_per_second;
       TunedCandidate tc;
@@ -287,6 +311,8 @@ struct Search {
       tc.requests_per_step = q.requests_per_step();
       tc.bytes_per_step = q.bytes_per_step();
       tc.within_bound = out->within_bound;
+      tc.shape = shape;
+      tc.description = c.plan.Describe();
       choice->candidates.push_back(std::move(tc));
       return Status::OK();
     };
@@ -305,6 +331,7 @@ struct Search {
       const Candidate& best = plans[size_t(solved.budget)][size_t(solved.plan)];
       const Measured& m = measured[size_t(solved.budget)][size_t(solved.plan)];
       choice->predicted = m.predicted;
+      choice->shape = m.shape;
       choice->disk_options = best.options;
       choice->description = best.plan.Describe();
       choice->key = best.key;
@@ -462,10 +489,18 @@ Status Tune(const Model& model, const TuneOptions& options,
   cpo.fit_long_context = *std::max_element(o.contexts.begin(), o.contexts.end());
   if (cpo.fit_long_context == cpo.fit_short_context)
     cpo.fit_short_context = std::max(256, cpo.fit_long_context / 4);
-  DiskKvOptions overhead_run;
-  overhead_run.dir = o.kv_dir;
-  overhead_run.adapters = adapters_path;
-  STRATA_RETURN_IF_ERROR(ProfileCompute(model, adapters, cpo, &overhead_run, &report.compute));
+  // The fitting runs replay the text's capture, as the check runs do (window 0, shared by
+  // every context: windows start a longest context apart).
+  {
+    KvCapture fit_capture;  // held only while the profile runs
+    STRATA_RETURN_IF_ERROR(quality->Capture(cpo.fit_long_context, 0, &fit_capture));
+    cpo.real.capture = &fit_capture;
+    cpo.real.tokens = &quality->tokens();
+    DiskKvOptions overhead_run;
+    overhead_run.dir = o.kv_dir;
+    overhead_run.adapters = adapters_path;
+    STRATA_RETURN_IF_ERROR(ProfileCompute(model, adapters, cpo, &overhead_run, &report.compute));
+  }
   for (size_t i = 0; i < report.compute.batches.size(); ++i)
     say(Format("  decode step at batch %.0f: %.2f ms", report.compute.batches[i],
                report.compute.dense_seconds[i] * 1e3));
@@ -498,8 +533,8 @@ Status Tune(const Model& model, const TuneOptions& options,
     for (int32_t batch : o.batches) {
       say("batch " + std::to_string(batch) + ", context " + std::to_string(context) + ":");
       TunedChoice choice;
-      // Check runs: the choice, the defaults beside it, and the --validate plans.
-      const int64_t checks = 2 + std::max(0, o.validate);
+      // Check runs: the choice, its runners-up, the defaults beside it, the --validate plans.
+      const int64_t checks = 2 + std::max(0, o.runners_up) + std::max(0, o.validate);
       const int64_t units = std::max(1, o.max_candidates) + std::max(0, o.max_variants) + checks;
       const std::function<void(int64_t, int64_t)> advance =
           phase("batch " + std::to_string(batch) + ", context " + std::to_string(context));
@@ -507,45 +542,126 @@ Status Tune(const Model& model, const TuneOptions& options,
         if (advance) advance(runs, units);
       };
       STRATA_RETURN_IF_ERROR(search.Entry(batch, context, memory, &choice));
-      if (advance) advance(units - checks, units);
-      STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, *quality, batch, context,
-                                          choice.disk ? &choice.disk_options : nullptr,
-                                          &choice.measured_tokens_per_second));
+      int64_t done = units - checks;
+      auto tick = [&] {
+        if (advance) advance(++done, units);
+      };
+      if (advance) advance(done, units);
+      STRATA_RETURN_IF_ERROR(MeasureSpeed(
+          model, o, *quality, batch, context, choice.disk ? &choice.disk_options : nullptr,
+          &choice.measured_tokens_per_second, &choice.anchor_seconds));
+      choice.anchored_tokens_per_second = AnchoredTokensPerSecond(
+          report, batch, context, choice.disk, choice.shape, choice.anchor_seconds);
       say(std::string("  chose the ") + (choice.disk ? "disk" : "memory") + " policy: " +
           Format("%.1f tok/s predicted, %.1f measured", choice.predicted.tokens_per_second,
-                 choice.measured_tokens_per_second));
-      if (advance) advance(units - checks + 1, units);
+                 choice.measured_tokens_per_second) +
+          Format(" (anchor step %.2f ms, %.1f predicted at that speed)",
+                 choice.anchor_seconds * 1e3, choice.anchored_tokens_per_second));
+      tick();
       // The runtime's defaults at the same memory, measured beside the choice: full KV where
       // it fits what a sequence has, else the disk policy with that budget and every
       // setting left to its own rules.
+      const bool full_fits = FullKvBytes(model.hparams(), context) <= memory / uint64_t(batch);
+      double defaults_anchor = 0;
       {
-        const uint64_t per_seq = memory / uint64_t(batch);
         DiskKvOptions d;
         d.dir = o.kv_dir;
         d.adapters = adapters_path;
         d.emulate_emmc = o.emulate_emmc;
-        d.budget_bytes = int64_t(per_seq);
-        const bool full = FullKvBytes(model.hparams(), context) <= per_seq;
-        STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, *quality, batch, context, full ? nullptr : &d,
-                                            &choice.default_tokens_per_second));
-        say(Format("  the runtime's defaults at the same memory: %.1f tok/s measured (tuned %.2fx)",
-                   choice.default_tokens_per_second,
+        d.budget_bytes = int64_t(memory / uint64_t(batch));
+        STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, *quality, batch, context,
+                                            full_fits ? nullptr : &d,
+                                            &choice.default_tokens_per_second, &defaults_anchor));
+        say(Format("  the runtime's defaults at the same memory: %.1f tok/s measured",
+                   choice.default_tokens_per_second));
+      }
+      tick();
+      // The runners-up by prediction, within the bound, and full KV where it fits (exact: the
+      // defaults' run above); the measured fastest is the choice.
+      {
+        std::vector<TunedCandidate*> next;
+        for (TunedCandidate& k : choice.candidates)
+          if (k.within_bound && k.key != choice.key) next.push_back(&k);
+        std::stable_sort(next.begin(), next.end(),
+                         [](const TunedCandidate* a, const TunedCandidate* b) {
+                           return a->predicted_tokens_per_second > b->predicted_tokens_per_second;
+                         });
+        next.resize(std::min(next.size(), size_t(std::max(0, o.runners_up))));
+        TunedCandidate* faster = nullptr;
+        for (TunedCandidate* k : next) {
+          STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, *quality, batch, context, &k->options,
+                                              &k->measured_tokens_per_second, &k->anchor_seconds));
+          k->anchored_tokens_per_second =
+              AnchoredTokensPerSecond(report, batch, context, true, k->shape, k->anchor_seconds);
+          say(Format("  runner-up: %.1f tok/s predicted, %.1f measured (",
+                     k->predicted_tokens_per_second, k->measured_tokens_per_second) +
+              k->key + ")");
+          tick();
+          const double best =
+              faster ? faster->measured_tokens_per_second : choice.measured_tokens_per_second;
+          if (k->measured_tokens_per_second > best) faster = k;
+        }
+        const double best_disk =
+            faster ? faster->measured_tokens_per_second : choice.measured_tokens_per_second;
+        const bool to_full = choice.disk && full_fits && o.runners_up > 0 &&
+                             choice.default_tokens_per_second > best_disk;
+        if (faster || to_full) {
+          // The plan predicted fastest keeps its measurement among the candidates.
+          for (TunedCandidate& k : choice.candidates)
+            if (k.key == choice.key) {
+              k.measured_tokens_per_second = choice.measured_tokens_per_second;
+              k.anchor_seconds = choice.anchor_seconds;
+              k.anchored_tokens_per_second = choice.anchored_tokens_per_second;
+            }
+          choice.predicted_best = choice.key;
+        }
+        if (to_full) {
+          choice.disk = false;
+          choice.disk_options = DiskKvOptions();
+          choice.description = "full KV in memory";
+          choice.key = "memory";
+          choice.shape = DiskStepShape();
+          choice.predicted = PredictMemoryStep(report.compute, batch, context);
+          choice.measured_tokens_per_second = choice.default_tokens_per_second;
+          choice.anchor_seconds = defaults_anchor;
+          choice.anchored_tokens_per_second =
+              AnchoredTokensPerSecond(report, batch, context, false, choice.shape, defaults_anchor);
+          choice.ppl_loss = choice.ppl_loss_upper = 0;
+          choice.agreement = 1;
+          say("  chose full KV in memory, which measured fastest");
+        } else if (faster) {
+          choice.disk = true;
+          choice.disk_options = faster->options;
+          choice.description = faster->description;
+          choice.key = faster->key;
+          choice.shape = faster->shape;
+          choice.predicted = PredictDiskStep(report.device, report.compute, faster->shape);
+          choice.measured_tokens_per_second = faster->measured_tokens_per_second;
+          choice.anchor_seconds = faster->anchor_seconds;
+          choice.anchored_tokens_per_second = faster->anchored_tokens_per_second;
+          choice.ppl_loss = faster->ppl_loss;
+          choice.ppl_loss_upper = faster->ppl_loss_upper;
+          choice.agreement = faster->agreement;
+          say("  chose the runner-up that measured fastest: " + faster->key);
+        }
+        say(Format("  tuned %.2fx the runtime's defaults",
                    choice.default_tokens_per_second > 0
                        ? choice.measured_tokens_per_second / choice.default_tokens_per_second
                        : 0));
       }
-      if (advance) advance(units - checks + 2, units);
       int32_t checked = 0;
       for (TunedCandidate& k : choice.candidates) {
         if (checked >= o.validate) break;
-        if (k.key == choice.key) continue;
+        if (k.key == choice.key || k.measured_tokens_per_second > 0) continue;
         STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, *quality, batch, context, &k.options,
-                                            &k.measured_tokens_per_second));
+                                            &k.measured_tokens_per_second, &k.anchor_seconds));
+        k.anchored_tokens_per_second =
+            AnchoredTokensPerSecond(report, batch, context, true, k.shape, k.anchor_seconds);
         ++checked;
-        if (advance) advance(units - checks + 2 + checked, units);
-        say(Format("  check: %.1f tok/s predicted, %.1f measured (", k.predicted_tokens_per_second,
+        tick();
+        say(Format("  check: %.1f tok/s predicted, %.1f measured, ", k.predicted_tokens_per_second,
                    k.measured_tokens_per_second) +
-            k.key + ")");
+            Format("%.1f at the anchor's speed (", k.anchored_tokens_per_second) + k.key + ")");
       }
       report.choices.push_back(std::move(choice));
     }

@@ -62,6 +62,10 @@ struct TuneOptions {
   // Besides the chosen plan, run up to this many other measured plans per entry and record
   // their speed beside the prediction: a check of the cost model on plans it did not pick.
   int32_t validate = 0;
+  // Besides the plan predicted fastest, run this many of the next ones by prediction (within
+  // the bound) and keep whichever measured fastest: the prediction of the plan picked out of
+  // many is the one most likely to be too high (its errors are what made it stand out).
+  int32_t runners_up = 2;
   int32_t max_candidates = 16;  // quality runs per (batch, context) at most, variants aside
   // Quality runs of plans that re-select fewer groups a step than another measured plan
   // (kv.groups_per_step below C + T), per (batch, context), at most.
@@ -83,7 +87,13 @@ struct TunedCandidate {
   double ppl_loss_upper = 0;  // what --max-ppl-loss is held to (QualitySummary::ppl_loss_upper)
   double requests_per_step = 0, bytes_per_step = 0;
   bool within_bound = false;
+  std::string description;                // the plan
+  DiskStepShape shape;                    // what the prediction priced
   double measured_tokens_per_second = 0;  // 0: not run (see TuneOptions::validate)
+  // The anchor step timed beside the check run (ComputeProfile::anchor_seconds), and the
+  // prediction again with the compute profile scaled to the machine's speed then.
+  double anchor_seconds = 0;
+  double anchored_tokens_per_second = 0;
 };
 
 struct TunedChoice {
@@ -93,7 +103,12 @@ struct TunedChoice {
   std::string description;     // the plan, or "full KV in memory"
   std::string key;             // the chosen candidate's settings key ("memory" for full KV)
   StepPrediction predicted;
+  DiskStepShape shape;  // of the disk plan: what the prediction priced
+  // The plan predicted fastest, when a runner-up measured faster and was chosen instead
+  // (TuneOptions::runners_up); empty otherwise.
+  std::string predicted_best;
   double measured_tokens_per_second = 0;
+  double anchor_seconds = 0, anchored_tokens_per_second = 0;  // as TunedCandidate's
   // The runtime's defaults at the same memory (full KV where it fits a sequence's share,
   // else the disk policy at that budget with every setting automatic), measured the same way.
   double default_tokens_per_second = 0;

@@ -120,6 +120,42 @@ TEST(CostModelTest, ThePolicysOwnWorkAddsPerStepGroupReadAndScoredRow) {
               1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6 + 18 * 4096 * 1e-9 - 10 * 800 * 2e-8), 1e-12);
 }
 
+TEST(CostModelTest, AScaledProfileIsTheSameMachineSlowerButNotItsDevice) {
+  const DeviceProfile d = Curve();
+  ComputeProfile c;
+  c.batches = {1, 8};
+  c.dense_seconds = {0.010, 0.030};
+  c.attention_seconds_per_token = 1e-7;
+  c.ranks = {16};
+  c.score_seconds_per_row = {1e-9};
+  c.query_seconds = 1e-5;
+  c.disk_overhead_seconds = 1e-3;
+  c.disk_seconds_per_request = 2e-6;
+  c.anchor_seconds = 0.004;
+  const ComputeProfile slow = c.Scaled(2.0);
+  EXPECT_DOUBLE_EQ(slow.anchor_seconds, 0.008);
+  EXPECT_DOUBLE_EQ(slow.DenseSeconds(4), 2 * c.DenseSeconds(4));
+  DiskStepShape s;
+  s.n_layer = 10;
+  s.attended_tokens = 1000;
+  s.summary_rows = 8192;
+  s.rank = 16;
+  s.selections = 18;
+  s.queue_depth = 16;
+  s.requests = 100;  // hidden under compute: every part of the step is the CPU's
+  s.bytes = 100 * 4096.0;
+  EXPECT_NEAR(PredictDiskStep(d, slow, s).step_seconds, 2 * PredictDiskStep(d, c, s).step_seconds,
+              1e-12);
+  EXPECT_NEAR(PredictMemoryStep(slow, 8, 4096).step_seconds,
+              2 * PredictMemoryStep(c, 8, 4096).step_seconds, 1e-12);
+  // Bound by the device: its reads take what they took.
+  s.requests = 20000;
+  s.bytes = 20000 * 4096.0;
+  const StepPrediction fast_cpu = PredictDiskStep(d, c, s), slow_cpu = PredictDiskStep(d, slow, s);
+  EXPECT_DOUBLE_EQ(slow_cpu.read_seconds, fast_cpu.read_seconds);
+  EXPECT_LT(slow_cpu.step_seconds, 2 * fast_cpu.step_seconds);
+}
+
 TEST(CostModelTest, AttentionTakesTheSlotGroupsMeasuredNotEverySlot) {
   DiskKvPlan plan;
   plan.layout.group_size = 8;
@@ -396,6 +432,26 @@ TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFi
   EXPECT_GT(c.disk_options.group_size, 0);  // resolved, not "auto"
   EXPECT_GT(c.disk_options.ratio, 0);
   EXPECT_GT(c.measured_tokens_per_second, 0);
+  // The check run timed the anchor step beside itself and priced the plan again at the
+  // machine's speed then.
+  EXPECT_GT(disk.compute.anchor_seconds, 0);
+  EXPECT_GT(c.anchor_seconds, 0);
+  EXPECT_GT(c.anchored_tokens_per_second, 0);
+  // The runners-up by prediction ran beside the plan predicted fastest, and the choice is
+  // whichever of them measured fastest (no --validate runs here).
+  int ran = 0;
+  for (const TunedCandidate& k : c.candidates) {
+    if (!(k.measured_tokens_per_second > 0)) continue;
+    ++ran;
+    EXPECT_TRUE(k.within_bound) << k.key;
+    EXPECT_LE(k.measured_tokens_per_second, c.measured_tokens_per_second) << k.key;
+  }
+  int within = 0;
+  for (const TunedCandidate& k : c.candidates) within += k.within_bound ? 1 : 0;
+  EXPECT_GE(ran, std::min(within - 1, o.runners_up));
+  if (!c.predicted_best.empty()) {
+    EXPECT_NE(c.predicted_best, c.key);
+  }
 
   // What is written loads, and start-up picks the entry and its settings.
   const Config written = TunedConfig(*model_, o, disk);
