@@ -17,6 +17,9 @@
 #                          8B decode's kernels and every kernel's duration, a timeline where
 #                          the image has Nsight Systems, the disk policy's host time on the 1B
 #                          shape
+#   gpu_checks.sh search   beam search on the GPU with and without speculative beam
+#                          extension, slow tier in pinned host RAM and on the block store,
+#                          after `tests` left the default model
 #   gpu_checks.sh memcheck the disk policy's decode on the SmolLM2-135M shape at depth 8192
 #                          plain, without launch overlap, and under compute-sanitizer
 #   gpu_checks.sh disk     the disk policy alone, after `tests` left the default model: on it
@@ -261,6 +264,18 @@ disk)
   disk_runs smollm2 model.gguf 8192 8
   disk_runs l1b $l1b 8192 8
   python3 "$src/scripts/device/summarize.py" "$jl" | tee "$out/summary.md"
+  ;;
+search)
+  # Test-time scaling on the GPU, after `tests` left the default model: the balanced schedule
+  # with and without speculative beam extension (16, 32 and 64 beams, steps ending at a blank
+  # line, fast tier 25% of what the search needs), the slow tier in pinned host RAM and then
+  # on the block store. On the GPU a decode pass costs about the same for one token as for a
+  # group, so the slots of beams that ended their step are free compute for speculation.
+  sargs=(-m model.gguf --cuda 0 --text tinyshakespeare.txt --beams 16,32,64 --steps 64
+    --step-delimiter $'\n\n' --schedules d --speculate 0.5 --gen 256)
+  run "search.host" 420 ./bin/bench_beam_search "${sargs[@]}" --json "$out/search.host.json"
+  run "search.disk" 420 ./bin/bench_beam_search "${sargs[@]}" --cuda-slow-disk --slow-dir "$d/kv" \
+    --beams 32 --json "$out/search.disk.json"
   ;;
 memcheck)
   # gpu_checks.sh memcheck [MODEL]: MODEL (with its adapters beside it) instead of the shape.

@@ -8,6 +8,7 @@
 #                                   # comparison, PEER_BENCH=path/to/llama-bench (CUDA build)
 #   .dev/bin: the binaries and the shared libraries the GPU machine's image lacks (this
 #             machine's ICU, liburing, yaml-cpp, LAPACK), with the default model's adapters
+#             and the beam search's prompt text
 #   .dev/a, .dev/b: the default model in two pieces (98 MB)
 #   .dev/c: the peer's llama-bench (without PEER_BENCH, no part c)
 #
@@ -15,6 +16,7 @@
 #   with .dev/a: bash .dev/unpack.sh a
 #   with .dev/b, .dev/bin: bash .dev/unpack.sh b bin && scripts/device/gpu_checks.sh tests
 #   with .dev/c: bash .dev/unpack.sh c && scripts/device/gpu_checks.sh bench
+#   then, with nothing carried: scripts/device/gpu_checks.sh search
 #
 # .dev/ is in .git/info/exclude.
 set -euo pipefail
@@ -37,7 +39,7 @@ cat .dev/a/model.0 .dev/b/model.1 | cmp -s - "$model" ||
 stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/lib"
 cp "$build/bin/strata" "$build/tests/cuda/cuda_tests" "$build/bench/models/make_shaped_model" \
-  "$stage/bin/"
+  "$build/bench/search/bench_beam_search" "$stage/bin/"
 strip "$stage/bin/"*
 for l in $(ldd "$stage/bin/"* | awk '/=>/ {print $3}' | sort -u); do
   case $(basename "$l") in
@@ -47,7 +49,9 @@ for l in $(ldd "$stage/bin/"* | awk '/=>/ {print $3}' | sort -u); do
   esac
 done
 cp "$adapters" "$stage/model.adapters"
-tar -C "$stage" -cf - bin lib model.adapters | xz -9e -T0 >.dev/bin/strata.tar.xz
+# The beam search's prompt source, as in the CPU tables (gpu_checks.sh search).
+cp "$root/../shared/data/tinyshakespeare.txt" "$stage/"
+tar -C "$stage" -cf - bin lib model.adapters tinyshakespeare.txt | xz -9e -T0 >.dev/bin/strata.tar.xz
 rm -rf "$stage"
 if [ -n "$peer" ]; then
   mkdir -p .dev/c
