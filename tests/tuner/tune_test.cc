@@ -406,13 +406,22 @@ TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFi
   const StepPrediction full = PredictMemoryStep(mem.compute, 1, 1024);
   EXPECT_DOUBLE_EQ(mem.choices[0].predicted.tokens_per_second, full.tokens_per_second);
   // With plans measured, a disk plan is chosen over full KV only when it is predicted
-  // faster and keeps the bound.
+  // faster and keeps the bound
   o.max_candidates = 4;
   STRATA_ASSERT_OK(Tune(*model_, o, nullptr, &mem));
   const TunedChoice& m = mem.choices[0];
+  // (or, as a runner-up, measured faster than the plan predicted fastest).
   if (m.disk) {
-    EXPECT_GT(m.predicted.tokens_per_second,
-              PredictMemoryStep(mem.compute, 1, 1024).tokens_per_second);
+    if (m.predicted_best.empty()) {
+      EXPECT_GT(m.predicted.tokens_per_second,
+                PredictMemoryStep(mem.compute, 1, 1024).tokens_per_second);
+    } else {
+      for (const TunedCandidate& k : m.candidates) {
+        if (k.key == m.predicted_best) {
+          EXPECT_GT(m.measured_tokens_per_second, k.measured_tokens_per_second);
+        }
+      }
+    }
     EXPECT_LE(m.ppl_loss, o.max_ppl_loss);
   }
 
