@@ -194,6 +194,9 @@ void SwiGlu(const float* gate, const float* up, float* out, int64_t n) {
 void Add(float* y, const float* x, int64_t n) { K().add(y, x, n); }
 float SoftmaxInPlace(float* x, int64_t n) { return K().softmax(x, n); }
 float DotF32(const float* a, const float* b, int64_t n) { return K().dot_f32(a, b, n); }
+void RowsTimesMatrix(const float* x, int64_t n, int64_t k, const float* a, int64_t r, float* y) {
+  if (n > 0 && r > 0) K().rows_times_matrix(x, n, k, a, r, y);
+}
 void F32ToF16Row(const float* src, uint16_t* dst, int64_t n) { K().f32_to_f16(src, dst, n); }
 void F16ToF32Row(const uint16_t* src, float* dst, int64_t n) { K().f16_to_f32(src, dst, n); }
 void RopeApply(float* x, int n_heads, int head_dim, int rot_dim, const float* cos_sin,

@@ -136,6 +136,11 @@ void Add(float* y, const float* x, int64_t n);
 // softmax(x)[i] = exp(x[i] - the returned value).
 float SoftmaxInPlace(float* x, int64_t n);
 float DotF32(const float* a, const float* b, int64_t n);
+// y[t][j] = sum over i < k of x[t][i] * a[i][j], for t < n and j < r: n rows of x ([n][k])
+// times the matrix a ([k][r], row-major), each sum taken in order of i with one fused
+// multiply-add a term, so every ISA gives the same bits. For small products that the
+// quantized matmul does not serve (the disk policy's low-rank key projection).
+void RowsTimesMatrix(const float* x, int64_t n, int64_t k, const float* a, int64_t r, float* y);
 void F32ToF16Row(const float* src, uint16_t* dst, int64_t n);
 void F16ToF32Row(const uint16_t* src, float* dst, int64_t n);
 

@@ -38,6 +38,8 @@ struct KernelTable {
   // x = softmax(x); returns the log of the denominator, max(x) + log(sum(exp(x - max))).
   float (*softmax)(float* x, int64_t n);
   float (*dot_f32)(const float* a, const float* b, int64_t n);
+  void (*rows_times_matrix)(const float* x, int64_t n, int64_t k, const float* a, int64_t r,
+                            float* y);
   void (*f32_to_f16)(const float* src, uint16_t* dst, int64_t n);
   void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
   // n_rows rows of Q8_0 blocks (`stride` bytes apart, the first at `first`), row_values

@@ -50,6 +50,18 @@ float DotRef(const float* a, const float* b, int64_t n) {
   return static_cast<float>(s);
 }
 
+void RowsTimesMatrixRef(const float* x, int64_t n, int64_t k, const float* a, int64_t r, float* y) {
+  for (int64_t t = 0; t < n; ++t) {
+    float* yt = y + t * r;
+    std::fill(yt, yt + r, 0.0f);
+    for (int64_t i = 0; i < k; ++i) {
+      const float xi = x[t * k + i];
+      const float* ai = a + i * r;
+      for (int64_t j = 0; j < r; ++j) yt[j] = std::fma(xi, ai[j], yt[j]);
+    }
+  }
+}
+
 void F32ToF16Ref(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = F32ToF16(src[i]);
 }
@@ -99,6 +111,7 @@ const KernelTable& ScalarKernels() {
       AddRef,
       SoftmaxRef,
       DotRef,
+      RowsTimesMatrixRef,
       F32ToF16Ref,
       F16ToF32Ref,
       Q8_0RowsToF16Ref,

@@ -450,7 +450,9 @@ bool QuantizeRow(DType t, const float* src, void* dst, int64_t n) {
       cpu::QuantizeQ4_1(src, static_cast<BlockQ4_1*>(dst), n / kQK);
       return true;
     case DType::kQ8_0:
-      cpu::QuantizeQ8_0(src, static_cast<BlockQ8_0*>(dst), n / kQK);
+      // The disk KV policy's records are Q8_0 rows, quantized on every append: the active
+      // ISA's activation quantizer writes the same bytes (tested) several times faster.
+      QuantizeActivations(DType::kQ8_0, src, n, dst);
       return true;
     case DType::kQ8_1:
       cpu::QuantizeQ8_1(src, static_cast<BlockQ8_1*>(dst), n / kQK);

@@ -66,7 +66,7 @@ Status GroupPredictor::Create(const Model& model, const AdapterSet& set, GroupSc
     sc.q.resize(size_t(hp.n_head) * set.rank);
     sc.log_norm.resize(size_t(hp.n_head));
   }
-  p->key_acc_.resize(size_t(set.rank));
+  p->key_acc_.resize(size_t(kProjectRows) * size_t(set.rank));
   p->key_mean_.resize(size_t(p->row_));
   p->key_row_.resize(size_t(set.rank));
   *out = std::move(p);
@@ -94,23 +94,18 @@ uint64_t GroupPredictor::KlrBytes(int64_t n, int32_t rank, kernels::ScoreType ty
          uint64_t(kernels::ScoreTileBytes(type, rank));
 }
 
-void GroupPredictor::ProjectRow(int32_t layer, const float* k, float* out) const {
-  const float* a = set_.layers[size_t(layer)].data();
-  const int32_t r = rank_;
-  std::fill(out, out + r, 0.0f);
-  for (int32_t i = 0; i < row_; ++i) {
-    const float ki = k[i];
-    const float* ai = a + size_t(i) * r;
-    for (int32_t j = 0; j < r; ++j) out[j] += ki * ai[j];
-  }
+void GroupPredictor::ProjectRows(int32_t layer, const float* k, int64_t n, float* out) const {
+  kernels::RowsTimesMatrix(k, n, row_, set_.layers[size_t(layer)].data(), rank_, out);
 }
 
 void GroupPredictor::ProjectKeys(int32_t layer, const float* k, int64_t n, int64_t p0,
                                  uint8_t* klr) {
   float* acc = key_acc_.data();
-  for (int64_t t = 0; t < n; ++t) {
-    ProjectRow(layer, k + t * row_, acc);
-    kernels::StoreScoreRow(type_, acc, rank_, p0 + t, klr);
+  for (int64_t t0 = 0; t0 < n; t0 += kProjectRows) {
+    const int64_t m = std::min(kProjectRows, n - t0);
+    ProjectRows(layer, k + t0 * row_, m, acc);
+    for (int64_t t = 0; t < m; ++t)
+      kernels::StoreScoreRow(type_, acc + t * rank_, rank_, p0 + t0 + t, klr);
   }
 }
 
@@ -124,17 +119,23 @@ void GroupPredictor::ProjectGroup(int32_t layer, const float* k, int32_t n, int6
   for (int32_t t = 0; t < n; ++t) kernels::Add(mean, k + int64_t(t) * row_, row_);
   const float inv = 1.0f / float(std::max(n, 1));
   for (int32_t i = 0; i < row_; ++i) mean[i] *= inv;
-  float* pm = key_acc_.data();
-  ProjectRow(layer, mean, pm);
+  float* pm = key_row_.data();
+  ProjectRows(layer, mean, 1, pm);
   kernels::StoreScoreRow(type_, pm, rank_, row, klr);
   // The spread: each key's own projection against the mean's.
-  float* pt = key_row_.data();
+  float* pt = key_acc_.data();
   float worst = 0.0f;
-  for (int32_t t = 0; t < n; ++t) {
-    ProjectRow(layer, k + int64_t(t) * row_, pt);
-    float d2 = 0.0f;
-    for (int32_t j = 0; j < rank_; ++j) d2 += (pt[j] - pm[j]) * (pt[j] - pm[j]);
-    worst = std::max(worst, d2);
+  for (int64_t t0 = 0; t0 < n; t0 += kProjectRows) {
+    const int64_t m = std::min(kProjectRows, int64_t(n) - t0);
+    ProjectRows(layer, k + t0 * row_, m, pt);
+    for (int64_t t = 0; t < m; ++t) {
+      float d2 = 0.0f;
+      for (int32_t j = 0; j < rank_; ++j) {
+        const float d = pt[t * rank_ + j] - pm[j];
+        d2 += d * d;
+      }
+      worst = std::max(worst, d2);
+    }
   }
   const float dist = std::sqrt(worst);
   kernels::F32ToF16Row(&dist, spread + row, 1);
@@ -171,18 +172,12 @@ void GroupPredictor::LowRankQueries(int32_t layer, const float* x, int64_t n,
     float* q = q_.data() + t * q_dim;
     RopeCosSin(inv_freq_, positions[t], cos_sin_.data());
     FinishQkv(hp, L, cos_sin_.data(), q, nullptr, nullptr);
-    // Head h reads KV head h / n_rep: its query meets only that head's rows of A.
-    for (int32_t h = 0; h < n_head_; ++h) {
-      float* o = out + (t * n_head_ + h) * rank_;
-      std::fill(o, o + rank_, 0.0f);
-      const float* qh = q + h * head_dim_;
-      const float* ah = adapter + size_t(h / n_rep_) * head_dim_ * rank_;
-      for (int32_t i = 0; i < head_dim_; ++i) {
-        const float qi = qh[i];
-        const float* ai = ah + size_t(i) * rank_;
-        for (int32_t j = 0; j < rank_; ++j) o[j] += qi * ai[j];
-      }
-    }
+    // Head h reads KV head h / n_rep: the n_rep heads of a KV head (adjacent in q and in
+    // out) meet only that head's rows of A, in one product.
+    for (int32_t g = 0; g < n_head_ / n_rep_; ++g)
+      kernels::RowsTimesMatrix(q + g * n_rep_ * head_dim_, n_rep_, head_dim_,
+                               adapter + size_t(g) * head_dim_ * rank_, rank_,
+                               out + (t * n_head_ + g * n_rep_) * rank_);
   }
 }
 

@@ -128,8 +128,10 @@ class GroupPredictor {
  private:
   GroupPredictor(const Model& model, const AdapterSet& set, GroupScoring scoring,
                  kernels::ScoreType type, ThreadPool* pool);
-  // out[0..rank) = k ([row] F32) through the layer's adapter.
-  void ProjectRow(int32_t layer, const float* k, float* out) const;
+  // out[t][0..rank) = k[t] ([row] F32) through the layer's adapter, for t < n (at most
+  // kProjectRows): one small matrix product, not a projection a key.
+  void ProjectRows(int32_t layer, const float* k, int64_t n, float* out) const;
+  static constexpr int64_t kProjectRows = 32;
   // Tokens a scoring task takes for rows of `group_size` tokens (whole tiles and groups).
   static int64_t ChunkTokens(int32_t group_size);
   // One selection's scratch; one per pool worker (SelectGroups' `worker`).

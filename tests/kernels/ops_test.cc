@@ -100,6 +100,36 @@ TEST_P(OpsIsa, DotF32) {
   }
 }
 
+// Every ISA sums in order of i with one fused multiply-add a term, so the bits are the
+// scalar reference's; row counts around the 8-row tiles, column counts around the lanes.
+TEST_P(OpsIsa, RowsTimesMatrixMatchesScalarBitForBit) {
+  for (int64_t n : {1, 3, 8, 9, 17, 32}) {
+    for (int64_t r : {1, 6, 8, 12, 16, 17, 24, 48}) {
+      for (int64_t k : {1, 7, 64, 192}) {
+        SCOPED_TRACE(::testing::Message() << "n " << n << " r " << r << " k " << k);
+        const std::vector<float> x = GaussianFloats(n * k, 11), a = GaussianFloats(k * r, 12);
+        std::vector<float> y(size_t(n * r) + 1, -1.0f), want(size_t(n * r));
+        RowsTimesMatrix(x.data(), n, k, a.data(), r, y.data());
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t j = 0; j < r; ++j) {
+            float acc = 0.0f;
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < k; ++i) {
+              acc = std::fma(x[size_t(t * k + i)], a[size_t(i * r + j)], acc);
+              ref += double(x[size_t(t * k + i)]) * a[size_t(i * r + j)];
+              mag += std::fabs(double(x[size_t(t * k + i)]) * a[size_t(i * r + j)]);
+            }
+            want[size_t(t * r + j)] = acc;
+            ASSERT_NEAR(y[size_t(t * r + j)], ref, 1e-5 * mag + 1e-7) << t << ", " << j;
+          }
+        }
+        EXPECT_EQ(0, std::memcmp(y.data(), want.data(), want.size() * sizeof(float)));
+        EXPECT_EQ(y.back(), -1.0f) << "wrote past n x r";
+      }
+    }
+  }
+}
+
 TEST_P(OpsIsa, HalfRowConversionsMatchScalarBitForBit) {
   for (int64_t n : kLengths) {
     SCOPED_TRACE(n);
