@@ -1,6 +1,7 @@
 #include "common/thread_pool.h"
 
 #include <algorithm>
+#include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -32,12 +33,19 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
-void ThreadPool::Work(int worker) {
-  const int64_t n = n_tasks_;
+void ThreadPool::Work(uint32_t job, int worker) {
   for (;;) {
-    int64_t t = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (t >= n) break;
-    (*fn_)(t, worker);
+    uint64_t v = next_.load(std::memory_order_acquire);
+    if (uint32_t(v >> 32) != job) return;  // a later job: its own claimants run it
+    // The task count of this job, not of one the caller is starting: a count read across
+    // jobs would let a claim run past the end of this one.
+    const uint64_t size = size_.load(std::memory_order_acquire);
+    if (uint32_t(size >> 32) != job || uint32_t(v) >= uint32_t(size)) return;
+    const uint32_t task = uint32_t(v);
+    if (!next_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel)) continue;
+    // The job cannot end while this task is not done, so fn_ is still its function.
+    (*fn_)(int64_t(task), worker);
+    done_.fetch_add(1, std::memory_order_release);
   }
 }
 
@@ -55,8 +63,7 @@ void ThreadPool::WorkerLoop(int worker) {
     }
     seen = gen;
     if (stop_.load(std::memory_order_acquire)) return;
-    Work(worker);
-    active_.fetch_sub(1, std::memory_order_acq_rel);
+    Work(gen, worker);
   }
 }
 
@@ -66,14 +73,31 @@ void ThreadPool::Run(int64_t n_tasks, const TaskFn& fn) {
     for (int64_t t = 0; t < n_tasks; ++t) fn(t, 0);
     return;
   }
+  constexpr int64_t kMaxJob = int64_t(UINT32_MAX);
+  if (n_tasks <= kMaxJob) return RunJob(n_tasks, fn);
+  for (int64_t t0 = 0; t0 < n_tasks; t0 += kMaxJob)
+    RunJob(std::min(kMaxJob, n_tasks - t0), [&](int64_t t, int w) { fn(t0 + t, w); });
+}
+
+void ThreadPool::RunJob(int64_t n_tasks, const TaskFn& fn) {
   fn_ = &fn;
-  n_tasks_ = n_tasks;
-  next_task_.store(0, std::memory_order_relaxed);
-  active_.store(n_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
+  done_.store(0, std::memory_order_relaxed);
+  const uint32_t job = generation_.load(std::memory_order_relaxed) + 1;
+  size_.store(uint64_t(job) << 32 | uint64_t(n_tasks), std::memory_order_release);
+  next_.store(uint64_t(job) << 32, std::memory_order_release);
+  generation_.store(job, std::memory_order_release);
   generation_.notify_all();
-  Work(0);
-  while (active_.load(std::memory_order_acquire) != 0) STRATA_CPU_RELAX();
+  Work(job, 0);
+  // The workers' tasks end within microseconds when each has a core, so spin; but a task
+  // whose worker the OS has descheduled ends only when it runs again, and spinning would
+  // hold this core meanwhile. Past the workers' own spin budget, give the core away.
+  for (int i = 0; done_.load(std::memory_order_acquire) != n_tasks; ++i) {
+    if (i < kSpinIterations) {
+      STRATA_CPU_RELAX();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   fn_ = nullptr;
 }
 

@@ -7,6 +7,13 @@
 // microseconds, not a condition-variable round trip: idle workers spin briefly on the job
 // counter before they sleep (on an atomic wait, i.e. a futex).
 //
+// A job ends when its tasks are done, not when every worker has checked in: with more
+// runnable threads than cores (another process, another program) a worker may be off its
+// core for a whole time slice, and a job that waited for it would take that long however
+// little work it had; the caller and the workers that run take its tasks instead. A task
+// is claimed together with its job's number (one atomic word), so a worker that wakes late
+// can never take a task of a later job with the earlier job's function.
+//
 // Run must be called from one thread at a time (the engine's thread); fn runs on all
 // workers concurrently and must only write disjoint outputs.
 #pragma once
@@ -39,15 +46,18 @@ class ThreadPool {
 
  private:
   void WorkerLoop(int worker);
-  void Work(int worker);
+  // Runs tasks of job `job` until none is left to claim.
+  void Work(uint32_t job, int worker);
+  // One job of at most 2^32 - 1 tasks (Run splits larger ones).
+  void RunJob(int64_t n_tasks, const TaskFn& fn);
 
   const int n_threads_;
   std::vector<std::thread> threads_;
-  const TaskFn* fn_ = nullptr;
-  int64_t n_tasks_ = 0;
-  std::atomic<int64_t> next_task_{0};
-  std::atomic<uint32_t> generation_{0};  // bumped per job; workers wait on it
-  std::atomic<int> active_{0};           // workers still inside the current job
+  const TaskFn* fn_ = nullptr;           // read only by the claimant of a task of the current job
+  std::atomic<uint64_t> size_{0};        // the current job's number << 32 | its task count
+  std::atomic<uint64_t> next_{0};        // the current job's number << 32 | its next task
+  std::atomic<int64_t> done_{0};         // tasks of the current job finished
+  std::atomic<uint32_t> generation_{0};  // the current job's number; workers wait on it
   std::atomic<bool> stop_{false};
 };
 

@@ -30,6 +30,26 @@ TEST(ThreadPoolTest, ManyShortJobsInARow) {
   EXPECT_EQ(sum.load(), 5000 * 6);
 }
 
+// More threads than cores: workers are often off their core when a job starts, wake during
+// a later one, and a job ends without them when the others took its tasks. Each job's
+// tasks must still run once each, with that job's own function.
+TEST(ThreadPoolTest, WorkersThatWakeLateNeverRunAnotherJobsTasks) {
+  ThreadPool pool(8);
+  constexpr int kJobs = 4000, kMost = 7;
+  std::vector<int32_t> owner(size_t(kJobs) * kMost, -1);
+  for (int32_t job = 0; job < kJobs; ++job) {
+    pool.Run(1 + job % kMost, [&owner, job](int64_t t, int) {
+      int32_t& o = owner[size_t(job) * kMost + size_t(t)];
+      EXPECT_EQ(o, -1) << "job " << job << " task " << t << " ran twice";
+      o = job;
+    });
+  }
+  for (int32_t job = 0; job < kJobs; ++job)
+    for (int32_t t = 0; t < kMost; ++t)
+      ASSERT_EQ(owner[size_t(job) * kMost + size_t(t)], t <= job % kMost ? job : -1)
+          << "job " << job << " task " << t;
+}
+
 TEST(ThreadPoolTest, ParallelRangeCoversWithAlignedBoundaries) {
   ThreadPool pool(2);
   for (int64_t n : {1, 15, 16, 17, 100, 1536}) {
