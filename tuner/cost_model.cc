@@ -430,6 +430,10 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
   return Status::OK();
 }
 
+double SelectionCores(const ComputeProfile& compute, int32_t batch) {
+  return batch >= 2 ? double(std::max(1, std::min(batch, compute.threads))) : 1.0;
+}
+
 DiskOwnWork OwnWork(const DiskStepShape& s) {
   DiskOwnWork w;
   const double b = s.batch, layers = s.n_layer;
@@ -448,9 +452,12 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
   p.compute_seconds = compute.DenseSeconds(s.batch) + double(s.batch) * double(s.attended_tokens) *
                                                           compute.attention_seconds_per_token;
   const double per_row = compute.ScoreSecondsPerRow(s.rank);
+  // Sequences of a batch select side by side, each whole on one worker, so the selection
+  // work of one sequence (profiled, and fitted, at batch 1) runs p of them at a time.
+  const double seqs = double(s.batch) / SelectionCores(compute, s.batch);
   p.select_seconds =
-      double(s.batch) * (double(s.selections) * double(s.summary_rows) * per_row +
-                         double(s.n_layer) * double(s.tail_rows) * per_row) +
+      seqs * (double(s.selections) * double(s.summary_rows) * per_row +
+              double(s.n_layer) * double(s.tail_rows) * per_row) +
       double(s.selections) *
           (compute.query_seconds + double(std::max(0, s.batch - 1)) * compute.query_row_seconds);
   const double requests_l = double(s.batch) * s.requests / layers;
@@ -459,11 +466,12 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
   const double read_l = device.ReadSeconds(requests_l, request_bytes, s.queue_depth);
   p.read_seconds = read_l * layers;
   const DiskOwnWork w = OwnWork(s);
-  p.step_seconds = p.select_seconds + layers * std::max(p.compute_seconds / layers, read_l) +
-                   compute.disk_overhead_seconds + w.groups * compute.disk_seconds_per_group +
-                   w.requests * compute.disk_seconds_per_request +
-                   w.q8_tokens * compute.disk_seconds_per_q8_token +
-                   w.scored_rows * compute.disk_seconds_per_scored_row;
+  p.step_seconds =
+      p.select_seconds + layers * std::max(p.compute_seconds / layers, read_l) +
+      compute.disk_overhead_seconds + w.groups * compute.disk_seconds_per_group +
+      w.requests * compute.disk_seconds_per_request +
+      w.q8_tokens * compute.disk_seconds_per_q8_token +
+      w.scored_rows / SelectionCores(compute, s.batch) * compute.disk_seconds_per_scored_row;
   p.tokens_per_second = p.step_seconds > 0 ? s.batch / p.step_seconds : 0;
   return p;
 }

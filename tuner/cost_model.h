@@ -6,15 +6,18 @@
 //   step = sum over layers of [select_l + max(compute_l, read_l)]
 //   compute = dense(b) + b * attended_tokens * attention_per_token
 //   select  = selections * query(b)
-//             + b * [selections * summary_rows + n_layer * tail_rows] * score_per_row(rank)
-//   (query(b): one call of the low-rank queries for b rows)
+//             + b / p(b) * [selections * summary_rows + n_layer * tail_rows] * score_per_row(rank)
+//   (query(b): one call of the low-rank queries for b rows; p(b): the cores a batch's
+//   selections share, min(b, threads) from two sequences on, 1 for one: two or more
+//   sequences select side by side, each whole on one worker)
 //   read_l  = DeviceProfile::ReadSeconds(b * requests / n_layer, bytes / request, qd)
 //   plus the policy's own work, which neither overlaps with compute nor shows in the parts
 //   above (DiskOwnWork): a constant a step, per attended group (slot lookups, view
 //   assembly), per read request (issuing and completing it, landing it in its slot), per
 //   attended token of Q8_0 records (what their expansion costs against F16's, or saves: the
 //   only constant that may be negative) and per summary row scored (what the selection does
-//   per row beyond the profile's lone scoring call: its lists, the top-M over them). The
+//   per row beyond the profile's lone scoring call: its lists, the top-M over them; shared
+//   by p(b) cores like the scoring). The
 //   constants are fitted (least squares,
 //   non-negative but for the Q8_0 one) to the residuals of real runs of several different
 //   plans at two contexts, as FlexGen fits its hardware constants, so that no one plan
@@ -163,6 +166,9 @@ struct DiskOwnWork {
   double scored_rows = 0;  // summary rows scored, all selections, all sequences
 };
 DiskOwnWork OwnWork(const DiskStepShape& s);
+// The cores a batch's selections share: min(batch, threads) from two sequences on (the
+// disk policy selects for each sequence whole on one worker), 1 for one sequence.
+double SelectionCores(const ComputeProfile& compute, int32_t batch);
 
 // The shape of a planned configuration; requests, bytes and the slot groups attended
 // (selected or still resident, all layers) per sequence step as measured; attended_groups

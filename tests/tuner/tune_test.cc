@@ -120,6 +120,32 @@ TEST(CostModelTest, ThePolicysOwnWorkAddsPerStepGroupReadAndScoredRow) {
               1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6 + 18 * 4096 * 1e-9 - 10 * 800 * 2e-8), 1e-12);
 }
 
+// Sequences of a batch select side by side, each whole on one worker: from two sequences
+// on, their scoring and the policy's per-row work spread over min(batch, threads) cores.
+TEST(CostModelTest, ABatchsSelectionsShareTheCores) {
+  ComputeProfile c;
+  c.batches = {1, 8};
+  c.dense_seconds = {0.010, 0.030};
+  c.ranks = {16};
+  c.score_seconds_per_row = {1e-9};
+  c.disk_seconds_per_scored_row = 2e-9;
+  DiskStepShape s;
+  s.n_layer = 10;
+  s.summary_rows = 4096;
+  s.rank = 16;
+  s.selections = 18;
+  const double per_sequence = 18 * 4096 * (1e-9 + 2e-9);
+  auto selection = [&](int32_t threads, int32_t batch) {
+    c.threads = threads;
+    s.batch = batch;
+    return PredictDiskStep(DeviceProfile(), c, s).step_seconds - c.DenseSeconds(batch);
+  };
+  EXPECT_NEAR(selection(2, 1), per_sequence, 1e-12);
+  EXPECT_NEAR(selection(2, 8), 8 * per_sequence / 2, 1e-12);
+  EXPECT_NEAR(selection(4, 2), 2 * per_sequence / 2, 1e-12);  // no more cores than sequences
+  EXPECT_NEAR(selection(1, 8), 8 * per_sequence, 1e-12);
+}
+
 TEST(CostModelTest, AScaledProfileIsTheSameMachineSlowerButNotItsDevice) {
   const DeviceProfile d = Curve();
   ComputeProfile c;
