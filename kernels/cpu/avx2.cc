@@ -1,13 +1,13 @@
 // AVX2 + FMA + F16C kernel table (x86-64 CPUs from 2013 on): matmul (avx2_matmul_*.cc),
 // attention (avx2_attention.cc); activation quantization and element-wise ops here, with
 // the last n % 8 elements done by the scalar formulas.
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/avx2_common.h"
 #include "kernels/cpu/avx2_internal.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/x86_rows_times_matrix.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -185,42 +185,6 @@ float Softmax(float* x, int64_t n) {
   return m + std::log(s);
 }
 
-// As the AVX-512 version: NT rows of x share each load of a's row, 8 columns at a time.
-template <int NT>
-STRATA_INLINE void RowsTimesColumns(const float* x, int64_t k, const float* a, int64_t r, __m256i m,
-                                    float* y) {
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < k; ++i) {
-    const __m256 ai = _mm256_maskload_ps(a + i * r, m);
-    for (int t = 0; t < NT; ++t) acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x[t * k + i]), ai, acc[t]);
-  }
-  for (int t = 0; t < NT; ++t) _mm256_maskstore_ps(y + t * r, m, acc[t]);
-}
-
-// The rows past the last full eight: NT of them, or fewer.
-template <int NT>
-STRATA_INLINE void RowsTimesColumnsUpTo(int nt, const float* x, int64_t k, const float* a,
-                                        int64_t r, __m256i m, float* y) {
-  if constexpr (NT > 0) {
-    if (nt == NT) return RowsTimesColumns<NT>(x, k, a, r, m, y);
-    RowsTimesColumnsUpTo<NT - 1>(nt, x, k, a, r, m, y);
-  }
-}
-
-void RowsTimesMatrix(const float* x, int64_t n, int64_t k, const float* a, int64_t r, float* y) {
-  constexpr int kRows = 8;
-  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (int64_t j = 0; j < r; j += 8) {
-    const __m256i m =
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::min<int64_t>(r - j, 8))), lanes);
-    int64_t t = 0;
-    for (; t + kRows <= n; t += kRows)
-      RowsTimesColumns<kRows>(x + t * k, k, a + j, r, m, y + t * r + j);
-    RowsTimesColumnsUpTo<kRows - 1>(int(n - t), x + t * k, k, a + j, r, m, y + t * r + j);
-  }
-}
-
 float Dot(const float* a, const float* b, int64_t n) {
   __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                  _mm256_setzero_ps()};
@@ -322,7 +286,7 @@ const KernelTable* Avx2Kernels() {
     t.add = Add;
     t.softmax = Softmax;
     t.dot_f32 = Dot;
-    t.rows_times_matrix = RowsTimesMatrix;
+    t.rows_times_matrix = RowsTimesMatrixX86<Avx2Vec>;
     t.f32_to_f16 = F32ToF16Row;
     t.f16_to_f32 = F16ToF32Row;
     t.q8_0_rows_to_f16 = Q8_0RowsToF16;

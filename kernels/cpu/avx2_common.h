@@ -52,7 +52,8 @@ STRATA_INLINE __m256 ReduceLanes8(const __m256* v) {
   }
 }
 
-// The AVX2 registers as the x86 matmul driver sees them (x86_matmul_driver.h).
+// The AVX2 registers as the x86 drivers see them (x86_matmul_driver.h,
+// x86_rows_times_matrix.h).
 struct Avx2Vec {
   using F = __m256;
   using I = __m256i;
@@ -64,6 +65,16 @@ struct Avx2Vec {
     return ReduceLanes8<N>(v);
   }
   STRATA_INLINE static void StoreSums(float* out, F v) { _mm256_store_ps(out, v); }
+  // The first n (clamped to 0..8) lanes of a row, for loops whose last step is partial.
+  using Mask = __m256i;
+  STRATA_INLINE static Mask FirstLanes(int64_t n) {
+    const int c = int(n < 0 ? 0 : n > kLanes ? kLanes : n);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  STRATA_INLINE static F Load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
+  STRATA_INLINE static void Store(float* p, Mask m, F v) { _mm256_maskstore_ps(p, m, v); }
+  STRATA_INLINE static F Broadcast(float x) { return _mm256_set1_ps(x); }
+  STRATA_INLINE static F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
 };
 
 STRATA_INLINE float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }

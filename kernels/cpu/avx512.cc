@@ -7,6 +7,7 @@
 #include "kernels/cpu/avx512_internal.h"
 #include "kernels/cpu/avx512_math.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/x86_rows_times_matrix.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -180,41 +181,6 @@ float Softmax(float* x, int64_t n) {
   return _mm512_cvtss_f32(m) + std::log(s);
 }
 
-// NT rows of x share each load of a's row: NT independent chains of fused multiply-adds
-// keep both FMA units busy, where one row alone waits on each add's latency.
-template <int NT>
-STRATA_INLINE void RowsTimesColumns(const float* x, int64_t k, const float* a, int64_t r,
-                                    __mmask16 m, float* y) {
-  __m512 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < k; ++i) {
-    const __m512 ai = _mm512_maskz_loadu_ps(m, a + i * r);
-    for (int t = 0; t < NT; ++t) acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(x[t * k + i]), ai, acc[t]);
-  }
-  for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * r, m, acc[t]);
-}
-
-// The rows past the last full eight: NT of them, or fewer.
-template <int NT>
-STRATA_INLINE void RowsTimesColumnsUpTo(int nt, const float* x, int64_t k, const float* a,
-                                        int64_t r, __mmask16 m, float* y) {
-  if constexpr (NT > 0) {
-    if (nt == NT) return RowsTimesColumns<NT>(x, k, a, r, m, y);
-    RowsTimesColumnsUpTo<NT - 1>(nt, x, k, a, r, m, y);
-  }
-}
-
-void RowsTimesMatrix(const float* x, int64_t n, int64_t k, const float* a, int64_t r, float* y) {
-  constexpr int kRows = 8;
-  for (int64_t j = 0; j < r; j += 16) {
-    const __mmask16 m = LaneMask(r - j);
-    int64_t t = 0;
-    for (; t + kRows <= n; t += kRows)
-      RowsTimesColumns<kRows>(x + t * k, k, a + j, r, m, y + t * r + j);
-    RowsTimesColumnsUpTo<kRows - 1>(int(n - t), x + t * k, k, a + j, r, m, y + t * r + j);
-  }
-}
-
 float Dot(const float* a, const float* b, int64_t n) {
   __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                  _mm512_setzero_ps()};
@@ -312,7 +278,7 @@ const KernelTable* Avx512Kernels() {
     t.add = Add;
     t.softmax = Softmax;
     t.dot_f32 = Dot;
-    t.rows_times_matrix = RowsTimesMatrix;
+    t.rows_times_matrix = RowsTimesMatrixX86<Avx512Vec>;
     t.f32_to_f16 = F32ToF16;
     t.f16_to_f32 = F16ToF32;
     t.q8_0_rows_to_f16 = Q8_0RowsToF16;

@@ -67,7 +67,16 @@ STRATA_INLINE __m512 ReduceLanes(const __m512* v) {
   }
 }
 
-// The AVX-512 registers as the x86 matmul driver sees them (x86_matmul_driver.h).
+// Mask of the first n (0..64) bytes / (0..16) dwords.
+STRATA_INLINE __mmask64 ByteMask(int64_t n) {
+  return n >= 64 ? ~__mmask64{0} : n <= 0 ? __mmask64{0} : (__mmask64{1} << n) - 1;
+}
+STRATA_INLINE __mmask16 LaneMask(int64_t n) {
+  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// The AVX-512 registers as the x86 drivers see them (x86_matmul_driver.h,
+// x86_rows_times_matrix.h).
 struct Avx512Vec {
   using F = __m512;
   using I = __m512i;
@@ -79,15 +88,14 @@ struct Avx512Vec {
     return ReduceLanes<N>(v);
   }
   STRATA_INLINE static void StoreSums(float* out, F v) { _mm512_store_ps(out, v); }
+  // The first n (clamped to 0..16) lanes of a row, for loops whose last step is partial.
+  using Mask = __mmask16;
+  STRATA_INLINE static Mask FirstLanes(int64_t n) { return LaneMask(n); }
+  STRATA_INLINE static F Load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
+  STRATA_INLINE static void Store(float* p, Mask m, F v) { _mm512_mask_storeu_ps(p, m, v); }
+  STRATA_INLINE static F Broadcast(float x) { return _mm512_set1_ps(x); }
+  STRATA_INLINE static F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
 };
-
-// Mask of the first n (0..64) bytes / (0..16) dwords.
-STRATA_INLINE __mmask64 ByteMask(int64_t n) {
-  return n >= 64 ? ~__mmask64{0} : n <= 0 ? __mmask64{0} : (__mmask64{1} << n) - 1;
-}
-STRATA_INLINE __mmask16 LaneMask(int64_t n) {
-  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
 
 // Bytes [off, off + 64) of a region of `valid` readable bytes, zero beyond it.
 STRATA_INLINE __m512i LoadBytes(const uint8_t* base, int64_t off, int64_t valid) {
