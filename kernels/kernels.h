@@ -66,7 +66,10 @@ constexpr int64_t kMatmulRowAlign = 16;
 // reach the memory's rate while it also decodes and multiplies, so reads and arithmetic
 // took turns. A page and a half ahead keeps the next pages' lines arriving across page
 // boundaries: nearer leaves stalls at each page, much farther evicts lines from L1 before
-// they are used (docs/experiments/cpu-kernels.md has the sweep).
+// they are used (docs/experiments/cpu-kernels.md has the sweep). The lines go to L1 unless
+// the token's activation panel, which every row rereads, takes more than a quarter of the
+// L1 (long rows: a 14336-wide FFN down projection has a 21-28 KiB panel): then they go to
+// L2, where they cannot evict the panel that the row's products need next.
 constexpr int64_t kMatmulPrefetchBytes = 6144;
 void Matmul(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
 

@@ -20,8 +20,9 @@ struct Shape {
   const char* what;
 };
 
-// SmolLM2-135M-Instruct (Q4_1 layers, Q8_0 output head), Llama-3.2-1B's FFN and a
-// Llama-7B-like layer.
+// SmolLM2-135M-Instruct (Q4_1 layers, Q8_0 output head), Llama-3.2-1B's FFN, a
+// Llama-7B-like layer and the long rows of 1B and 8B FFN down projections (a decode's
+// activation panel grows with the row: 12-28 KiB at 8192-14336 values).
 const Shape kShapes[] = {
     {DType::kQ4_1, 576, 576, "smollm2.q_o"},      {DType::kQ4_1, 192, 576, "smollm2.k_v"},
     {DType::kQ4_1, 1536, 576, "smollm2.gate_up"}, {DType::kQ4_1, 576, 1536, "smollm2.down"},
@@ -31,6 +32,8 @@ const Shape kShapes[] = {
     {DType::kQ8_0, 8192, 2048, "l1b.gate_up"},    {DType::kF16, 1536, 576, "f16.gate_up"},
     {DType::kBF16, 1536, 576, "bf16.gate_up"},    {DType::kF32, 576, 576, "f32.q_o"},
     {DType::kQ4_K, 14336, 4096, "l8b.gate_up"},   {DType::kQ6_K, 4096, 14336, "l8b.down"},
+    {DType::kQ6_K, 2048, 8192, "l1b.down"},       {DType::kQ8_0, 2048, 8192, "l1b.down"},
+    {DType::kQ4_K, 4096, 14336, "l8b.down"},      {DType::kQ4_0, 4096, 14336, "l8b.down"},
 };
 
 // Reads `n` bytes with wide independent accumulators, prefetching as far ahead as the

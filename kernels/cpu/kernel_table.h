@@ -24,6 +24,9 @@ namespace strata::kernels::cpu {
 // held 8 tokens of a 14336-wide Q6_K row) makes the prefill of such a matrix a stream bound
 // by bandwidth, and half the L2 leaves the other half to the tile's weight rows.
 int64_t MatmulPanelBytes();
+// A token's panel larger than this sends decode's weight prefetches to L2 instead of L1
+// (kMatmulPrefetchBytes): a quarter of the core's L1 data cache (32 KiB where unknown).
+int64_t MatmulPrefetchToL2PanelBytes();
 void* ThreadMatmulPanel();
 
 struct KernelTable {

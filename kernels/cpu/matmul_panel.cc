@@ -19,6 +19,15 @@ int64_t MatmulPanelBytes() {
   return bytes;
 }
 
+int64_t MatmulPrefetchToL2PanelBytes() {
+  static const int64_t bytes = [] {
+    const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    const int64_t size = l1 > 0 ? int64_t{l1} : int64_t{32} * 1024;
+    return std::clamp<int64_t>(size, int64_t{16} * 1024, int64_t{1024} * 1024) / 4;
+  }();
+  return bytes;
+}
+
 void* ThreadMatmulPanel() {
   struct Buffer {
     void* p = ::operator new (size_t(MatmulPanelBytes()), std::align_val_t{64});

@@ -82,6 +82,8 @@ STRATA_INLINE void RunTile(const uint8_t* const* rows, const typename V::I* pane
   // Row by row, group by group: the tile's weights (adjacent rows) are read as one
   // sequential stream, prefetched ahead in decode, and only one decoded group is live at a
   // time, leaving the registers to the accumulators.
+  [[maybe_unused]] const bool prefetch_to_l2 =
+      T == 1 && tok_vecs * int64_t{sizeof(typename V::I)} > MatmulPrefetchToL2PanelBytes();
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     const uint8_t* row = rows[r];
@@ -93,7 +95,11 @@ STRATA_INLINE void RunTile(const uint8_t* const* rows, const typename V::I* pane
         // the matrix's end a prefetch is only a hint, it never faults.
         const char* pf =
             reinterpret_cast<const char*>(row + g * Tr::kGroupBytes) + kMatmulPrefetchBytes;
-        for (int l = 0; l < Tr::kGroupBytes; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+        if (prefetch_to_l2) {
+          for (int l = 0; l < Tr::kGroupBytes; l += 64) _mm_prefetch(pf + l, _MM_HINT_T1);
+        } else {
+          for (int l = 0; l < Tr::kGroupBytes; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+        }
       }
       Tr::template Decode<false>(row + g * Tr::kGroupBytes, 0, w);
       const typename V::I* x = panel + g * Tr::kPanelVecs;
