@@ -102,7 +102,10 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
                        {"within_bound", k.within_bound},
                        {"measured_tokens_per_second", k.measured_tokens_per_second},
                        {"anchor_seconds", k.anchor_seconds},
-                       {"anchored_tokens_per_second", k.anchored_tokens_per_second}});
+                       {"anchored_tokens_per_second", k.anchored_tokens_per_second},
+                       {"measured_requests_per_step", k.measured_requests_per_step},
+                       {"measured_bytes_per_step", k.measured_bytes_per_step},
+                       {"predicted_at_measured_reads", k.predicted_at_measured_reads}});
     choices.push_back({{"batch", c.batch},
                        {"context", c.context},
                        {"policy", c.disk ? "disk" : "memory"},

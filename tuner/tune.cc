@@ -63,9 +63,14 @@ uint64_t FullKvBytes(const HParams& hp, int32_t context) {
 // evaluation text (the start of the first quality window, whose capture it shares), then
 // decode `steps` teacher-forced tokens together (one warm-up step first, not timed); the
 // speed of the median step.
+struct MeasuredReads {
+  double requests = 0, bytes = 0;  // per sequence and step
+};
+
 Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfiler& quality,
                     int32_t batch, int32_t context, const DiskKvOptions* disk,
-                    double* tokens_per_second, double* anchor_seconds = nullptr) {
+                    double* tokens_per_second, double* anchor_seconds = nullptr,
+                    MeasuredReads* reads = nullptr) {
   const std::vector<int32_t>& tokens = quality.tokens();
   const int32_t steps = std::max(1, o.verify_steps);
   const int32_t prefix = context - steps - 2;
@@ -90,7 +95,9 @@ Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfi
   std::vector<float> logits;
   ForwardBatch fb;
   std::vector<double> times;
+  KvCounters c0;
   for (int32_t i = 0; i <= steps; ++i) {
+    if (i == 1) c0 = e->kv().counters();  // after the warm-up step
     fb.Clear();
     for (SeqId s : seqs)
       fb.Add(s, prefix + i, std::span<const int32_t>(&tokens[size_t(prefix + i)], 1));
@@ -103,6 +110,12 @@ Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfi
   std::sort(times.begin(), times.end());
   const double step = times[times.size() / 2];
   *tokens_per_second = step > 0 ? double(batch) / step : 0;
+  if (reads) {
+    const KvCounters c1 = e->kv().counters();
+    const double n = double(batch) * double(steps);
+    reads->requests = double(c1.reads_issued - c0.reads_issued) / n;
+    reads->bytes = double(c1.bytes_read - c0.bytes_read) / n;
+  }
   if (anchor_seconds) {
     e.reset();
     double after = 0;
@@ -123,6 +136,17 @@ double AnchoredTokensPerSecond(const TuneReport& report, int32_t batch, int32_t 
       report.compute.Scaled(anchor_seconds / report.compute.anchor_seconds);
   return disk ? PredictDiskStep(report.device, scaled, shape).tokens_per_second
               : PredictMemoryStep(scaled, batch, context).tokens_per_second;
+}
+
+// A check run's reads beside the quality windows' estimate of them (TunedCandidate).
+void RecordReads(const TuneReport& report, const MeasuredReads& r, TunedCandidate* k) {
+  k->measured_requests_per_step = r.requests;
+  k->measured_bytes_per_step = r.bytes;
+  DiskStepShape at = k->shape;
+  at.requests = r.requests;
+  at.bytes = r.bytes;
+  k->predicted_at_measured_reads =
+      PredictDiskStep(report.device, report.compute, at).tokens_per_second;
 }
 
 std::string Format(const char* fmt, double a, double b = 0, double c = 0) {
@@ -589,8 +613,11 @@ Status Tune(const Model& model, const TuneOptions& options,
         next.resize(std::min(next.size(), size_t(std::max(0, o.runners_up))));
         TunedCandidate* faster = nullptr;
         for (TunedCandidate* k : next) {
+          MeasuredReads reads;
           STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, *quality, batch, context, &k->options,
-                                              &k->measured_tokens_per_second, &k->anchor_seconds));
+                                              &k->measured_tokens_per_second, &k->anchor_seconds,
+                                              &reads));
+          RecordReads(report, reads, k);
           k->anchored_tokens_per_second =
               AnchoredTokensPerSecond(report, batch, context, true, k->shape, k->anchor_seconds);
           say(Format("  runner-up: %.1f tok/s predicted, %.1f measured (",
@@ -653,15 +680,20 @@ Status Tune(const Model& model, const TuneOptions& options,
       for (TunedCandidate& k : choice.candidates) {
         if (checked >= o.validate) break;
         if (k.key == choice.key || k.measured_tokens_per_second > 0) continue;
+        MeasuredReads reads;
         STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, *quality, batch, context, &k.options,
-                                            &k.measured_tokens_per_second, &k.anchor_seconds));
+                                            &k.measured_tokens_per_second, &k.anchor_seconds,
+                                            &reads));
+        RecordReads(report, reads, &k);
         k.anchored_tokens_per_second =
             AnchoredTokensPerSecond(report, batch, context, true, k.shape, k.anchor_seconds);
         ++checked;
         tick();
         say(Format("  check: %.1f tok/s predicted, %.1f measured, ", k.predicted_tokens_per_second,
                    k.measured_tokens_per_second) +
-            Format("%.1f at the anchor's speed (", k.anchored_tokens_per_second) + k.key + ")");
+            Format("%.1f at the anchor's speed, %.1f at its reads (", k.anchored_tokens_per_second,
+                   k.predicted_at_measured_reads) +
+            k.key + ")");
       }
       report.choices.push_back(std::move(choice));
     }

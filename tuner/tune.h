@@ -94,6 +94,12 @@ struct TunedCandidate {
   // prediction again with the compute profile scaled to the machine's speed then.
   double anchor_seconds = 0;
   double anchored_tokens_per_second = 0;
+  // What the check run read, per sequence and step (0 where none ran), and the prediction
+  // again with those reads in place of the quality windows' (requests_per_step): the part of
+  // a check's error that the windows' estimate of the reads explains is the difference
+  // between the two predictions.
+  double measured_requests_per_step = 0, measured_bytes_per_step = 0;
+  double predicted_at_measured_reads = 0;
 };
 
 struct TunedChoice {

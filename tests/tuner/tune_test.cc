@@ -479,6 +479,9 @@ TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFi
     if (!(k.measured_tokens_per_second > 0)) continue;
     ++ran;
     EXPECT_TRUE(k.within_bound) << k.key;
+    // The check counted its own reads and priced the plan again with them.
+    EXPECT_GT(k.predicted_at_measured_reads, 0) << k.key;
+    EXPECT_EQ(k.measured_requests_per_step > 0, k.measured_bytes_per_step > 0) << k.key;
     EXPECT_LE(k.measured_tokens_per_second, c.measured_tokens_per_second) << k.key;
   }
   int within = 0;
