@@ -465,9 +465,19 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
       s.requests > 0 ? uint32_t(std::max(1.0, s.bytes / s.requests)) : 4096;
   const double read_l = device.ReadSeconds(requests_l, request_bytes, s.queue_depth);
   p.read_seconds = read_l * layers;
+  // Read-through groups (kv.read_through) are read for the step that attends them and their
+  // slots are shared with the layer two back, which must settle first: measured, their reads
+  // add about one read latency to a compute-bound layer instead of running under the
+  // previous layer's compute (docs/experiments/tuner.md). An I/O-bound layer (eMMC) takes
+  // as long as all its reads either way.
+  const double through_requests =
+      std::min(requests_l, double(s.batch) * double(std::max(0, s.read_through)));
+  const double through_l = through_requests > 0
+                               ? device.ReadSeconds(through_requests, request_bytes, s.queue_depth)
+                               : 0.0;
   const DiskOwnWork w = OwnWork(s);
   p.step_seconds =
-      p.select_seconds + layers * std::max(p.compute_seconds / layers, read_l) +
+      p.select_seconds + layers * std::max(p.compute_seconds / layers + through_l, read_l) +
       compute.disk_overhead_seconds + w.groups * compute.disk_seconds_per_group +
       w.requests * compute.disk_seconds_per_request +
       w.q8_tokens * compute.disk_seconds_per_q8_token +
@@ -505,6 +515,7 @@ DiskStepShape ShapeOfPlan(const DiskKvPlan& plan, const DiskKvOptions& o, int32_
   s.requests = requests;
   s.bytes = bytes;
   s.queue_depth = uint32_t(o.queue_depth);
+  s.read_through = plan.transient_groups;
   return s;
 }
 

@@ -147,6 +147,7 @@ struct DiskStepShape {
   double requests = 0;     // reads per step
   double bytes = 0;        // bytes read per step
   uint32_t queue_depth = 64;
+  int32_t read_through = 0;  // read-through slots a layer (kv.read_through, T)
 };
 
 struct StepPrediction {

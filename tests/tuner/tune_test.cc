@@ -146,6 +146,40 @@ TEST(CostModelTest, ABatchsSelectionsShareTheCores) {
   EXPECT_NEAR(selection(1, 8), 8 * per_sequence, 1e-12);
 }
 
+// Read-through groups are read in the layer's path: a compute-bound step adds their read
+// time to each layer's compute, an I/O-bound one takes as long as its reads either way.
+TEST(CostModelTest, ReadThroughReadsAreNotHiddenBehindCompute) {
+  const DeviceProfile d = Curve();
+  ComputeProfile c;
+  c.batches = {1};
+  c.dense_seconds = {0.010};  // 1 ms a layer
+  DiskStepShape s;
+  s.n_layer = 10;
+  s.queue_depth = 16;
+  s.bytes = 4096.0 * 10 * 10;
+  s.requests = 10 * 10;  // 10 a layer: under a millisecond, hidden behind the compute
+  const double hidden = PredictDiskStep(d, c, s).step_seconds;
+  EXPECT_NEAR(hidden, 0.010, 1e-12);
+  s.read_through = 2;  // 2 of the 10 wait in the layer's path
+  EXPECT_NEAR(PredictDiskStep(d, c, s).step_seconds, 0.010 + 10 * d.ReadSeconds(2, 4096, 16),
+              1e-12);
+  s.batch = 8;  // a slot a sequence: 10 of each layer's 80 reads are read-through reads
+  c.batches = {8};
+  c.dense_seconds = {0.010};
+  EXPECT_NEAR(PredictDiskStep(d, c, s).step_seconds, 0.010 + 10 * d.ReadSeconds(16, 4096, 16),
+              1e-12);
+  // I/O-bound: 2000 reads a layer take 25 ms against 1 ms of compute, with or without
+  // read-through.
+  s.batch = 1;
+  c.batches = {1};
+  s.requests = 2000 * 10;
+  s.bytes = 4096.0 * s.requests;
+  const double io = 10 * d.ReadSeconds(2000, 4096, 16);
+  EXPECT_NEAR(PredictDiskStep(d, c, s).step_seconds, io, 1e-12);
+  s.read_through = 0;
+  EXPECT_NEAR(PredictDiskStep(d, c, s).step_seconds, io, 1e-12);
+}
+
 TEST(CostModelTest, AScaledProfileIsTheSameMachineSlowerButNotItsDevice) {
   const DeviceProfile d = Curve();
   ComputeProfile c;
