@@ -59,14 +59,15 @@ uint64_t FullKvBytes(const HParams& hp, int32_t context) {
          2 * sizeof(uint16_t);
 }
 
-// Decode speed of a configuration: `batch` sequences hold a replayed prefix of the
-// evaluation text (the start of the first quality window, whose capture it shares), then
-// decode `steps` teacher-forced tokens together (one warm-up step first, not timed); the
-// speed of the median step.
+// What a check run read from the slow tier.
 struct MeasuredReads {
   double requests = 0, bytes = 0;  // per sequence and step
 };
 
+// Decode speed of a configuration: `batch` sequences hold a replayed prefix of the
+// evaluation text (the start of the first quality window, whose capture it shares), then
+// decode `steps` teacher-forced tokens together (one warm-up step first, not timed); the
+// speed of the median step.
 Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfiler& quality,
                     int32_t batch, int32_t context, const DiskKvOptions* disk,
                     double* tokens_per_second, double* anchor_seconds = nullptr,
