@@ -36,6 +36,7 @@ struct CommonFlags {
   CLI::Option* gpu_weights_opt = nullptr;
   CLI::Option* kv_dir_opt = nullptr;
   CLI::Option* kv_budget_opt = nullptr;
+  bool no_repack = false;
 };
 void AddCommonFlags(CLI::App* app, CommonFlags* f);
 // Loads the config file (if any), applies its tuned entry nearest to `sequences` decoded

@@ -32,6 +32,9 @@ void AddCommonFlags(CLI::App* app, CommonFlags* f) {
   f->kv_dir_opt = app->add_option("--kv-dir", f->kv_dir, "directory of the disk KV store");
   f->kv_budget_opt =
       app->add_option("--kv-budget", f->kv_budget, "disk KV memory per sequence in bytes");
+  app->add_flag("--no-repack", f->no_repack,
+                "CPU: read the weights in place from the file instead of a copy laid out for "
+                "the kernels (repack_weights: false)");
 }
 
 Status ResolveConfig(const CommonFlags& f, Config* cfg, int32_t sequences, int32_t context_hint) {
@@ -43,6 +46,7 @@ Status ResolveConfig(const CommonFlags& f, Config* cfg, int32_t sequences, int32
     STRATA_RETURN_IF_ERROR(SelectTuned(sequences, ctx, cfg));
   }
   if (f.threads_opt->count()) cfg->engine.n_threads = f.threads;
+  if (f.no_repack) cfg->engine.repack_weights = false;
   if (f.ctx_opt->count()) cfg->engine.n_ctx = f.ctx;
   if (f.batch_opt->count()) cfg->engine.n_batch = f.batch;
   if (f.kv_opt->count())

@@ -169,10 +169,76 @@ bool ForceIsa(Isa isa) {
 void QuantizeActivations(DType weight, const float* x, int64_t n, void* out) {
   K().quantize_activations(weight, x, n, out);
 }
+bool Rows16Supported(DType t) { return t == DType::kQ4_K; }
+bool Rows16Preferred(DType t) { return Rows16Supported(t) && K().matmul_rows16 != nullptr; }
+
+size_t Rows16Bytes(DType t, int64_t rows, int64_t k) {
+  const int64_t tiles = (rows + kRows16Tile - 1) / kRows16Tile;
+  return static_cast<size_t>(tiles * kRows16Tile) * RowBytes(t, k);
+}
+
+void RepackRows16(DType t, const void* src, size_t src_row_bytes, int64_t rows, int64_t k,
+                  void* dst, int64_t tile_begin, int64_t tile_end) {
+  // Block b of row r is dwords [b * bd, (b + 1) * bd) of the row; the tile's block b holds
+  // them as bd vectors of 16 dwords, one lane a row.
+  const TypeInfo& info = GetTypeInfo(t);
+  const int64_t n_blocks = k / info.block_elems;
+  const int64_t bd = info.block_bytes / 4;
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint32_t*>(dst);
+  for (int64_t i = tile_begin; i < tile_end; ++i) {
+    uint32_t* tile = out + i * n_blocks * bd * kRows16Tile;
+    for (int64_t r = 0; r < kRows16Tile; ++r) {
+      const int64_t row = i * kRows16Tile + r;
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        uint32_t* block = tile + b * bd * kRows16Tile;
+        for (int64_t j = 0; j < bd; ++j) {
+          uint32_t v = 0;
+          if (row < rows) std::memcpy(&v, in + row * src_row_bytes + (b * bd + j) * 4, 4);
+          block[j * kRows16Tile + r] = v;
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// kRows16 weights for a table without a kernel of its own: each tile's rows unpacked into
+// a thread's buffer and multiplied as row-major rows (the same bits as the file's layout).
+void MatmulUnpackedRows16(const cpu::KernelTable& table, const MatmulArgs& a, int64_t rb,
+                          int64_t re) {
+  const TypeInfo& info = GetTypeInfo(a.wtype);
+  const int64_t n_blocks = a.k / info.block_elems;
+  const int64_t bd = info.block_bytes / 4;
+  const size_t row_bytes = RowBytes(a.wtype, a.k);
+  static thread_local std::vector<uint8_t> rows;
+  rows.resize(row_bytes * kRows16Tile);
+  const auto* in = static_cast<const uint32_t*>(a.w);
+  for (int64_t r0 = rb / kRows16Tile * kRows16Tile; r0 < re; r0 += kRows16Tile) {
+    const uint32_t* tile = in + r0 / kRows16Tile * n_blocks * bd * kRows16Tile;
+    for (int64_t r = 0; r < kRows16Tile; ++r)
+      for (int64_t b = 0; b < n_blocks; ++b)
+        for (int64_t j = 0; j < bd; ++j)
+          std::memcpy(rows.data() + r * row_bytes + (b * bd + j) * 4,
+                      tile + (b * bd + j) * kRows16Tile + r, 4);
+    MatmulArgs u = a;
+    u.w = rows.data();
+    u.w_row_bytes = row_bytes;
+    u.w_layout = WeightLayout::kRowMajor;
+    u.y = a.y + r0;
+    table.matmul(u, std::max<int64_t>(rb - r0, 0), std::min<int64_t>(re - r0, kRows16Tile));
+  }
+}
+
+}  // namespace
+
 void Matmul(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
   if (row_end <= row_begin || a.n_tok <= 0) return;
   const TypeInfo* info = FindTypeInfo(static_cast<uint32_t>(a.wtype));
-  if (info == nullptr || !info->weight_supported || a.k % info->block_elems != 0) [[unlikely]] {
+  const bool rows16 = a.w_layout == WeightLayout::kRows16;
+  if (info == nullptr || !info->weight_supported || a.k % info->block_elems != 0 ||
+      (rows16 && !Rows16Supported(a.wtype))) [[unlikely]] {
     // The engine validates weights at load time; if a bad one gets here anyway, NaN rows
     // make it visible downstream instead of plausible-looking garbage.
     for (int64_t t = 0; t < a.n_tok; ++t) {
@@ -180,7 +246,10 @@ void Matmul(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     }
     return;
   }
-  K().matmul(a, row_begin, row_end);
+  const cpu::KernelTable& table = K();
+  if (!rows16) return table.matmul(a, row_begin, row_end);
+  if (table.matmul_rows16 != nullptr) return table.matmul_rows16(a, row_begin, row_end);
+  MatmulUnpackedRows16(table, a, row_begin, row_end);
 }
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
   K().dequantize_row(t, src, dst, n);

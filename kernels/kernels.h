@@ -40,9 +40,32 @@ DType ActivationType(DType weight);
 // RowBytes(ActivationType(weight), n) bytes. n must be a multiple of the weight block.
 void QuantizeActivations(DType weight, const float* x, int64_t n, void* out);
 
+// How a weight matrix's rows are laid out in memory. kRowMajor is the GGUF file's own
+// layout. kRows16 (Q4_K only, made by RepackRows16) interleaves the blocks of 16 rows dword
+// by dword: for tile i (rows 16i..16i+15, the last tile padded with zero rows) and
+// super-block b, the 144 * 16 bytes at (i * n_sb + b) * 2304 are 36 vectors of 16 dwords,
+// vector j holding dword j of block b of each of the 16 rows. A one-token product then
+// reads 16 rows' codes as whole vectors with rows in the lanes, and sums each super-block
+// exactly without the transposes or the per-block lane reductions the row-major layout
+// needs; the results are the same bits as with kRowMajor.
+enum class WeightLayout : uint8_t { kRowMajor, kRows16 };
+constexpr int64_t kRows16Tile = 16;
+// True when `t` has a kRows16 form (Q4_K).
+bool Rows16Supported(DType t);
+// True when the active kernels compute kRows16 weights natively (AVX-512 VNNI); elsewhere
+// Matmul still accepts them, unpacking 16 rows at a time, so repacking only pays here.
+bool Rows16Preferred(DType t);
+// Bytes of a rows x k matrix of type t in the kRows16 layout (rows rounded up to 16).
+size_t Rows16Bytes(DType t, int64_t rows, int64_t k);
+// Writes tiles [tile_begin, tile_end) of the kRows16 form of `src` (rows x k, rows
+// src_row_bytes apart) into `dst` (Rows16Bytes bytes; tile i at i * 16 * RowBytes(t, k)).
+// Disjoint tile ranges may be written concurrently.
+void RepackRows16(DType t, const void* src, size_t src_row_bytes, int64_t rows, int64_t k,
+                  void* dst, int64_t tile_begin, int64_t tile_end);
+
 struct MatmulArgs {
   DType wtype;
-  const void* w;        // weights [rows][k]
+  const void* w;        // weights [rows][k] (w_layout kRows16: the repacked tiles)
   size_t w_row_bytes;   // RowBytes(wtype, k) for a dense tensor
   int64_t k;            // inner dimension
   const void* xq;       // activations [n_tok][k] in ActivationType(wtype)
@@ -50,6 +73,7 @@ struct MatmulArgs {
   int64_t n_tok;        // number of activation rows (1 = GEMV)
   float* y;             // y[t * y_stride + r] = dot(W[r], X[t])
   int64_t y_stride;
+  WeightLayout w_layout = WeightLayout::kRowMajor;
 };
 // Computes output rows [row_begin, row_end) for all n_tok tokens. The engine splits rows
 // across threads in multiples of kMatmulRowAlign (the last chunk may be ragged).

@@ -11,13 +11,14 @@ AlignedBytes::AlignedBytes(size_t n)
   std::memset(p.get(), 0, n);
 }
 
-WeightSet::WeightSet(DType t, int64_t r, int64_t kk, int c)
+WeightSet::WeightSet(DType t, int64_t r, int64_t kk, int c, WeightLayout l)
     : type(t),
       rows(r),
       k(kk),
       row_bytes(RowBytes(t, kk)),
       matrix_bytes(RowBytes(t, kk) * static_cast<size_t>(r)),
       copies(c),
+      layout(l),
       bytes(RowBytes(t, kk) * static_cast<size_t>(r) * static_cast<size_t>(c)) {
   std::mt19937 rng(42);
   std::normal_distribution<float> dist(0.f, 0.02f);
@@ -25,6 +26,10 @@ WeightSet::WeightSet(DType t, int64_t r, int64_t kk, int c)
   for (int64_t i = 0; i < rows; ++i) {
     for (float& f : row) f = dist(rng);
     QuantizeRow(type, row.data(), bytes.data() + static_cast<size_t>(i) * row_bytes, k);
+  }
+  if (layout == WeightLayout::kRows16) {
+    std::vector<uint8_t> plain(bytes.data(), bytes.data() + matrix_bytes);
+    RepackRows16(type, plain.data(), row_bytes, rows, k, bytes.data(), 0, rows / kRows16Tile);
   }
   for (int i = 1; i < copies; ++i)
     std::memcpy(bytes.data() + i * matrix_bytes, bytes.data(), matrix_bytes);

@@ -23,12 +23,15 @@ struct AlignedBytes {
 
 // `copies` copies of a [rows][k] weight matrix of `type`, back to back.
 struct WeightSet {
-  WeightSet(DType type, int64_t rows, int64_t k, int copies);
+  // kRows16: every copy repacked (rows a multiple of 16).
+  WeightSet(DType type, int64_t rows, int64_t k, int copies,
+            WeightLayout layout = WeightLayout::kRowMajor);
   const uint8_t* copy(int i) const { return bytes.data() + static_cast<size_t>(i) * matrix_bytes; }
   DType type;
   int64_t rows, k;
   size_t row_bytes, matrix_bytes;
   int copies;
+  WeightLayout layout;
   AlignedBytes bytes;
 };
 

@@ -273,6 +273,7 @@ const KernelTable* Avx512Kernels() {
     t.variant = "avx512";
     t.quantize_activations = QuantizeActivations;
     t.matmul = Matmul;
+    t.matmul_rows16 = Avx512MatmulQ4_KRows16;
     t.rms_norm = RmsNorm;
     t.swiglu = SwiGlu;
     t.add = Add;

@@ -105,6 +105,7 @@ const KernelTable& ScalarKernels() {
       "scalar",
       ScalarQuantizeActivations,
       ScalarMatmul,
+      nullptr,  // matmul_rows16: dispatch unpacks the tiles for ScalarMatmul
       ScalarDequantizeRow,
       RmsNormRef,
       SwiGluRef,

@@ -183,6 +183,11 @@ const std::vector<Setting>& Schema() {
     v.push_back(Int<int32_t>(
         "max_sequences", "sequences decoded together at most",
         [](Config& c) -> int32_t& { return c.engine.max_sequences; }, 1, 4096));
+    v.push_back(Bool("repack_weights",
+                     "CPU: multiply Q4_K matrices from a copy laid out for the kernels (AVX-512): "
+                     "the same results, faster decode; false reads them in place from the file, "
+                     "where the kernel may evict them under memory pressure",
+                     [](Config& c) -> bool& { return c.engine.repack_weights; }));
     v.push_back(Int<int32_t>(
         "generate.max_tokens", "new tokens at most, 0 = until context full",
         [](Config& c) -> int32_t& { return c.generate.max_tokens; }, 0, 1 << 24));

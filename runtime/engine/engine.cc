@@ -96,6 +96,8 @@ Status Engine::Create(const Model& model, const EngineOptions& options,
   e->pool_ = std::make_unique<ThreadPool>(o.n_threads);
   if (!o.cuda && o.cuda_device >= 0)
     STRATA_RETURN_IF_ERROR(CudaDevice::Open(o.cuda_device, &o.cuda));
+  // Before the KV policy: the disk policy's predictor multiplies with the same weights.
+  if (!o.cuda && o.repack_weights) STRATA_RETURN_IF_ERROR(model.PrepareCpuWeights(e->pool_.get()));
   if (kv) {
     const HParams& hp = model.hparams();
     const KvShape& sh = kv->shape();

@@ -152,6 +152,7 @@ void Forward::Matmul(std::span<const MatmulJob> jobs, const float* x, int64_t n_
     a.n_tok = n_tok;
     a.y = pc.job->y;
     a.y_stride = pc.job->w->rows;
+    a.w_layout = pc.job->w->layout;
     kernels::Matmul(a, pc.r0, pc.r1);
   });
   times_.matmul += Seconds(t0, Clock::now());
@@ -368,7 +369,7 @@ void Forward::AttendTail(const ForwardBatch& batch, int32_t layer) {
 }
 
 Status Forward::RunLayers(const ForwardBatch& batch, int64_t n_tok) {
-  const ModelWeights& W = model_.weights();
+  const ModelWeights& W = model_.cpu_weights();
   const int64_t n_embd = hp_.n_embd, hd = hp_.head_dim;
   const int64_t q_dim = int64_t(hp_.n_head) * hd, kv_dim = int64_t(hp_.n_head_kv) * hd;
   std::vector<std::span<const kernels::KvSpan>> views(batch.seqs.size());
@@ -464,7 +465,7 @@ Status Forward::Run(const ForwardBatch& batch, std::vector<float>* logits) {
   STRATA_RETURN_IF_ERROR(CheckForwardBatch(batch, max_tokens_, hp_.n_vocab));
   STRATA_RETURN_IF_ERROR(kv_->BeginBatch(batch.seqs));
 
-  const ModelWeights& W = model_.weights();
+  const ModelWeights& W = model_.cpu_weights();
   const int64_t n_embd = hp_.n_embd;
   auto embed = [&](int64_t t) {
     const auto* row = static_cast<const uint8_t*>(W.tok_embd.data) +

@@ -144,7 +144,7 @@ void GroupPredictor::ProjectGroup(int32_t layer, const float* k, int32_t n, int6
 void GroupPredictor::LowRankQueries(int32_t layer, const float* x, int64_t n,
                                     const int32_t* positions, float* out) {
   const HParams& hp = model_.hparams();
-  const LayerWeights& L = model_.weights().layers[size_t(layer)];
+  const LayerWeights& L = model_.cpu_weights().layers[size_t(layer)];
   const int64_t q_dim = int64_t(n_head_) * head_dim_;
   for (int64_t t = 0; t < n; ++t)
     kernels::RmsNorm(x + t * n_embd_, L.attn_norm.f32(), xn_.data() + t * n_embd_, n_embd_,
@@ -164,6 +164,7 @@ void GroupPredictor::LowRankQueries(int32_t layer, const float* x, int64_t n,
   a.n_tok = n;
   a.y = q_.data();
   a.y_stride = L.wq.rows;
+  a.w_layout = L.wq.layout;
   pool_->ParallelRange(L.wq.rows, kernels::kMatmulRowAlign, 1,
                        [&](int64_t r0, int64_t r1, int) { kernels::Matmul(a, r0, r1); });
 

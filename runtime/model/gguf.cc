@@ -197,6 +197,15 @@ GgufFile::~GgufFile() {
   if (mapped_) munmap(const_cast<uint8_t*>(base_), size_);
 }
 
+void GgufFile::ReleasePages(const void* p, size_t n) const {
+  if (!mapped_ || n == 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  // Advice only: if the kernel declines, the pages stay resident and nothing else changes.
+  if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 Status GgufFile::Open(const std::string& path, std::unique_ptr<GgufFile>* out) {
   // A FIFO or a device named as the model is refused at once, never waited on.
   int fd = -1;

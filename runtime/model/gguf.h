@@ -79,6 +79,10 @@ class GgufFile {
   // The whole file as mapped (or the caller's buffer): tensors' data point into it.
   const void* base() const { return base_; }
 
+  // Drops the mapped pages wholly inside [p, p + n) from this process's resident memory;
+  // a later read maps them from the file again. Does nothing for FromMemory buffers.
+  void ReleasePages(const void* p, size_t n) const;
+
   const GgufValue* Find(std::string_view key) const;
   // Typed getters: NotFound when absent, InvalidArgument naming key and actual type when
   // the type does not fit (any integer type converts if the value is in range).

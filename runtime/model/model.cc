@@ -1,10 +1,16 @@
 #include "runtime/model/model.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <unordered_set>
+
+#include "common/thread_pool.h"
 
 namespace strata {
 
@@ -384,7 +390,9 @@ uint64_t ComputeIdentity(const GgufFile& g, const HParams& hp) {
 
 }  // namespace
 
-Model::~Model() = default;
+Model::~Model() {
+  if (repacked_ != nullptr) munmap(repacked_, repacked_size_);
+}
 
 Status Model::Load(const std::string& path, std::unique_ptr<Model>* out) {
   std::unique_ptr<GgufFile> gguf;
@@ -428,6 +436,66 @@ std::string Model::identity_hex() const {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016" PRIx64, identity_);
   return buf;
+}
+
+const ModelWeights& Model::cpu_weights() const {
+  const ModelWeights* w = cpu_view_.load(std::memory_order_acquire);
+  return w != nullptr ? *w : weights_;
+}
+
+Status Model::PrepareCpuWeights(ThreadPool* pool) const {
+  std::lock_guard<std::mutex> lock(repack_mu_);
+  if (cpu_view_.load(std::memory_order_acquire) != nullptr) return Status::OK();
+  auto w = std::make_unique<ModelWeights>(weights_);
+  // The matrices the forward pass multiplies; the output head only when it is not also the
+  // token embedding, whose rows are looked up in the file's layout.
+  std::vector<TensorRef*> mats;
+  for (LayerWeights& L : w->layers)
+    for (TensorRef* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      mats.push_back(t);
+  if (w->output.data != w->tok_embd.data) mats.push_back(&w->output);
+  std::erase_if(mats, [](const TensorRef* t) { return !kernels::Rows16Preferred(t->type); });
+  // Each copy starts on a page of its own, so the kernels' 64-byte vector loads are aligned.
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  size_t total = 0;
+  for (const TensorRef* t : mats)
+    total += (kernels::Rows16Bytes(t->type, t->rows, t->cols) + page - 1) / page * page;
+  if (total > 0) {
+    void* arena = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (arena == MAP_FAILED)
+      return Status::FromErrno(
+          path_ + ": reserving " + std::to_string(total >> 20) + " MiB for the repacked weights",
+          errno);
+    // Decode streams these bytes once per token: huge pages spare it most TLB misses.
+    if (getenv("STRATA_NO_THP") == nullptr) (void)madvise(arena, total, MADV_HUGEPAGE);
+    size_t at = 0;
+    for (TensorRef* t : mats) {
+      uint8_t* dst = static_cast<uint8_t*>(arena) + at;
+      const size_t bytes = kernels::Rows16Bytes(t->type, t->rows, t->cols);
+      at += (bytes + page - 1) / page * page;
+      const int64_t tiles = (t->rows + kernels::kRows16Tile - 1) / kernels::kRows16Tile;
+      constexpr int64_t kTilesPerTask = 64;
+      const int64_t tasks = (tiles + kTilesPerTask - 1) / kTilesPerTask;
+      auto task = [&](int64_t i, int) {
+        kernels::RepackRows16(t->type, t->data, t->row_bytes, t->rows, t->cols, dst,
+                              i * kTilesPerTask, std::min(tiles, (i + 1) * kTilesPerTask));
+      };
+      if (pool != nullptr) {
+        pool->Run(tasks, task);
+      } else {
+        for (int64_t i = 0; i < tasks; ++i) task(i, 0);
+      }
+      gguf_->ReleasePages(t->data, t->row_bytes * size_t(t->rows));
+      t->data = dst;
+      t->layout = kernels::WeightLayout::kRows16;
+    }
+    repacked_ = arena;
+    repacked_size_ = total;
+    repacked_bytes_.store(total, std::memory_order_release);
+  }
+  cpu_weights_ = std::move(w);
+  cpu_view_.store(cpu_weights_.get(), std::memory_order_release);
+  return Status::OK();
 }
 
 }  // namespace strata

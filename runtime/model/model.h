@@ -6,8 +6,10 @@
 // A loaded Model is immutable and safe to share between threads and engines.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,8 @@
 #include "runtime/model/tokenizer.h"
 
 namespace strata {
+
+class ThreadPool;
 
 enum class Arch { kLlama, kQwen2, kQwen3 };
 
@@ -65,6 +69,8 @@ struct TensorRef {
   int64_t cols = 0;      // ne[0]: the contiguous dimension (k of a matmul)
   int64_t rows = 1;      // ne[1] (product of the remaining dims)
   size_t row_bytes = 0;  // RowBytes(type, cols)
+  // kRows16: `data` is the repacked copy (Model::cpu_weights), not the file's rows.
+  kernels::WeightLayout layout = kernels::WeightLayout::kRowMajor;
   bool present() const { return data != nullptr; }
   const float* f32() const { return static_cast<const float*>(data); }
 };
@@ -115,6 +121,20 @@ class Model {
   // Total bytes of all weight tensors.
   uint64_t weight_bytes() const { return weight_bytes_; }
 
+  // The weights as the CPU forward pass multiplies them: weights() until
+  // PrepareCpuWeights ran; after it, the matrices whose type has a faster layout on this
+  // CPU (kernels::Rows16Preferred: Q4_K on AVX-512) point at repacked copies. A token gets
+  // the same bits either way; the GPU backend reads weights().
+  const ModelWeights& cpu_weights() const;
+  // Repacks those matrices, once (later calls return at once; thread-safe), and drops the
+  // file pages they were read from, so resident memory holds one copy of each weight: the
+  // copies are anonymous memory the kernel can no longer evict and re-read from the file,
+  // which is what the faster decode costs on a device short of memory. `pool` (may be
+  // null) shares the work.
+  Status PrepareCpuWeights(ThreadPool* pool) const;
+  // Bytes of the repacked copies (0 before PrepareCpuWeights or when none was made).
+  uint64_t repacked_bytes() const { return repacked_bytes_.load(std::memory_order_acquire); }
+
  private:
   Model() = default;
   std::string path_;
@@ -126,6 +146,13 @@ class Model {
   std::string default_system_prompt_;
   uint64_t identity_ = 0;
   uint64_t weight_bytes_ = 0;
+  // PrepareCpuWeights: the weights with repacked matrices, and the memory holding them.
+  mutable std::mutex repack_mu_;
+  mutable std::unique_ptr<ModelWeights> cpu_weights_;
+  mutable std::atomic<const ModelWeights*> cpu_view_{nullptr};
+  mutable void* repacked_ = nullptr;
+  mutable size_t repacked_size_ = 0;
+  mutable std::atomic<uint64_t> repacked_bytes_{0};
 };
 
 }  // namespace strata

@@ -342,6 +342,43 @@ TEST_P(ForwardTest, ThreadCountDoesNotChangeResults) {
   }
 }
 
+// Matrices repacked for the CPU's kernels (Q4_K on AVX-512: the kRows16 layout) give every
+// token the same bits as the file's layout, in a prefill and in decode steps; the copy
+// replaces the mapped file pages, and an engine that does not repack reads the file.
+TEST_P(ForwardTest, RepackedWeightsGiveTheSameBitsAsTheFile) {
+  auto run = [&](bool repack, std::vector<float>* out, uint64_t* repacked) {
+    std::unique_ptr<Model> model;
+    ASSERT_TRUE(Model::Load(path_, &model).ok());
+    EngineOptions o;
+    o.n_threads = 2;
+    o.n_ctx = 64;
+    o.n_batch = 16;
+    o.repack_weights = repack;
+    std::unique_ptr<Engine> e;
+    ASSERT_TRUE(Engine::Create(*model, o, &e).ok());
+    SeqId seq;
+    ASSERT_TRUE(e->NewSequence(&seq).ok());
+    std::vector<float> logits;
+    ASSERT_TRUE(e->Prefill(seq, RandomTokens(20, 5), &logits, true).ok());
+    *out = logits;
+    for (int32_t t : {7, 11, 13}) {  // decode steps: one-token products
+      const std::vector<int32_t> one{t};
+      ASSERT_TRUE(e->Prefill(seq, one, &logits, false).ok());
+      out->insert(out->end(), logits.begin(), logits.end());
+    }
+    *repacked = model->repacked_bytes();
+  };
+  std::vector<float> file, packed;
+  uint64_t file_bytes = 0, packed_bytes = 0;
+  run(false, &file, &file_bytes);
+  run(true, &packed, &packed_bytes);
+  EXPECT_EQ(file_bytes, 0u);
+  const bool has_q4k = GetParam().spec.weight_type == DType::kQ4_K;
+  EXPECT_EQ(packed_bytes > 0, has_q4k && kernels::Rows16Preferred(DType::kQ4_K));
+  ASSERT_EQ(file.size(), packed.size());
+  EXPECT_EQ(0, std::memcmp(file.data(), packed.data(), file.size() * sizeof(float)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, ForwardTest, ::testing::ValuesIn(Cases()),
                          [](const auto& p) { return std::string(p.param.name); });
 

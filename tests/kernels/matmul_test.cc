@@ -426,6 +426,94 @@ TEST_P(MatmulSimd, AWideKSlicedAcrossPanelsMatchesTheReferenceInAnyBatch) {
   }
 }
 
+// The kRows16 layout: the repacked tiles hold the file's bytes (a tile of 16 rows, zero rows
+// past the end), and every table multiplies them to the same bits as the row-major rows,
+// for any batch, row range and k (including a k sliced across panels), so an engine may
+// repack or not without changing a token.
+std::vector<uint8_t> Repacked(const Weights& w) {
+  std::vector<uint8_t> out(Rows16Bytes(w.type, w.rows, w.k));
+  const int64_t tiles = (w.rows + kRows16Tile - 1) / kRows16Tile;
+  // Two calls on disjoint tile ranges, as the loader's threads make them.
+  RepackRows16(w.type, w.data.data(), w.row_bytes, w.rows, w.k, out.data(), 0, tiles / 2);
+  RepackRows16(w.type, w.data.data(), w.row_bytes, w.rows, w.k, out.data(), tiles / 2, tiles);
+  return out;
+}
+
+TEST(MatmulRows16, TilesInterleaveTheRowsDwordByDword) {
+  EXPECT_TRUE(Rows16Supported(DType::kQ4_K));
+  EXPECT_FALSE(Rows16Supported(DType::kQ6_K));
+  const int64_t rows = 21, k = 512;  // two tiles, the second with 5 rows and 11 zero rows
+  Weights w = MakeWeights(DType::kQ4_K, rows, k, 5);
+  ASSERT_EQ(Rows16Bytes(DType::kQ4_K, rows, k), size_t{32} * 2 * sizeof(BlockQ4_K));
+  const std::vector<uint8_t> p = Repacked(w);
+  const int64_t bd = sizeof(BlockQ4_K) / 4;
+  for (int64_t r = 0; r < 32; ++r) {
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t j = 0; j < bd; ++j) {
+        uint32_t got, want = 0;
+        std::memcpy(&got, p.data() + 4 * (((r / 16 * 2 + b) * bd + j) * 16 + r % 16), 4);
+        if (r < rows) std::memcpy(&want, w.row(r) + (b * bd + j) * 4, 4);
+        ASSERT_EQ(got, want) << "row " << r << " block " << b << " dword " << j;
+      }
+    }
+  }
+}
+
+TEST(MatmulRows16, SameBitsAsTheRowMajorRowsOnEveryTable) {
+  const int64_t rows = 53, y_stride = rows + 3;
+  const std::pair<int64_t, int64_t> ranges[] = {{0, rows}, {16, 32}, {5, 37}, {48, 53}, {52, 53}};
+  const int64_t wide = (cpu::MatmulPanelBytes() + kQK_K - 1) / kQK_K * kQK_K + kQK_K;
+  std::vector<int64_t> ks = InnerSizes(DType::kQ4_K);
+  ks.push_back(wide);
+  for (int64_t k : ks) {
+    Weights w = MakeWeights(DType::kQ4_K, rows, k, 300 + static_cast<uint32_t>(k));
+    std::vector<uint8_t> packed = Repacked(w);
+    // The kernels load whole vectors from the tiles: keep them 64-byte aligned.
+    void* aligned = nullptr;
+    ASSERT_EQ(0, posix_memalign(&aligned, 64, packed.size()));
+    std::memcpy(aligned, packed.data(), packed.size());
+    for (testing::Variant v : testing::AllVariants()) {
+      testing::ScopedVariant use(v);
+      for (int64_t n_tok : k == wide ? std::vector<int64_t>{1, 9} : TokenCounts()) {
+        SCOPED_TRACE(std::string(v->variant) + " k=" + std::to_string(k) +
+                     " n_tok=" + std::to_string(n_tok));
+        Activations a = MakeActivations(DType::kQ4_K, n_tok, k, 400 + static_cast<uint32_t>(n_tok));
+        for (auto [rb, re] : ranges) {
+          std::vector<float> ref(n_tok * y_stride, std::numeric_limits<float>::quiet_NaN());
+          std::vector<float> got = ref;
+          Matmul(Args(w, a, ref.data(), y_stride), rb, re);
+          MatmulArgs m = Args(w, a, got.data(), y_stride);
+          m.w = aligned;
+          m.w_row_bytes = RowBytes(DType::kQ4_K, k);
+          m.w_layout = WeightLayout::kRows16;
+          Matmul(m, rb, re);
+          for (int64_t i = 0; i < n_tok * y_stride; ++i) {
+            const int64_t r = i % y_stride;
+            if (r < rb || r >= re) {
+              ASSERT_TRUE(std::isnan(got[i])) << "wrote row " << r << " outside the range";
+            } else {
+              ASSERT_EQ(0, std::memcmp(&got[i], &ref[i], sizeof(float)))
+                  << "row " << r << " token " << i / y_stride << " range [" << rb << "," << re
+                  << "): " << got[i] << " vs " << ref[i];
+            }
+          }
+        }
+      }
+    }
+    std::free(aligned);
+  }
+}
+
+TEST(MatmulRows16, ATypeWithoutTheLayoutGivesNaNRows) {
+  Weights w = MakeWeights(DType::kQ6_K, 16, 256, 9);
+  Activations a = MakeActivations(DType::kQ6_K, 1, 256, 10);
+  std::vector<float> y(16, 0.f);
+  MatmulArgs m = Args(w, a, y.data(), 16);
+  m.w_layout = WeightLayout::kRows16;
+  Matmul(m, 0, 16);
+  for (float v : y) EXPECT_TRUE(std::isnan(v));
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, MatmulSimd, ::testing::ValuesIn(testing::SimdVariants()),
                          testing::VariantName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MatmulSimd);
