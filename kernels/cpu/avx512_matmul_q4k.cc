@@ -200,13 +200,32 @@ STRATA_INLINE void DotTokensUpTo(int nt, const Decoded& w, const BlockQ8_K* cons
   DotTokens<T>(w, x, acc);
 }
 
+// Decode streams each tile's bytes once: the vectors kMatmulPrefetchBytes ahead are asked
+// for as the kernel loads each set of them, into L2 when the token's activations (reread by
+// every tile) would not keep their place in L1. Asking for a super-block's 36 lines at once
+// cost a tenth of the arithmetic rate from cache; spread over the loads, a few percent.
+enum class Ahead { kNone, kL1, kL2 };
+STRATA_INLINE void PrefetchAhead(const __m512i* v, int first, int n, Ahead ahead) {
+  if (ahead == Ahead::kNone) return;
+  const char* p = reinterpret_cast<const char*>(v + first) + kMatmulPrefetchBytes;
+  for (int i = 0; i < n; ++i) {
+    if (ahead == Ahead::kL1) {
+      _mm_prefetch(p + 64 * i, _MM_HINT_T0);
+    } else {
+      _mm_prefetch(p + 64 * i, _MM_HINT_T1);
+    }
+  }
+}
+
 // kRows16: the codes go from the loaded vectors straight into the products, eight vectors
 // (two sub-blocks) at a time, with no transpose and no Decoded in memory; the same integer
 // sums and the same two float multiply-adds as DotTokens. Splitting the nibbles again for
 // every kFusedTokens tokens costs less than storing and reloading a Decoded: from 8 to 512
 // tokens this ran as fast or faster than decoding once per super-block.
 template <int T>
-STRATA_INLINE void DotRows16(const __m512i* v, const BlockQ8_K* const* x, __m512* acc) {
+STRATA_INLINE void DotRows16(const __m512i* v, const BlockQ8_K* const* x, __m512* acc,
+                             Ahead ahead) {
+  PrefetchAhead(v, 0, 4, ahead);
   Header hd;
   DecodeHeader(_mm512_load_si512(v), _mm512_load_si512(v + 1), _mm512_load_si512(v + 2),
                _mm512_load_si512(v + 3), hd);
@@ -219,6 +238,7 @@ STRATA_INLINE void DotRows16(const __m512i* v, const BlockQ8_K* const* x, __m512
   for (int p = 0; p < 4; ++p) {
     // Vectors 4 + 8p .. +7: low nibbles sub-block 2p, high nibbles 2p + 1.
     __m512i raw[8];
+    PrefetchAhead(v, 4 + 8 * p, 8, ahead);
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) raw[g] = _mm512_load_si512(v + 4 + 8 * p + g);
 #pragma GCC unroll 2
@@ -256,25 +276,16 @@ STRATA_INLINE void DotRows16(const __m512i* v, const BlockQ8_K* const* x, __m512
 }
 
 template <int T>
-STRATA_INLINE void DotRows16UpTo(int nt, const __m512i* v, const BlockQ8_K* const* x, __m512* acc) {
+STRATA_INLINE void DotRows16UpTo(int nt, const __m512i* v, const BlockQ8_K* const* x, __m512* acc,
+                                 Ahead ahead) {
   if constexpr (T > 1) {
-    if (nt < T) return DotRows16UpTo<T - 1>(nt, v, x, acc);
+    if (nt < T) return DotRows16UpTo<T - 1>(nt, v, x, acc, ahead);
   }
-  DotRows16<T>(v, x, acc);
+  DotRows16<T>(v, x, acc, ahead);
 }
 
 // Bytes of one super-block of a 16-row tile (both layouts hold the same bytes).
 constexpr int64_t kTileBlockBytes = kRows * int64_t{sizeof(BlockQ4_K)};
-
-// Decode streams each tile's bytes once: ask for them kMatmulPrefetchBytes ahead, into L2
-// when the token's activations (reread by every tile) would not keep their place in L1.
-template <int kHint>
-STRATA_INLINE void PrefetchBlock(const uint8_t* p) {
-#pragma GCC unroll 36
-  for (int64_t i = 0; i < kTileBlockBytes; i += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p + kMatmulPrefetchBytes + i),
-                 static_cast<_mm_hint>(kHint));
-}
 
 template <bool kRows16Layout>
 void MatmulRowsInLanes(const MatmulArgs& a, int64_t rb, int64_t re) {
@@ -283,7 +294,11 @@ void MatmulRowsInLanes(const MatmulArgs& a, int64_t rb, int64_t re) {
   const int64_t slice = Avx512Q4_KSliceGroups(n_sb);
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   const uint8_t* xq = static_cast<const uint8_t*>(a.xq);
-  const bool to_l2 = n_sb * int64_t{sizeof(BlockQ8_K)} > MatmulPrefetchToL2PanelBytes();
+  // Only a decode streams its weights once; a batch's reuse keeps them in cache.
+  const Ahead ahead = a.n_tok > 1 ? Ahead::kNone
+                      : n_sb * int64_t{sizeof(BlockQ8_K)} > MatmulPrefetchToL2PanelBytes()
+                          ? Ahead::kL2
+                          : Ahead::kL1;
   // One accumulator vector per token for the 16 rows in flight; kept by the thread.
   struct Lanes {
     __m512 v;
@@ -313,16 +328,12 @@ void MatmulRowsInLanes(const MatmulArgs& a, int64_t rb, int64_t re) {
         const BlockQ8_K* x[kTokens];
         if constexpr (kRows16Layout) {
           const uint8_t* blk = tile + sb * kTileBlockBytes;
-          if (to_l2) {
-            PrefetchBlock<_MM_HINT_T1>(blk);
-          } else {
-            PrefetchBlock<_MM_HINT_T0>(blk);
-          }
           for (int64_t t0 = 0; t0 < a.n_tok; t0 += kFusedTokens) {
             const int nt = static_cast<int>(std::min<int64_t>(kFusedTokens, a.n_tok - t0));
             for (int t = 0; t < nt; ++t)
               x[t] = reinterpret_cast<const BlockQ8_K*>(xq + (t0 + t) * a.xq_row_bytes) + sb;
-            DotRows16UpTo<kFusedTokens>(nt, reinterpret_cast<const __m512i*>(blk), x, acc + t0);
+            DotRows16UpTo<kFusedTokens>(nt, reinterpret_cast<const __m512i*>(blk), x, acc + t0,
+                                        ahead);
           }
         } else {
           Decode(tile + sb * int64_t{sizeof(BlockQ4_K)}, off, dec);
