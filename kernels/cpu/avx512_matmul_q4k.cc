@@ -154,6 +154,43 @@ STRATA_INLINE __m512i Broadcast4(const void* p) {
   return _mm512_set1_epi32(v);
 }
 
+// sum[t] += sc * (codes . x[t]) over sub-block s, the codes as in Decoded::code[s]: four
+// 4-value groups a 16-value half (whose sums fit the 16 bits vpdpwssd scales).
+template <int T>
+STRATA_INLINE void SubBlockDots(const __m512i* c, __m512i sc, const BlockQ8_K* const* x, int s,
+                                __m512i* sum) {
+  const __m512i zero = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    const int8_t* q = x[t]->qs + 32 * s;
+    __m512i lo = _mm512_dpbusd_epi32(zero, c[0], Broadcast4(q));
+    __m512i hi = _mm512_dpbusd_epi32(zero, c[4], Broadcast4(q + 16));
+#pragma GCC unroll 3
+    for (int g = 1; g < 4; ++g) {
+      lo = _mm512_dpbusd_epi32(lo, c[g], Broadcast4(q + 4 * g));
+      hi = _mm512_dpbusd_epi32(hi, c[4 + g], Broadcast4(q + 16 + 4 * g));
+    }
+    sum[t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(sum[t], lo, sc), hi, sc);
+  }
+}
+
+// acc[t] += d * dx * sum[t] - dmin * dx * (mins . bsums): the super-block's two float steps,
+// the only ones, so both layouts give a token the same bits.
+template <int T>
+STRATA_INLINE void Finish(const Header& w, const BlockQ8_K* const* x, const __m512i* sum,
+                          __m512* acc) {
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    __m512i m = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s)
+      m = _mm512_dpwssd_epi32(m, w.min2[s], Broadcast4(x[t]->bsums + 2 * s));
+    const __m512 dx = _mm512_set1_ps(x[t]->d);
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(w.d, dx), acc[t]);
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(w.neg_dmin, dx), acc[t]);
+  }
+}
+
 // acc[t] (lane = row) += this super-block's dot for T tokens; x[t] is token t's Q8_K block.
 template <int T>
 STRATA_INLINE void DotTokens(const Decoded& w, const BlockQ8_K* const* x, __m512* acc) {
@@ -162,34 +199,8 @@ STRATA_INLINE void DotTokens(const Decoded& w, const BlockQ8_K* const* x, __m512
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) sum[t] = zero;
 #pragma GCC unroll 1
-  for (int s = 0; s < 8; ++s) {
-    __m512i c[8];
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) c[g] = w.code[s][g];
-    const __m512i sc = w.scale[s];
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      const int8_t* q = x[t]->qs + 32 * s;
-      __m512i lo = _mm512_dpbusd_epi32(zero, c[0], Broadcast4(q));
-      __m512i hi = _mm512_dpbusd_epi32(zero, c[4], Broadcast4(q + 16));
-#pragma GCC unroll 3
-      for (int g = 1; g < 4; ++g) {
-        lo = _mm512_dpbusd_epi32(lo, c[g], Broadcast4(q + 4 * g));
-        hi = _mm512_dpbusd_epi32(hi, c[4 + g], Broadcast4(q + 16 + 4 * g));
-      }
-      sum[t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(sum[t], lo, sc), hi, sc);
-    }
-  }
-#pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) {
-    __m512i m = zero;
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; ++s)
-      m = _mm512_dpwssd_epi32(m, w.min2[s], Broadcast4(x[t]->bsums + 2 * s));
-    const __m512 dx = _mm512_set1_ps(x[t]->d);
-    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(w.d, dx), acc[t]);
-    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(w.neg_dmin, dx), acc[t]);
-  }
+  for (int s = 0; s < 8; ++s) SubBlockDots<T>(w.code[s], w.scale[s], x, s, sum);
+  Finish<T>(w, x, sum, acc);
 }
 
 template <int T>
@@ -248,31 +259,10 @@ STRATA_INLINE void DotRows16(const __m512i* v, const BlockQ8_K* const* x, __m512
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g)
         c[g] = _mm512_and_si512(nib ? _mm512_srli_epi32(raw[g], 4) : raw[g], m4);
-      const __m512i sc = hd.scale[s];
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) {
-        const int8_t* q = x[t]->qs + 32 * s;
-        __m512i lo = _mm512_dpbusd_epi32(zero, c[0], Broadcast4(q));
-        __m512i hi = _mm512_dpbusd_epi32(zero, c[4], Broadcast4(q + 16));
-#pragma GCC unroll 3
-        for (int g = 1; g < 4; ++g) {
-          lo = _mm512_dpbusd_epi32(lo, c[g], Broadcast4(q + 4 * g));
-          hi = _mm512_dpbusd_epi32(hi, c[4 + g], Broadcast4(q + 16 + 4 * g));
-        }
-        sum[t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(sum[t], lo, sc), hi, sc);
-      }
+      SubBlockDots<T>(c, hd.scale[s], x, s, sum);
     }
   }
-#pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) {
-    __m512i m = zero;
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; ++s)
-      m = _mm512_dpwssd_epi32(m, hd.min2[s], Broadcast4(x[t]->bsums + 2 * s));
-    const __m512 dx = _mm512_set1_ps(x[t]->d);
-    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(hd.d, dx), acc[t]);
-    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(hd.neg_dmin, dx), acc[t]);
-  }
+  Finish<T>(hd, x, sum, acc);
 }
 
 template <int T>
