@@ -467,7 +467,7 @@ Status Model::PrepareCpuWeights(ThreadPool* pool) const {
           path_ + ": reserving " + std::to_string(total >> 20) + " MiB for the repacked weights",
           errno);
     // Decode streams these bytes once per token: huge pages spare it most TLB misses.
-    if (getenv("STRATA_NO_THP") == nullptr) (void)madvise(arena, total, MADV_HUGEPAGE);
+    (void)madvise(arena, total, MADV_HUGEPAGE);
     size_t at = 0;
     for (TensorRef* t : mats) {
       uint8_t* dst = static_cast<uint8_t*>(arena) + at;
