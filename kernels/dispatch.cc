@@ -177,51 +177,26 @@ size_t Rows16Bytes(DType t, int64_t rows, int64_t k) {
   return static_cast<size_t>(tiles * kRows16Tile) * RowBytes(t, k);
 }
 
-void RepackRows16(DType t, const void* src, size_t src_row_bytes, int64_t rows, int64_t k,
-                  void* dst, int64_t tile_begin, int64_t tile_end) {
-  // Block b of row r is dwords [b * bd, (b + 1) * bd) of the row; the tile's block b holds
-  // them as bd vectors of 16 dwords, one lane a row.
-  const TypeInfo& info = GetTypeInfo(t);
-  const int64_t n_blocks = k / info.block_elems;
-  const int64_t bd = info.block_bytes / 4;
-  const auto* in = static_cast<const uint8_t*>(src);
-  auto* out = static_cast<uint32_t*>(dst);
-  for (int64_t i = tile_begin; i < tile_end; ++i) {
-    uint32_t* tile = out + i * n_blocks * bd * kRows16Tile;
-    for (int64_t r = 0; r < kRows16Tile; ++r) {
-      const int64_t row = i * kRows16Tile + r;
-      for (int64_t b = 0; b < n_blocks; ++b) {
-        uint32_t* block = tile + b * bd * kRows16Tile;
-        for (int64_t j = 0; j < bd; ++j) {
-          uint32_t v = 0;
-          if (row < rows) std::memcpy(&v, in + row * src_row_bytes + (b * bd + j) * 4, 4);
-          block[j * kRows16Tile + r] = v;
-        }
-      }
-    }
-  }
-}
-
 namespace {
+
+// A kRows16 tile is its 16 rows' dwords transposed: dword d of row r at d * 16 + r, so that
+// block b's dword j (d = b * dwords a block + j) lands in vector d, lane r.
+int64_t RowDwords(DType t, int64_t k) { return static_cast<int64_t>(RowBytes(t, k) / 4); }
 
 // kRows16 weights for a table without a kernel of its own: each tile's rows unpacked into
 // a thread's buffer and multiplied as row-major rows (the same bits as the file's layout).
 void MatmulUnpackedRows16(const cpu::KernelTable& table, const MatmulArgs& a, int64_t rb,
                           int64_t re) {
-  const TypeInfo& info = GetTypeInfo(a.wtype);
-  const int64_t n_blocks = a.k / info.block_elems;
-  const int64_t bd = info.block_bytes / 4;
+  const int64_t n = RowDwords(a.wtype, a.k);
   const size_t row_bytes = RowBytes(a.wtype, a.k);
   static thread_local std::vector<uint8_t> rows;
   rows.resize(row_bytes * kRows16Tile);
   const auto* in = static_cast<const uint32_t*>(a.w);
   for (int64_t r0 = rb / kRows16Tile * kRows16Tile; r0 < re; r0 += kRows16Tile) {
-    const uint32_t* tile = in + r0 / kRows16Tile * n_blocks * bd * kRows16Tile;
+    const uint32_t* tile = in + r0 * n;
     for (int64_t r = 0; r < kRows16Tile; ++r)
-      for (int64_t b = 0; b < n_blocks; ++b)
-        for (int64_t j = 0; j < bd; ++j)
-          std::memcpy(rows.data() + r * row_bytes + (b * bd + j) * 4,
-                      tile + (b * bd + j) * kRows16Tile + r, 4);
+      for (int64_t d = 0; d < n; ++d)
+        std::memcpy(rows.data() + r * row_bytes + d * 4, tile + d * kRows16Tile + r, 4);
     MatmulArgs u = a;
     u.w = rows.data();
     u.w_row_bytes = row_bytes;
@@ -232,6 +207,24 @@ void MatmulUnpackedRows16(const cpu::KernelTable& table, const MatmulArgs& a, in
 }
 
 }  // namespace
+
+void RepackRows16(DType t, const void* src, size_t src_row_bytes, int64_t rows, int64_t k,
+                  void* dst, int64_t tile_begin, int64_t tile_end) {
+  const int64_t n = RowDwords(t, k);
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint32_t*>(dst);
+  for (int64_t i = tile_begin; i < tile_end; ++i) {
+    uint32_t* tile = out + i * n * kRows16Tile;
+    for (int64_t r = 0; r < kRows16Tile; ++r) {
+      const int64_t row = i * kRows16Tile + r;
+      for (int64_t d = 0; d < n; ++d) {
+        uint32_t v = 0;  // rows past the end are zero
+        if (row < rows) std::memcpy(&v, in + row * src_row_bytes + d * 4, 4);
+        tile[d * kRows16Tile + r] = v;
+      }
+    }
+  }
+}
 
 void Matmul(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
   if (row_end <= row_begin || a.n_tok <= 0) return;

@@ -41,10 +41,10 @@ DType ActivationType(DType weight);
 void QuantizeActivations(DType weight, const float* x, int64_t n, void* out);
 
 // How a weight matrix's rows are laid out in memory. kRowMajor is the GGUF file's own
-// layout. kRows16 (Q4_K only, made by RepackRows16) interleaves the blocks of 16 rows dword
-// by dword: for tile i (rows 16i..16i+15, the last tile padded with zero rows) and
-// super-block b, the 144 * 16 bytes at (i * n_sb + b) * 2304 are 36 vectors of 16 dwords,
-// vector j holding dword j of block b of each of the 16 rows. A one-token product then
+// layout. kRows16 (Q4_K only, made by RepackRows16) transposes the dwords of each tile of
+// 16 rows (rows 16i..16i+15, the last tile padded with zero rows): dword d of the tile's row
+// r is dword d * 16 + r of the tile, so super-block b is 36 vectors of 16 dwords, vector j
+// holding dword j of block b of each of the 16 rows. A one-token product then
 // reads 16 rows' codes as whole vectors with rows in the lanes, and sums each super-block
 // exactly without the transposes or the per-block lane reductions the row-major layout
 // needs; the results are the same bits as with kRowMajor.

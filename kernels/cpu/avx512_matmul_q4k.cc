@@ -296,7 +296,6 @@ void MatmulRowsInLanes(const MatmulArgs& a, int64_t rb, int64_t re) {
   static thread_local std::vector<Lanes> lanes;
   if (lanes.size() < static_cast<size_t>(a.n_tok)) lanes.resize(static_cast<size_t>(a.n_tok));
   __m512* const acc = &lanes.data()->v;
-  [[maybe_unused]] Decoded dec;
   // kRows16 tiles start at multiples of 16 rows; a row-major tile starts where asked.
   const int64_t first = kRows16Layout ? rb / kRows * kRows : rb;
   for (int64_t r0 = first; r0 < re; r0 += kRows) {
@@ -326,6 +325,7 @@ void MatmulRowsInLanes(const MatmulArgs& a, int64_t rb, int64_t re) {
                                         ahead);
           }
         } else {
+          Decoded dec;
           Decode(tile + sb * int64_t{sizeof(BlockQ4_K)}, off, dec);
           for (int64_t t0 = 0; t0 < a.n_tok; t0 += kTokens) {
             const int nt = static_cast<int>(std::min<int64_t>(kTokens, a.n_tok - t0));

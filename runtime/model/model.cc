@@ -391,7 +391,7 @@ uint64_t ComputeIdentity(const GgufFile& g, const HParams& hp) {
 }  // namespace
 
 Model::~Model() {
-  if (repacked_ != nullptr) munmap(repacked_, repacked_size_);
+  if (repacked_ != nullptr) munmap(repacked_, repacked_bytes_.load());
 }
 
 Status Model::Load(const std::string& path, std::unique_ptr<Model>* out) {
@@ -490,7 +490,6 @@ Status Model::PrepareCpuWeights(ThreadPool* pool) const {
       t->layout = kernels::WeightLayout::kRows16;
     }
     repacked_ = arena;
-    repacked_size_ = total;
     repacked_bytes_.store(total, std::memory_order_release);
   }
   cpu_weights_ = std::move(w);

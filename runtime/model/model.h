@@ -151,7 +151,6 @@ class Model {
   mutable std::unique_ptr<ModelWeights> cpu_weights_;
   mutable std::atomic<const ModelWeights*> cpu_view_{nullptr};
   mutable void* repacked_ = nullptr;
-  mutable size_t repacked_size_ = 0;
   mutable std::atomic<uint64_t> repacked_bytes_{0};
 };
 
