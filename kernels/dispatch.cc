@@ -169,34 +169,110 @@ bool ForceIsa(Isa isa) {
 void QuantizeActivations(DType weight, const float* x, int64_t n, void* out) {
   K().quantize_activations(weight, x, n, out);
 }
-bool Rows16Supported(DType t) { return t == DType::kQ4_K; }
-bool Rows16Preferred(DType t) { return Rows16Supported(t) && K().matmul_rows16 != nullptr; }
+namespace {
+
+// A block's code dwords and its 2-byte scale (kRows16, kernels.h).
+struct Rows16Form {
+  int64_t block_bytes = 0, dwords = 0;
+  int64_t scale_at = 0, scale_bytes = 0;  // the scale's offset in the block, 0 or 2 bytes
+  int64_t codes_at = 0;                   // the first code byte
+  const uint8_t* order = nullptr;         // vector v holds dword order[v] (nullptr: v)
+};
+
+bool FormOf(DType t, Rows16Form* f) {
+  switch (t) {
+    case DType::kQ4_0:
+      *f = {sizeof(BlockQ4_0), 4, 0, 2, 2};
+      return true;
+    case DType::kQ8_0:
+      *f = {sizeof(BlockQ8_0), 8, 0, 2, 2};
+      return true;
+    case DType::kQ4_K:
+      *f = {sizeof(BlockQ4_K), sizeof(BlockQ4_K) / 4, 0, 0, 0};
+      return true;
+    case DType::kQ6_K:
+      *f = {sizeof(BlockQ6_K), 52, offsetof(BlockQ6_K, d), 2, 0, kQ6_KRows16Order.data()};
+      return true;
+    default:
+      return false;
+  }
+}
+
+Rows16Form Form(DType t) {
+  Rows16Form f;
+  (void)FormOf(t, &f);
+  return f;
+}
+
+}  // namespace
+
+bool Rows16Supported(DType t) {
+  Rows16Form f;
+  return FormOf(t, &f);
+}
+bool Rows16Preferred(DType t) {
+  return Rows16Supported(t) && (K().matmul_rows16_types >> static_cast<uint32_t>(t) & 1u) != 0;
+}
+
+size_t Rows16TileBytes(DType t, int64_t k) { return (RowBytes(t, k) * kRows16Tile + 63) / 64 * 64; }
 
 size_t Rows16Bytes(DType t, int64_t rows, int64_t k) {
   const int64_t tiles = (rows + kRows16Tile - 1) / kRows16Tile;
-  return static_cast<size_t>(tiles * kRows16Tile) * RowBytes(t, k);
+  return static_cast<size_t>(tiles) * Rows16TileBytes(t, k);
+}
+
+Rows16Block Rows16BlockAt(DType t, int64_t nb, int64_t b) {
+  const Rows16Form f = Form(t);
+  const int64_t codes = f.dwords * 4 * kRows16Tile, scales = f.scale_bytes * kRows16Tile;
+  const int64_t first = b / 2 * 2, in_pair = std::min<int64_t>(2, nb - first);
+  const int64_t base = first * f.block_bytes * kRows16Tile;
+  return {base + (b - first) * codes, base + in_pair * codes + (b - first) * scales};
 }
 
 namespace {
 
-// A kRows16 tile is its 16 rows' dwords transposed: dword d of row r at d * 16 + r, so that
-// block b's dword j (d = b * dwords a block + j) lands in vector d, lane r.
-int64_t RowDwords(DType t, int64_t k) { return static_cast<int64_t>(RowBytes(t, k) / 4); }
+// Visits every (row of the tile, block) with the row's block in the file's layout and the
+// tile's bytes for it: f(row_block, tile_codes, tile_scales, r) where dword j of the row's
+// codes lives at tile_codes + 4 * (j * 16 + r) and its scale at tile_scales + 2 * r.
+template <typename F>
+void ForEachTileBlock(DType t, int64_t k, F&& f) {
+  const Rows16Form form = Form(t);
+  const int64_t nb = static_cast<int64_t>(RowBytes(t, k)) / form.block_bytes;
+  for (int64_t b = 0; b < nb; ++b) {
+    const Rows16Block at = Rows16BlockAt(t, nb, b);
+    for (int64_t r = 0; r < kRows16Tile; ++r) f(form, b * form.block_bytes, at, r);
+  }
+}
+
+// Row r's block in the file's layout <-> its place in the tile.
+void PackBlock(const Rows16Form& f, const uint8_t* in, uint8_t* tile, const Rows16Block& at,
+               int64_t r) {
+  std::memcpy(tile + at.scales + f.scale_bytes * r, in + f.scale_at, size_t(f.scale_bytes));
+  for (int64_t v = 0; v < f.dwords; ++v)
+    std::memcpy(tile + at.codes + 4 * (v * kRows16Tile + r),
+                in + f.codes_at + 4 * (f.order ? f.order[v] : v), 4);
+}
+void UnpackBlock(const Rows16Form& f, const uint8_t* tile, const Rows16Block& at, int64_t r,
+                 uint8_t* out) {
+  std::memcpy(out + f.scale_at, tile + at.scales + f.scale_bytes * r, size_t(f.scale_bytes));
+  for (int64_t v = 0; v < f.dwords; ++v)
+    std::memcpy(out + f.codes_at + 4 * (f.order ? f.order[v] : v),
+                tile + at.codes + 4 * (v * kRows16Tile + r), 4);
+}
 
 // kRows16 weights for a table without a kernel of its own: each tile's rows unpacked into
 // a thread's buffer and multiplied as row-major rows (the same bits as the file's layout).
 void MatmulUnpackedRows16(const cpu::KernelTable& table, const MatmulArgs& a, int64_t rb,
                           int64_t re) {
-  const int64_t n = RowDwords(a.wtype, a.k);
-  const size_t row_bytes = RowBytes(a.wtype, a.k);
+  const size_t row_bytes = RowBytes(a.wtype, a.k), tile_bytes = Rows16TileBytes(a.wtype, a.k);
   static thread_local std::vector<uint8_t> rows;
   rows.resize(row_bytes * kRows16Tile);
-  const auto* in = static_cast<const uint32_t*>(a.w);
   for (int64_t r0 = rb / kRows16Tile * kRows16Tile; r0 < re; r0 += kRows16Tile) {
-    const uint32_t* tile = in + r0 * n;
-    for (int64_t r = 0; r < kRows16Tile; ++r)
-      for (int64_t d = 0; d < n; ++d)
-        std::memcpy(rows.data() + r * row_bytes + d * 4, tile + d * kRows16Tile + r, 4);
+    const uint8_t* tile = static_cast<const uint8_t*>(a.w) + size_t(r0 / kRows16Tile) * tile_bytes;
+    ForEachTileBlock(a.wtype, a.k,
+                     [&](const Rows16Form& f, int64_t off, const Rows16Block& at, int64_t r) {
+                       UnpackBlock(f, tile, at, r, rows.data() + size_t(r) * row_bytes + off);
+                     });
     MatmulArgs u = a;
     u.w = rows.data();
     u.w_row_bytes = row_bytes;
@@ -210,20 +286,28 @@ void MatmulUnpackedRows16(const cpu::KernelTable& table, const MatmulArgs& a, in
 
 void RepackRows16(DType t, const void* src, size_t src_row_bytes, int64_t rows, int64_t k,
                   void* dst, int64_t tile_begin, int64_t tile_end) {
-  const int64_t n = RowDwords(t, k);
-  const auto* in = static_cast<const uint8_t*>(src);
-  auto* out = static_cast<uint32_t*>(dst);
+  const size_t tile_bytes = Rows16TileBytes(t, k);
+  const std::vector<uint8_t> zero(RowBytes(t, k), 0);  // rows past the end
   for (int64_t i = tile_begin; i < tile_end; ++i) {
-    uint32_t* tile = out + i * n * kRows16Tile;
-    for (int64_t r = 0; r < kRows16Tile; ++r) {
+    uint8_t* tile = static_cast<uint8_t*>(dst) + size_t(i) * tile_bytes;
+    std::memset(tile + RowBytes(t, k) * kRows16Tile, 0, tile_bytes - RowBytes(t, k) * kRows16Tile);
+    ForEachTileBlock(t, k, [&](const Rows16Form& f, int64_t off, const Rows16Block& at, int64_t r) {
       const int64_t row = i * kRows16Tile + r;
-      for (int64_t d = 0; d < n; ++d) {
-        uint32_t v = 0;  // rows past the end are zero
-        if (row < rows) std::memcpy(&v, in + row * src_row_bytes + d * 4, 4);
-        tile[d * kRows16Tile + r] = v;
-      }
-    }
+      const uint8_t* in =
+          row < rows ? static_cast<const uint8_t*>(src) + size_t(row) * src_row_bytes : zero.data();
+      PackBlock(f, in + off, tile, at, r);
+    });
   }
+}
+
+void Rows16Row(DType t, const void* tiles, int64_t k, int64_t row, void* dst) {
+  const Rows16Form f = Form(t);
+  const int64_t nb = static_cast<int64_t>(RowBytes(t, k)) / f.block_bytes;
+  const uint8_t* tile =
+      static_cast<const uint8_t*>(tiles) + size_t(row / kRows16Tile) * Rows16TileBytes(t, k);
+  for (int64_t b = 0; b < nb; ++b)
+    UnpackBlock(f, tile, Rows16BlockAt(t, nb, b), row % kRows16Tile,
+                static_cast<uint8_t*>(dst) + b * f.block_bytes);
 }
 
 void Matmul(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
@@ -241,7 +325,8 @@ void Matmul(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
   }
   const cpu::KernelTable& table = K();
   if (!rows16) return table.matmul(a, row_begin, row_end);
-  if (table.matmul_rows16 != nullptr) return table.matmul_rows16(a, row_begin, row_end);
+  if ((table.matmul_rows16_types >> static_cast<uint32_t>(a.wtype) & 1u) != 0)
+    return table.matmul_rows16(a, row_begin, row_end);
   MatmulUnpackedRows16(table, a, row_begin, row_end);
 }
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {

@@ -7,6 +7,7 @@
 // the variant is chosen once at start-up from the CPU's features (see ActiveIsa).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -41,27 +42,61 @@ DType ActivationType(DType weight);
 void QuantizeActivations(DType weight, const float* x, int64_t n, void* out);
 
 // How a weight matrix's rows are laid out in memory. kRowMajor is the GGUF file's own
-// layout. kRows16 (Q4_K only, made by RepackRows16) transposes the dwords of each tile of
-// 16 rows (rows 16i..16i+15, the last tile padded with zero rows): dword d of the tile's row
-// r is dword d * 16 + r of the tile, so super-block b is 36 vectors of 16 dwords, vector j
-// holding dword j of block b of each of the 16 rows. A one-token product then
-// reads 16 rows' codes as whole vectors with rows in the lanes, and sums each super-block
-// exactly without the transposes or the per-block lane reductions the row-major layout
-// needs; the results are the same bits as with kRowMajor.
+// layout. kRows16 (made by RepackRows16 for the types Rows16Supported names) regroups each
+// tile of 16 rows (rows 16i..16i+15, the last tile padded with zero rows) so that a vector
+// holds one dword of the same block of all 16 rows, lane r = row r: a product then reads 16
+// rows' codes as whole vectors with the rows in the lanes and sums each block exactly in
+// integers, without the lane reductions or transposes the row-major layout needs.
+//
+// A block's bytes are its code dwords and, for Q4_0, Q8_0 and Q6_K, a 2-byte scale d (the
+// block's first or last two bytes). In a tile, block b's code dwords come as `dwords`
+// vectors of 16 dwords (dword j of row r at j * 16 + r); the blocks go in pairs, each pair's
+// two code runs followed by the scales of its first block's 16 rows, then of its second's
+// (a 16-lane F16 vector each), which keeps every code vector 64-byte aligned. Q4_K has no
+// separate scale (its d and dmin are its first dword), so its tile is simply the 16 rows'
+// dwords transposed. Q6_K's 52 code vectors go in the order its kernel reads them
+// (kQ6_KRows16Order), so a decode streams each block front to back. Tiles are
+// Rows16TileBytes apart.
 enum class WeightLayout : uint8_t { kRowMajor, kRows16 };
+// Q6_K in kRows16: vector v of a block holds the block's dword kQ6_KRows16Order[v] (ql is
+// dwords 0..31, qh 32..47, the scales 48..51): the scales, then per quarter (half n of 128
+// values, 16-value group q) the ql dwords of its low and high 32 values and their qh dwords.
+constexpr std::array<uint8_t, 52> Q6_KRows16Order() {
+  std::array<uint8_t, 52> o{48, 49, 50, 51};
+  int v = 4;
+  for (int n = 0; n < 2; ++n)
+    for (int q = 0; q < 2; ++q)
+      for (int base : {16 * n + 4 * q, 16 * n + 8 + 4 * q, 32 + 8 * n + 4 * q})
+        for (int i = 0; i < 4; ++i) o[size_t(v++)] = static_cast<uint8_t>(base + i);
+  return o;
+}
+inline constexpr std::array<uint8_t, 52> kQ6_KRows16Order = Q6_KRows16Order();
 constexpr int64_t kRows16Tile = 16;
-// True when `t` has a kRows16 form (Q4_K).
+// True when `t` has a kRows16 form (Q4_0, Q8_0, Q4_K, Q6_K).
 bool Rows16Supported(DType t);
-// True when the active kernels compute kRows16 weights natively (AVX-512 VNNI); elsewhere
-// Matmul still accepts them, unpacking 16 rows at a time, so repacking only pays here.
+// True when the active kernels compute kRows16 weights of type t natively (AVX-512 VNNI);
+// elsewhere Matmul still accepts them, unpacking 16 rows at a time, so repacking only pays
+// there. With a native kernel Q4_K gives the same bits as the row-major layout; Q4_0, Q8_0
+// and Q6_K add the blocks in another order than the row-major kernels (the same value up to
+// float rounding). Either way a token gets the same bits alone or in any batch.
 bool Rows16Preferred(DType t);
+// Bytes between consecutive tiles: 16 rows, rounded up to a multiple of 64.
+size_t Rows16TileBytes(DType t, int64_t k);
 // Bytes of a rows x k matrix of type t in the kRows16 layout (rows rounded up to 16).
 size_t Rows16Bytes(DType t, int64_t rows, int64_t k);
+// Where block b (of nb per row) of a tile starts: its code vectors, and its 16 scales
+// (equal to `codes` for Q4_K, which has none), in bytes from the tile's start.
+struct Rows16Block {
+  int64_t codes, scales;
+};
+Rows16Block Rows16BlockAt(DType t, int64_t nb, int64_t b);
 // Writes tiles [tile_begin, tile_end) of the kRows16 form of `src` (rows x k, rows
-// src_row_bytes apart) into `dst` (Rows16Bytes bytes; tile i at i * 16 * RowBytes(t, k)).
-// Disjoint tile ranges may be written concurrently.
+// src_row_bytes apart) into `dst` (Rows16Bytes bytes). Disjoint tile ranges may be written
+// concurrently.
 void RepackRows16(DType t, const void* src, size_t src_row_bytes, int64_t rows, int64_t k,
                   void* dst, int64_t tile_begin, int64_t tile_end);
+// Copies row `row` of kRows16 weights back into the file's layout (RowBytes(t, k) bytes).
+void Rows16Row(DType t, const void* tiles, int64_t k, int64_t row, void* dst);
 
 struct MatmulArgs {
   DType wtype;

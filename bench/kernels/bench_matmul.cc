@@ -35,7 +35,7 @@ const Shape kShapes[] = {
     {DType::kQ6_K, 2048, 8192, "l1b.down"},       {DType::kQ8_0, 2048, 8192, "l1b.down"},
     {DType::kQ4_K, 4096, 14336, "l8b.down"},      {DType::kQ4_0, 4096, 14336, "l8b.down"},
     {DType::kQ4_K, 3072, 3072, "l3b.q_o"},        {DType::kQ4_K, 8192, 3072, "l3b.gate_up"},
-    {DType::kQ4_K, 3072, 8192, "l3b.down"},
+    {DType::kQ4_K, 3072, 8192, "l3b.down"},       {DType::kQ6_K, 16384, 2048, "l1b.head_part"},
 };
 
 // Reads `n` bytes with wide independent accumulators, prefetching as far ahead as the

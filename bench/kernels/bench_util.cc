@@ -11,25 +11,35 @@ AlignedBytes::AlignedBytes(size_t n)
   std::memset(p.get(), 0, n);
 }
 
+namespace {
+size_t MatrixBytes(DType t, int64_t rows, int64_t k, WeightLayout l) {
+  return l == WeightLayout::kRows16 ? Rows16Bytes(t, rows, k)
+                                    : RowBytes(t, k) * static_cast<size_t>(rows);
+}
+}  // namespace
+
 WeightSet::WeightSet(DType t, int64_t r, int64_t kk, int c, WeightLayout l)
     : type(t),
       rows(r),
       k(kk),
       row_bytes(RowBytes(t, kk)),
-      matrix_bytes(RowBytes(t, kk) * static_cast<size_t>(r)),
+      matrix_bytes(MatrixBytes(t, r, kk, l)),
       copies(c),
       layout(l),
-      bytes(RowBytes(t, kk) * static_cast<size_t>(r) * static_cast<size_t>(c)) {
+      bytes(MatrixBytes(t, r, kk, l) * static_cast<size_t>(c)) {
   std::mt19937 rng(42);
   std::normal_distribution<float> dist(0.f, 0.02f);
   std::vector<float> row(static_cast<size_t>(k));
+  std::vector<uint8_t> plain(row_bytes * static_cast<size_t>(rows));
   for (int64_t i = 0; i < rows; ++i) {
     for (float& f : row) f = dist(rng);
-    QuantizeRow(type, row.data(), bytes.data() + static_cast<size_t>(i) * row_bytes, k);
+    QuantizeRow(type, row.data(), plain.data() + static_cast<size_t>(i) * row_bytes, k);
   }
   if (layout == WeightLayout::kRows16) {
-    std::vector<uint8_t> plain(bytes.data(), bytes.data() + matrix_bytes);
-    RepackRows16(type, plain.data(), row_bytes, rows, k, bytes.data(), 0, rows / kRows16Tile);
+    RepackRows16(type, plain.data(), row_bytes, rows, k, bytes.data(), 0,
+                 (rows + kRows16Tile - 1) / kRows16Tile);
+  } else {
+    std::memcpy(bytes.data(), plain.data(), plain.size());
   }
   for (int i = 1; i < copies; ++i)
     std::memcpy(bytes.data() + i * matrix_bytes, bytes.data(), matrix_bytes);

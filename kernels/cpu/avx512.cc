@@ -273,7 +273,8 @@ const KernelTable* Avx512Kernels() {
     t.variant = "avx512";
     t.quantize_activations = QuantizeActivations;
     t.matmul = Matmul;
-    t.matmul_rows16 = Avx512MatmulQ4_KRows16;
+    t.matmul_rows16 = Avx512MatmulRows16;
+    t.matmul_rows16_types = kAvx512Rows16Types;
     t.rms_norm = RmsNorm;
     t.swiglu = SwiGlu;
     t.add = Add;

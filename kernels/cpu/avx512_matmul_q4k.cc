@@ -28,7 +28,7 @@
 
 #include "kernels/cpu/avx512_common.h"
 #include "kernels/cpu/avx512_internal.h"
-#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/avx512_rows16.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -211,23 +211,6 @@ STRATA_INLINE void DotTokensUpTo(int nt, const Decoded& w, const BlockQ8_K* cons
   DotTokens<T>(w, x, acc);
 }
 
-// Decode streams each tile's bytes once: the vectors kMatmulPrefetchBytes ahead are asked
-// for as the kernel loads each set of them, into L2 when the token's activations (reread by
-// every tile) would not keep their place in L1. Asking for a super-block's 36 lines at once
-// cost a tenth of the arithmetic rate from cache; spread over the loads, a few percent.
-enum class Ahead { kNone, kL1, kL2 };
-STRATA_INLINE void PrefetchAhead(const __m512i* v, int first, int n, Ahead ahead) {
-  if (ahead == Ahead::kNone) return;
-  const char* p = reinterpret_cast<const char*>(v + first) + kMatmulPrefetchBytes;
-  for (int i = 0; i < n; ++i) {
-    if (ahead == Ahead::kL1) {
-      _mm_prefetch(p + 64 * i, _MM_HINT_T0);
-    } else {
-      _mm_prefetch(p + 64 * i, _MM_HINT_T1);
-    }
-  }
-}
-
 // kRows16: the codes go from the loaded vectors straight into the products, eight vectors
 // (two sub-blocks) at a time, with no transpose and no Decoded in memory; the same integer
 // sums and the same two float multiply-adds as DotTokens. Splitting the nibbles again for
@@ -284,11 +267,7 @@ void MatmulRowsInLanes(const MatmulArgs& a, int64_t rb, int64_t re) {
   const int64_t slice = Avx512Q4_KSliceGroups(n_sb);
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   const uint8_t* xq = static_cast<const uint8_t*>(a.xq);
-  // Only a decode streams its weights once; a batch's reuse keeps them in cache.
-  const Ahead ahead = a.n_tok > 1 ? Ahead::kNone
-                      : n_sb * int64_t{sizeof(BlockQ8_K)} > MatmulPrefetchToL2PanelBytes()
-                          ? Ahead::kL2
-                          : Ahead::kL1;
+  const Ahead ahead = Rows16Ahead(a.n_tok, n_sb * int64_t{sizeof(BlockQ8_K)});
   // One accumulator vector per token for the 16 rows in flight; kept by the thread.
   struct Lanes {
     __m512 v;

@@ -34,9 +34,11 @@ struct KernelTable {
   const char* variant;  // human-readable detail, e.g. "neon+dotprod"
   void (*quantize_activations)(DType weight, const float* x, int64_t n, void* out);
   void (*matmul)(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
-  // Weights in the kRows16 layout (Q4_K), or nullptr: dispatch then unpacks 16 rows at a
-  // time into the row-major layout for `matmul`, which gives the same bits.
+  // Weights in the kRows16 layout, for the types whose bit (1 << DType) is set in
+  // matmul_rows16_types; dispatch unpacks the others 16 rows at a time into the row-major
+  // layout for `matmul`, which gives the same bits.
   void (*matmul_rows16)(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
+  uint32_t matmul_rows16_types;
   void (*dequantize_row)(DType t, const void* src, float* dst, int64_t n);
   void (*rms_norm)(const float* x, const float* weight, float* y, int64_t n, float eps);
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);

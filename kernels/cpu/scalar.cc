@@ -106,6 +106,7 @@ const KernelTable& ScalarKernels() {
       ScalarQuantizeActivations,
       ScalarMatmul,
       nullptr,  // matmul_rows16: dispatch unpacks the tiles for ScalarMatmul
+      0,        // matmul_rows16_types
       ScalarDequantizeRow,
       RmsNormRef,
       SwiGluRef,

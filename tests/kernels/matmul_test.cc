@@ -427,9 +427,12 @@ TEST_P(MatmulSimd, AWideKSlicedAcrossPanelsMatchesTheReferenceInAnyBatch) {
 }
 
 // The kRows16 layout: the repacked tiles hold the file's bytes (a tile of 16 rows, zero rows
-// past the end), and every table multiplies them to the same bits as the row-major rows,
-// for any batch, row range and k (including a k sliced across panels), so an engine may
-// repack or not without changing a token.
+// past the end), and every table multiplies them to the same value as the row-major rows
+// for any batch, row range and k (including a k sliced across panels): the same bits where
+// the table unpacks the tiles or for Q4_K, and for every type the same bits for a token
+// alone as in a batch, so an engine may repack or not without changing how it batches.
+const DType kRows16Types[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
+
 std::vector<uint8_t> Repacked(const Weights& w) {
   std::vector<uint8_t> out(Rows16Bytes(w.type, w.rows, w.k));
   const int64_t tiles = (w.rows + kRows16Tile - 1) / kRows16Tile;
@@ -439,74 +442,143 @@ std::vector<uint8_t> Repacked(const Weights& w) {
   return out;
 }
 
-TEST(MatmulRows16, TilesInterleaveTheRowsDwordByDword) {
-  EXPECT_TRUE(Rows16Supported(DType::kQ4_K));
-  EXPECT_FALSE(Rows16Supported(DType::kQ6_K));
-  const int64_t rows = 21, k = 512;  // two tiles, the second with 5 rows and 11 zero rows
-  Weights w = MakeWeights(DType::kQ4_K, rows, k, 5);
-  ASSERT_EQ(Rows16Bytes(DType::kQ4_K, rows, k), size_t{32} * 2 * sizeof(BlockQ4_K));
-  const std::vector<uint8_t> p = Repacked(w);
-  const int64_t bd = sizeof(BlockQ4_K) / 4;
-  for (int64_t r = 0; r < 32; ++r) {
-    for (int64_t b = 0; b < 2; ++b) {
-      for (int64_t j = 0; j < bd; ++j) {
-        uint32_t got, want = 0;
-        std::memcpy(&got, p.data() + 4 * (((r / 16 * 2 + b) * bd + j) * 16 + r % 16), 4);
-        if (r < rows) std::memcpy(&want, w.row(r) + (b * bd + j) * 4, 4);
-        ASSERT_EQ(got, want) << "row " << r << " block " << b << " dword " << j;
+TEST(MatmulRows16, TilesHoldEachRowsBlocksAsDescribed) {
+  for (DType t : kRows16Types) {
+    EXPECT_TRUE(Rows16Supported(t));
+    for (int64_t k : InnerSizes(t)) {  // odd and even numbers of blocks per row
+      SCOPED_TRACE(std::string(TypeName(t)) + " k=" + std::to_string(k));
+      const int64_t rows = 21;  // two tiles, the second with 5 rows and 11 zero rows
+      Weights w = MakeWeights(t, rows, k, 5);
+      const size_t tile = Rows16TileBytes(t, k), row_bytes = RowBytes(t, k);
+      ASSERT_EQ(tile % 64, 0u);
+      ASSERT_GE(tile, row_bytes * 16);
+      ASSERT_LT(tile, row_bytes * 16 + 64);
+      ASSERT_EQ(Rows16Bytes(t, rows, k), 2 * tile);
+      const std::vector<uint8_t> p = Repacked(w);
+      // Block b's code dword j of row r at codes + 4 (16 v + r), v = j (Q6_K: the v with
+      // kQ6_KRows16Order[v] = j), the block's 2-byte scale (Q4_0, Q8_0: its first bytes;
+      // Q6_K: its last) at scales + 2 r.
+      const int64_t block_bytes = t == DType::kQ4_0   ? 18
+                                  : t == DType::kQ8_0 ? 34
+                                  : t == DType::kQ4_K ? 144
+                                                      : 210;
+      const int64_t scale_at = t == DType::kQ6_K ? 208 : 0;
+      const int64_t scale_bytes = t == DType::kQ4_K ? 0 : 2;
+      const int64_t codes_at = t == DType::kQ6_K ? 0 : scale_bytes;
+      const int64_t dwords = (block_bytes - scale_bytes) / 4, nb = int64_t(row_bytes) / block_bytes;
+      std::vector<uint8_t> want(static_cast<size_t>(block_bytes)), got = want;
+      for (int64_t r = 0; r < 32; ++r) {
+        const uint8_t* tile_p = p.data() + size_t(r / 16) * tile;
+        for (int64_t b = 0; b < nb; ++b) {
+          const Rows16Block at = Rows16BlockAt(t, nb, b);
+          ASSERT_EQ(at.codes % 64, 0) << "block " << b;
+          std::fill(want.begin(), want.end(), 0);
+          if (r < rows) std::memcpy(want.data(), w.row(r) + b * block_bytes, size_t(block_bytes));
+          std::memcpy(got.data() + scale_at, tile_p + at.scales + scale_bytes * (r % 16),
+                      size_t(scale_bytes));
+          for (int64_t v = 0; v < dwords; ++v) {
+            const int64_t j = t == DType::kQ6_K ? kQ6_KRows16Order[size_t(v)] : v;
+            std::memcpy(got.data() + codes_at + 4 * j, tile_p + at.codes + 4 * (v * 16 + r % 16),
+                        4);
+          }
+          ASSERT_EQ(got, want) << "row " << r << " block " << b;
+        }
+        if (r < rows) {
+          std::vector<uint8_t> row(row_bytes);
+          Rows16Row(t, p.data(), k, r, row.data());
+          ASSERT_EQ(0, std::memcmp(row.data(), w.row(r), row_bytes)) << "Rows16Row " << r;
+        }
       }
     }
   }
 }
 
-TEST(MatmulRows16, SameBitsAsTheRowMajorRowsOnEveryTable) {
+TEST(MatmulRows16, SameValuesAsTheRowMajorRowsOnEveryTable) {
   const int64_t rows = 53, y_stride = rows + 3;
   const std::pair<int64_t, int64_t> ranges[] = {{0, rows}, {16, 32}, {5, 37}, {48, 53}, {52, 53}};
   const int64_t wide = (cpu::MatmulPanelBytes() + kQK_K - 1) / kQK_K * kQK_K + kQK_K;
-  std::vector<int64_t> ks = InnerSizes(DType::kQ4_K);
-  ks.push_back(wide);
-  for (int64_t k : ks) {
-    Weights w = MakeWeights(DType::kQ4_K, rows, k, 300 + static_cast<uint32_t>(k));
-    std::vector<uint8_t> packed = Repacked(w);
-    // The kernels load whole vectors from the tiles: keep them 64-byte aligned.
-    void* aligned = nullptr;
-    ASSERT_EQ(0, posix_memalign(&aligned, 64, packed.size()));
-    std::memcpy(aligned, packed.data(), packed.size());
-    for (testing::Variant v : testing::AllVariants()) {
-      testing::ScopedVariant use(v);
-      for (int64_t n_tok : k == wide ? std::vector<int64_t>{1, 9} : TokenCounts()) {
-        SCOPED_TRACE(std::string(v->variant) + " k=" + std::to_string(k) +
-                     " n_tok=" + std::to_string(n_tok));
-        Activations a = MakeActivations(DType::kQ4_K, n_tok, k, 400 + static_cast<uint32_t>(n_tok));
-        for (auto [rb, re] : ranges) {
-          std::vector<float> ref(n_tok * y_stride, std::numeric_limits<float>::quiet_NaN());
-          std::vector<float> got = ref;
-          Matmul(Args(w, a, ref.data(), y_stride), rb, re);
-          MatmulArgs m = Args(w, a, got.data(), y_stride);
-          m.w = aligned;
-          m.w_row_bytes = RowBytes(DType::kQ4_K, k);
-          m.w_layout = WeightLayout::kRows16;
-          Matmul(m, rb, re);
-          for (int64_t i = 0; i < n_tok * y_stride; ++i) {
-            const int64_t r = i % y_stride;
-            if (r < rb || r >= re) {
-              ASSERT_TRUE(std::isnan(got[i])) << "wrote row " << r << " outside the range";
-            } else {
-              ASSERT_EQ(0, std::memcmp(&got[i], &ref[i], sizeof(float)))
-                  << "row " << r << " token " << i / y_stride << " range [" << rb << "," << re
-                  << "): " << got[i] << " vs " << ref[i];
+  for (DType type : kRows16Types) {
+    std::vector<int64_t> ks = InnerSizes(type);
+    if (type == DType::kQ4_K) ks.push_back(wide);  // its kernel follows the driver's slices
+    for (int64_t k : ks) {
+      Weights w = MakeWeights(type, rows, k, 300 + static_cast<uint32_t>(k));
+      std::vector<uint8_t> packed = Repacked(w);
+      // The kernels load whole vectors from the tiles: keep them 64-byte aligned.
+      void* aligned = nullptr;
+      ASSERT_EQ(0, posix_memalign(&aligned, 64, packed.size()));
+      std::memcpy(aligned, packed.data(), packed.size());
+      std::vector<float> wrow(k);
+      std::vector<float> wmax(rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        DequantizeRow(type, w.row(r), wrow.data(), k);
+        for (float v : wrow) wmax[r] = std::max(wmax[r], std::fabs(v));
+      }
+      for (testing::Variant v : testing::AllVariants()) {
+        testing::ScopedVariant use(v);
+        // Q4_K's native kernel and every unpacking table give the row-major bits.
+        const bool same_bits = type == DType::kQ4_K || !Rows16Preferred(type);
+        // Q4_K's kernel picks its work by batch size: every count. The others: a decode, a
+        // batch below and above the tokens fused per pass, and a ragged one.
+        const std::vector<int64_t> counts = k == wide              ? std::vector<int64_t>{1, 9}
+                                            : type == DType::kQ4_K ? TokenCounts()
+                                                                   : std::vector<int64_t>{1, 3, 17};
+        for (int64_t n_tok : counts) {
+          SCOPED_TRACE(std::string(TypeName(type)) + " " + v->variant + " k=" + std::to_string(k) +
+                       " n_tok=" + std::to_string(n_tok));
+          Activations a = MakeActivations(type, n_tok, k, 400 + static_cast<uint32_t>(n_tok));
+          std::vector<double> xabs(n_tok);
+          for (int64_t t = 0; t < n_tok; ++t)
+            for (int64_t i = 0; i < k; ++i) xabs[t] += std::fabs(a.deq[t * k + i]);
+          for (auto [rb, re] : ranges) {
+            std::vector<float> ref(n_tok * y_stride, std::numeric_limits<float>::quiet_NaN());
+            std::vector<float> got = ref;
+            Matmul(Args(w, a, ref.data(), y_stride), rb, re);
+            MatmulArgs m = Args(w, a, got.data(), y_stride);
+            m.w = aligned;
+            m.w_row_bytes = RowBytes(type, k);
+            m.w_layout = WeightLayout::kRows16;
+            Matmul(m, rb, re);
+            for (int64_t i = 0; i < n_tok * y_stride; ++i) {
+              const int64_t r = i % y_stride, t = i / y_stride;
+              if (r < rb || r >= re) {
+                ASSERT_TRUE(std::isnan(got[i])) << "wrote row " << r << " outside the range";
+              } else if (same_bits) {
+                ASSERT_EQ(0, std::memcmp(&got[i], &ref[i], sizeof(float)))
+                    << "row " << r << " token " << t << " range [" << rb << "," << re
+                    << "): " << got[i] << " vs " << ref[i];
+              } else {
+                ASSERT_NEAR(got[i], ref[i], 1e-5 * 3 * wmax[r] * xabs[t] + 1e-6)
+                    << "row " << r << " token " << t << " range [" << rb << "," << re << ")";
+              }
+            }
+            if (n_tok == 1 || rb != 5) continue;
+            // Each token alone: the bits it got in the batch.
+            for (int64_t t = 0; t < n_tok; ++t) {
+              Activations one = a;
+              one.n_tok = 1;
+              one.q.assign(a.q.begin() + t * a.row_bytes, a.q.begin() + (t + 1) * a.row_bytes);
+              std::vector<float> y(y_stride, std::numeric_limits<float>::quiet_NaN());
+              MatmulArgs m1 = Args(w, one, y.data(), y_stride);
+              m1.w = aligned;
+              m1.w_row_bytes = RowBytes(type, k);
+              m1.w_layout = WeightLayout::kRows16;
+              Matmul(m1, rb, re);
+              ASSERT_EQ(0, std::memcmp(y.data() + rb, got.data() + t * y_stride + rb,
+                                       size_t(re - rb) * sizeof(float)))
+                  << "token " << t << " alone";
             }
           }
         }
       }
+      std::free(aligned);
     }
-    std::free(aligned);
   }
 }
 
 TEST(MatmulRows16, ATypeWithoutTheLayoutGivesNaNRows) {
-  Weights w = MakeWeights(DType::kQ6_K, 16, 256, 9);
-  Activations a = MakeActivations(DType::kQ6_K, 1, 256, 10);
+  EXPECT_FALSE(Rows16Supported(DType::kQ5_K));
+  Weights w = MakeWeights(DType::kQ5_K, 16, 256, 9);
+  Activations a = MakeActivations(DType::kQ5_K, 1, 256, 10);
   std::vector<float> y(16, 0.f);
   MatmulArgs m = Args(w, a, y.data(), 16);
   m.w_layout = WeightLayout::kRows16;
