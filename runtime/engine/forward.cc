@@ -468,9 +468,15 @@ Status Forward::Run(const ForwardBatch& batch, std::vector<float>* logits) {
   const ModelWeights& W = model_.cpu_weights();
   const int64_t n_embd = hp_.n_embd;
   auto embed = [&](int64_t t) {
-    const auto* row = static_cast<const uint8_t*>(W.tok_embd.data) +
-                      size_t(batch.tokens[t]) * W.tok_embd.row_bytes;
-    kernels::DequantizeRow(W.tok_embd.type, row, x_.data() + t * n_embd, n_embd);
+    const TensorRef& E = W.tok_embd;
+    const auto* row = static_cast<const uint8_t*>(E.data) + size_t(batch.tokens[t]) * E.row_bytes;
+    if (E.layout == kernels::WeightLayout::kRows16) {  // a tied head, repacked
+      static thread_local std::vector<uint8_t> file_row;
+      file_row.resize(E.row_bytes);
+      kernels::Rows16Row(E.type, E.data, n_embd, batch.tokens[t], file_row.data());
+      row = file_row.data();
+    }
+    kernels::DequantizeRow(E.type, row, x_.data() + t * n_embd, n_embd);
   };
   if (n_tok <= kSerialTokens) {
     for (int64_t t = 0; t < n_tok; ++t) embed(t);

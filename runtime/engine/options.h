@@ -57,10 +57,12 @@ struct EngineOptions {
   // generated ahead of it needs this to give the scores it gives the step alone; decode at
   // batch 1 over a long context is slower with it.
   bool pass_invariant = false;
-  // CPU: multiply Q4_K matrices from a copy repacked for the active kernels where they have
-  // such a layout (Model::PrepareCpuWeights: AVX-512), about twice the arithmetic rate of a
-  // one-token product, the same bits. The copy replaces the file's pages in resident memory
-  // but, unlike them, cannot be evicted under memory pressure; false keeps the mapping.
+  // CPU: multiply Q4_0, Q8_0, Q4_K and Q6_K matrices from a copy repacked for the active
+  // kernels where they have such a layout (Model::PrepareCpuWeights: AVX-512), about twice
+  // the arithmetic rate of the file's layout; the same value up to float rounding (Q4_K:
+  // the same bits), and either way a token's result does not depend on its batch. The copy
+  // replaces the file's pages in resident memory but, unlike them, cannot be evicted under
+  // memory pressure; false keeps the mapping.
   bool repack_weights = true;
   KvOptions kv;
   // >= 0: run the forward pass on this CUDA GPU (config key `device`, `--device`); the

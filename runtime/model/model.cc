@@ -447,13 +447,14 @@ Status Model::PrepareCpuWeights(ThreadPool* pool) const {
   std::lock_guard<std::mutex> lock(repack_mu_);
   if (cpu_view_.load(std::memory_order_acquire) != nullptr) return Status::OK();
   auto w = std::make_unique<ModelWeights>(weights_);
-  // The matrices the forward pass multiplies; the output head only when it is not also the
-  // token embedding, whose rows are looked up in the file's layout.
+  // The matrices the forward pass multiplies. A tied output head is also the token
+  // embedding: repacked once, its rows are looked up through kernels::Rows16Row.
   std::vector<TensorRef*> mats;
   for (LayerWeights& L : w->layers)
     for (TensorRef* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
       mats.push_back(t);
-  if (w->output.data != w->tok_embd.data) mats.push_back(&w->output);
+  const bool tied = w->output.data == w->tok_embd.data;
+  mats.push_back(&w->output);
   std::erase_if(mats, [](const TensorRef* t) { return !kernels::Rows16Preferred(t->type); });
   // Each copy starts on a page of its own, so the kernels' 64-byte vector loads are aligned.
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -476,9 +477,16 @@ Status Model::PrepareCpuWeights(ThreadPool* pool) const {
       const int64_t tiles = (t->rows + kernels::kRows16Tile - 1) / kernels::kRows16Tile;
       constexpr int64_t kTilesPerTask = 64;
       const int64_t tasks = (tiles + kTilesPerTask - 1) / kTilesPerTask;
+      // Each task drops the file pages it has copied, so a large matrix (a tied head) is
+      // never resident twice.
       auto task = [&](int64_t i, int) {
+        const int64_t end = std::min(tiles, (i + 1) * kTilesPerTask);
         kernels::RepackRows16(t->type, t->data, t->row_bytes, t->rows, t->cols, dst,
-                              i * kTilesPerTask, std::min(tiles, (i + 1) * kTilesPerTask));
+                              i * kTilesPerTask, end);
+        const int64_t r0 = i * kTilesPerTask * kernels::kRows16Tile;
+        const int64_t r1 = std::min(t->rows, end * kernels::kRows16Tile);
+        gguf_->ReleasePages(static_cast<const uint8_t*>(t->data) + size_t(r0) * t->row_bytes,
+                            size_t(r1 - r0) * t->row_bytes);
       };
       if (pool != nullptr) {
         pool->Run(tasks, task);
@@ -489,6 +497,7 @@ Status Model::PrepareCpuWeights(ThreadPool* pool) const {
       t->data = dst;
       t->layout = kernels::WeightLayout::kRows16;
     }
+    if (tied) w->tok_embd = w->output;
     repacked_ = arena;
     repacked_bytes_.store(total, std::memory_order_release);
   }

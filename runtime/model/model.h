@@ -123,8 +123,9 @@ class Model {
 
   // The weights as the CPU forward pass multiplies them: weights() until
   // PrepareCpuWeights ran; after it, the matrices whose type has a faster layout on this
-  // CPU (kernels::Rows16Preferred: Q4_K on AVX-512) point at repacked copies. A token gets
-  // the same bits either way; the GPU backend reads weights().
+  // CPU (kernels::Rows16Preferred: Q4_0, Q8_0, Q4_K, Q6_K on AVX-512), a tied head and
+  // embedding included, point at repacked copies; the same values up to float rounding
+  // (kernels.h). The GPU backend reads weights().
   const ModelWeights& cpu_weights() const;
   // Repacks those matrices, once (later calls return at once; thread-safe), and drops the
   // file pages they were read from, so resident memory holds one copy of each weight: the
