@@ -470,6 +470,7 @@ Status Model::PrepareCpuWeights(ThreadPool* pool) const {
     // Decode streams these bytes once per token: huge pages spare it most TLB misses.
     (void)madvise(arena, total, MADV_HUGEPAGE);
     size_t at = 0;
+    std::vector<std::pair<const void*, size_t>> sources;  // the file's bytes, copied
     for (TensorRef* t : mats) {
       uint8_t* dst = static_cast<uint8_t*>(arena) + at;
       const size_t bytes = kernels::Rows16Bytes(t->type, t->rows, t->cols);
@@ -493,10 +494,31 @@ Status Model::PrepareCpuWeights(ThreadPool* pool) const {
       } else {
         for (int64_t i = 0; i < tasks; ++i) task(i, 0);
       }
-      gguf_->ReleasePages(t->data, t->row_bytes * size_t(t->rows));
+      sources.push_back({t->data, t->row_bytes * size_t(t->rows)});
       t->data = dst;
       t->layout = kernels::WeightLayout::kRows16;
     }
+    // The small F32 vectors (norms, biases) are copied too: a decode step reading them from
+    // the file would fault back in the whole large folio around each (2 MiB of the
+    // neighbouring matrices' file pages, a tenth of a 1.5B Q4_K_M file in all).
+    std::vector<TensorRef*> vecs{&w->output_norm, &w->rope_freqs};
+    for (LayerWeights& L : w->layers)
+      for (TensorRef* t : {&L.attn_norm, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm})
+        vecs.push_back(t);
+    std::erase_if(vecs, [](const TensorRef* t) { return !t->present(); });
+    size_t floats = 0;
+    for (const TensorRef* t : vecs) floats += (t->row_bytes * size_t(t->rows) + 63) / 64 * 16;
+    cpu_vectors_.assign(floats, 0.f);
+    float* next = cpu_vectors_.data();
+    for (TensorRef* t : vecs) {
+      const size_t n = t->row_bytes * size_t(t->rows);
+      std::memcpy(next, t->data, n);
+      sources.push_back({t->data, n});
+      t->data = next;
+      next += (n + 63) / 64 * 16;
+    }
+    // Once more over every source, whole: faults while copying mapped neighbours back.
+    for (auto [p, n] : sources) gguf_->ReleasePages(p, n);
     if (tied) w->tok_embd = w->output;
     repacked_ = arena;
     repacked_bytes_.store(total, std::memory_order_release);

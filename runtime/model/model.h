@@ -153,6 +153,7 @@ class Model {
   mutable std::atomic<const ModelWeights*> cpu_view_{nullptr};
   mutable void* repacked_ = nullptr;
   mutable std::atomic<uint64_t> repacked_bytes_{0};
+  mutable std::vector<float> cpu_vectors_;  // the F32 vectors cpu_weights() points at
 };
 
 }  // namespace strata
