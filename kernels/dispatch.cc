@@ -223,10 +223,7 @@ size_t Rows16Bytes(DType t, int64_t rows, int64_t k) {
 
 Rows16Block Rows16BlockAt(DType t, int64_t nb, int64_t b) {
   const Rows16Form f = Form(t);
-  const int64_t codes = f.dwords * 4 * kRows16Tile, scales = f.scale_bytes * kRows16Tile;
-  const int64_t first = b / 2 * 2, in_pair = std::min<int64_t>(2, nb - first);
-  const int64_t base = first * f.block_bytes * kRows16Tile;
-  return {base + (b - first) * codes, base + in_pair * codes + (b - first) * scales};
+  return Rows16BlockOffsets(f.block_bytes, f.dwords, nb, b);
 }
 
 namespace {

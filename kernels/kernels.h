@@ -90,6 +90,16 @@ struct Rows16Block {
   int64_t codes, scales;
 };
 Rows16Block Rows16BlockAt(DType t, int64_t nb, int64_t b);
+// The same for a block of block_bytes bytes, code_dwords of them code (the rest its scale):
+// the one place the pairing is worked out, for the repack and the kernels alike.
+constexpr Rows16Block Rows16BlockOffsets(int64_t block_bytes, int64_t code_dwords, int64_t nb,
+                                         int64_t b) {
+  const int64_t codes = code_dwords * 4 * kRows16Tile;
+  const int64_t scales = (block_bytes - code_dwords * 4) * kRows16Tile;
+  const int64_t first = b / 2 * 2, in_pair = nb - first < 2 ? nb - first : 2;
+  const int64_t base = first * block_bytes * kRows16Tile;
+  return {base + (b - first) * codes, base + in_pair * codes + (b - first) * scales};
+}
 // Writes tiles [tile_begin, tile_end) of the kRows16 form of `src` (rows x k, rows
 // src_row_bytes apart) into `dst` (Rows16Bytes bytes). Disjoint tile ranges may be written
 // concurrently.

@@ -201,17 +201,13 @@ template <typename R, int T>
 STRATA_INLINE void DotTile(const uint8_t* tile, int64_t nb, const uint8_t* x, size_t x_stride,
                            const typename R::Token* tok, float* y, int64_t y_stride,
                            __mmask16 valid, Ahead ahead) {
-  constexpr int64_t kCodeBytes = R::kDwords * 64, kPairBytes = 2 * kRows * R::kBlockBytes;
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    // Rows16BlockAt, inline: a pair's two code runs, then its scales.
-    const int64_t first = b & ~int64_t{1}, in_pair = std::min<int64_t>(2, nb - first);
-    const uint8_t* base = tile + first / 2 * kPairBytes;
-    const auto* codes = reinterpret_cast<const __m512i*>(base + (b - first) * kCodeBytes);
-    const uint8_t* scales = base + in_pair * kCodeBytes + (b - first) * 2 * kRows;
-    R::template Dot<T>(codes, scales, x + b * R::kActBlockBytes, x_stride, tok + b, nb, acc, ahead);
+    const Rows16Block at = Rows16BlockOffsets(R::kBlockBytes, R::kDwords, nb, b);
+    R::template Dot<T>(reinterpret_cast<const __m512i*>(tile + at.codes), tile + at.scales,
+                       x + b * R::kActBlockBytes, x_stride, tok + b, nb, acc, ahead);
   }
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * y_stride, valid, acc[t]);
