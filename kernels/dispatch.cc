@@ -177,12 +177,19 @@ struct Rows16Form {
   int64_t scale_at = 0, scale_bytes = 0;  // the scale's offset in the block, 0 or 2 bytes
   int64_t codes_at = 0;                   // the first code byte
   const uint8_t* order = nullptr;         // vector v holds dword order[v] (nullptr: v)
+  int64_t min_at = -1;                    // Q4_1's 2-byte min m (-1: none)
 };
+// A block's min sits in the tile after its 16 scales, as a vector of its own.
+constexpr int64_t kRows16MinAt = 2 * kRows16Tile;
 
 bool FormOf(DType t, Rows16Form* f) {
   switch (t) {
     case DType::kQ4_0:
       *f = {sizeof(BlockQ4_0), 4, 0, 2, 2};
+      return true;
+    case DType::kQ4_1:
+      *f = {sizeof(BlockQ4_1),       4,       offsetof(BlockQ4_1, d), 2,
+            offsetof(BlockQ4_1, qs), nullptr, offsetof(BlockQ4_1, m)};
       return true;
     case DType::kQ8_0:
       *f = {sizeof(BlockQ8_0), 8, 0, 2, 2};
@@ -245,6 +252,7 @@ void ForEachTileBlock(DType t, int64_t k, F&& f) {
 void PackBlock(const Rows16Form& f, const uint8_t* in, uint8_t* tile, const Rows16Block& at,
                int64_t r) {
   std::memcpy(tile + at.scales + f.scale_bytes * r, in + f.scale_at, size_t(f.scale_bytes));
+  if (f.min_at >= 0) std::memcpy(tile + at.scales + kRows16MinAt + 2 * r, in + f.min_at, 2);
   for (int64_t v = 0; v < f.dwords; ++v)
     std::memcpy(tile + at.codes + 4 * (v * kRows16Tile + r),
                 in + f.codes_at + 4 * (f.order ? f.order[v] : v), 4);
@@ -252,6 +260,7 @@ void PackBlock(const Rows16Form& f, const uint8_t* in, uint8_t* tile, const Rows
 void UnpackBlock(const Rows16Form& f, const uint8_t* tile, const Rows16Block& at, int64_t r,
                  uint8_t* out) {
   std::memcpy(out + f.scale_at, tile + at.scales + f.scale_bytes * r, size_t(f.scale_bytes));
+  if (f.min_at >= 0) std::memcpy(out + f.min_at, tile + at.scales + kRows16MinAt + 2 * r, 2);
   for (int64_t v = 0; v < f.dwords; ++v)
     std::memcpy(out + f.codes_at + 4 * (f.order ? f.order[v] : v),
                 tile + at.codes + 4 * (v * kRows16Tile + r), 4);

@@ -48,11 +48,12 @@ void QuantizeActivations(DType weight, const float* x, int64_t n, void* out);
 // rows' codes as whole vectors with the rows in the lanes and sums each block exactly in
 // integers, without the lane reductions or transposes the row-major layout needs.
 //
-// A block's bytes are its code dwords and, for Q4_0, Q8_0 and Q6_K, a 2-byte scale d (the
-// block's first or last two bytes). In a tile, block b's code dwords come as `dwords`
-// vectors of 16 dwords (dword j of row r at j * 16 + r); the blocks go in pairs, each pair's
-// two code runs followed by the scales of its first block's 16 rows, then of its second's
-// (a 16-lane F16 vector each), which keeps every code vector 64-byte aligned. Q4_K has no
+// A block's bytes are its code dwords and, for Q4_0, Q4_1, Q8_0 and Q6_K, a 2-byte scale d
+// (the block's first or last two bytes; Q4_1 also a 2-byte min m after d). In a tile, block
+// b's code dwords come as `dwords` vectors of 16 dwords (dword j of row r at j * 16 + r); the
+// blocks go in pairs, each pair's two code runs followed by the scales of its first block's
+// 16 rows, then of its second's (a 16-lane F16 vector each; for Q4_1 the d vector, then the
+// m vector), which keeps every code vector 64-byte aligned. Q4_K has no
 // separate scale (its d and dmin are its first dword), so its tile is simply the 16 rows'
 // dwords transposed. Q6_K's 52 code vectors go in the order its kernel reads them
 // (kQ6_KRows16Order), so a decode streams each block front to back. Tiles are
@@ -72,12 +73,12 @@ constexpr std::array<uint8_t, 52> Q6_KRows16Order() {
 }
 inline constexpr std::array<uint8_t, 52> kQ6_KRows16Order = Q6_KRows16Order();
 constexpr int64_t kRows16Tile = 16;
-// True when `t` has a kRows16 form (Q4_0, Q8_0, Q4_K, Q6_K).
+// True when `t` has a kRows16 form (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K).
 bool Rows16Supported(DType t);
 // True when the active kernels compute kRows16 weights of type t natively (AVX-512 VNNI);
 // elsewhere Matmul still accepts them, unpacking 16 rows at a time, so repacking only pays
-// there. With a native kernel Q4_K gives the same bits as the row-major layout; Q4_0, Q8_0
-// and Q6_K add the blocks in another order than the row-major kernels (the same value up to
+// there. With a native kernel Q4_K gives the same bits as the row-major layout; Q4_0, Q4_1,
+// Q8_0 and Q6_K add the blocks in another order than the row-major kernels (the same value up to
 // float rounding). Either way a token gets the same bits alone or in any batch.
 bool Rows16Preferred(DType t);
 // Bytes between consecutive tiles: 16 rows, rounded up to a multiple of 64.

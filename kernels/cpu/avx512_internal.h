@@ -21,12 +21,13 @@ void Avx512MatmulQ4_K(const MatmulArgs& a, int64_t rb, int64_t re);
 // shared driver (few tokens, where decoding 16 rows at once does not pay), and the slices of
 // k that driver sums in, which the rows-in-lanes kernel follows so both give the same bits.
 // Weights in the kRows16 layout (kernels.h), any number of tokens: Q4_K
-// (avx512_matmul_q4k.cc), Q4_0, Q8_0 and Q6_K (avx512_matmul_rows16.cc).
+// (avx512_matmul_q4k.cc), Q4_0, Q4_1, Q8_0 and Q6_K (avx512_matmul_rows16.cc).
 void Avx512MatmulQ4_KRows16(const MatmulArgs& a, int64_t rb, int64_t re);
 void Avx512MatmulRows16(const MatmulArgs& a, int64_t rb, int64_t re);
 constexpr uint32_t kAvx512Rows16Types =
-    1u << static_cast<uint32_t>(DType::kQ4_0) | 1u << static_cast<uint32_t>(DType::kQ8_0) |
-    1u << static_cast<uint32_t>(DType::kQ4_K) | 1u << static_cast<uint32_t>(DType::kQ6_K);
+    1u << static_cast<uint32_t>(DType::kQ4_0) | 1u << static_cast<uint32_t>(DType::kQ4_1) |
+    1u << static_cast<uint32_t>(DType::kQ8_0) | 1u << static_cast<uint32_t>(DType::kQ4_K) |
+    1u << static_cast<uint32_t>(DType::kQ6_K);
 void Avx512MatmulQ4_KValuesInLanes(const MatmulArgs& a, int64_t rb, int64_t re);
 int64_t Avx512Q4_KSliceGroups(int64_t n_groups);
 void Avx512MatmulQ5_K(const MatmulArgs& a, int64_t rb, int64_t re);

@@ -1,4 +1,4 @@
-// AVX-512 VNNI matmul for Q4_0, Q8_0 and Q6_K weights in the kRows16 layout (kernels.h),
+// AVX-512 VNNI matmul for Q4_0, Q4_1, Q8_0 and Q6_K weights in the kRows16 layout (kernels.h),
 // with the rows in the lanes, and the entry point for every kRows16 type.
 //
 // The row-major kernels (avx512_matmul_q.cc, avx512_matmul_k.cc) put a block's values in
@@ -12,6 +12,8 @@
 // float rounding (they add per-lane partial sums in another order).
 //
 // Q4_0: 4 code vectors per block, low and high nibbles against the activations' two halves.
+// Q4_1: the same codes with no offset, and a second vector of the 16 rows' mins, times the
+// Q8_1 activations' d * sum(x): a second multiply-add per block.
 // Q8_0: 8 code vectors, made unsigned by flipping the sign bit (+128, undone by -128 * sum x).
 // Q6_K: 52 vectors per super-block (ql, qh, the 16 signed sub-block scales); a 16-value
 // sub-block's sum reaches 17 bits, more than the 16-bit words vpdpwssd could scale, so each
@@ -93,6 +95,50 @@ struct Q4_0Rows16 {
       c[4 + j] = _mm512_and_si512(_mm512_srli_epi32(raw, 4), m4);
     }
     DotQ8_0<T, 4, true>(c, Scales16(scales), x, x_stride, tok, tok_stride, acc);
+  }
+};
+
+// Q4_1: Q4_0's code vectors, unsigned as they are; per (token, block) the scale and the
+// block's d * sum(x) from the Q8_1 activations, which the min vector multiplies.
+struct TokenQ8_1 {
+  float dx, sx;
+};
+
+struct Q4_1Rows16 {
+  static constexpr int kBlockElems = 32, kBlockBytes = sizeof(BlockQ4_1), kDwords = 4;
+  static constexpr int kActBlockBytes = sizeof(BlockQ8_1), kFused = 8;
+  using Token = TokenQ8_1;
+  static void Prep(const uint8_t* x, Token* t) {
+    const BlockQ8_1& b = *reinterpret_cast<const BlockQ8_1*>(x);
+    t->dx = _cvtsh_ss(b.d);
+    t->sx = _cvtsh_ss(b.s);
+  }
+  template <int T>
+  STRATA_INLINE static void Dot(const __m512i* v, const uint8_t* scales, const uint8_t* x,
+                                size_t x_stride, const Token* tok, int64_t tok_stride, __m512* acc,
+                                Ahead ahead) {
+    PrefetchAhead(v, 0, kDwords, ahead);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i c[8];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m512i raw = _mm512_load_si512(v + j);
+      c[j] = _mm512_and_si512(raw, m4);
+      c[4 + j] = _mm512_and_si512(_mm512_srli_epi32(raw, 4), m4);
+    }
+    const __m512 dw = Scales16(scales), mw = Scales16(scales + 2 * kRows);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const int8_t* q = reinterpret_cast<const BlockQ8_1*>(x + t * x_stride)->qs;
+      const TokenQ8_1& k = tok[t * tok_stride];
+      __m512i i = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j)
+        i = _mm512_dpbusd_epi32(i, c[j], Broadcast4(q + 4 * (j & 3) + 16 * (j >> 2)));
+      acc[t] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(dw, _mm512_set1_ps(k.dx)), acc[t]);
+      acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(k.sx), acc[t]);
+    }
   }
 };
 
@@ -256,6 +302,8 @@ void Avx512MatmulRows16(const MatmulArgs& a, int64_t rb, int64_t re) {
   switch (a.wtype) {
     case DType::kQ4_0:
       return MatmulRows16<Q4_0Rows16>(a, rb, re);
+    case DType::kQ4_1:
+      return MatmulRows16<Q4_1Rows16>(a, rb, re);
     case DType::kQ8_0:
       return MatmulRows16<Q8_0Rows16>(a, rb, re);
     case DType::kQ4_K:

@@ -184,10 +184,10 @@ const std::vector<Setting>& Schema() {
         "max_sequences", "sequences decoded together at most",
         [](Config& c) -> int32_t& { return c.engine.max_sequences; }, 1, 4096));
     v.push_back(Bool("repack_weights",
-                     "CPU: multiply Q4_0, Q8_0, Q4_K and Q6_K matrices from a copy laid out for "
-                     "the kernels (AVX-512): the same results up to float rounding, faster "
-                     "prefill and batched decode; false reads them in place from the file, "
-                     "where the kernel may evict them under memory pressure",
+                     "CPU: multiply Q4_0, Q4_1, Q8_0, Q4_K and Q6_K matrices from a copy laid "
+                     "out for the kernels (AVX-512): the same results up to float rounding, "
+                     "faster prefill and batched decode; false reads them in place from the "
+                     "file, where the kernel may evict them under memory pressure",
                      [](Config& c) -> bool& { return c.engine.repack_weights; }));
     v.push_back(Int<int32_t>(
         "generate.max_tokens", "new tokens at most, 0 = until context full",

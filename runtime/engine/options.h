@@ -57,7 +57,7 @@ struct EngineOptions {
   // generated ahead of it needs this to give the scores it gives the step alone; decode at
   // batch 1 over a long context is slower with it.
   bool pass_invariant = false;
-  // CPU: multiply Q4_0, Q8_0, Q4_K and Q6_K matrices from a copy repacked for the active
+  // CPU: multiply Q4_0, Q4_1, Q8_0, Q4_K and Q6_K matrices from a copy repacked for the active
   // kernels where they have such a layout (Model::PrepareCpuWeights: AVX-512), about twice
   // the arithmetic rate of the file's layout; the same value up to float rounding (Q4_K:
   // the same bits), and either way a token's result does not depend on its batch. The copy

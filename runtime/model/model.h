@@ -123,7 +123,7 @@ class Model {
 
   // The weights as the CPU forward pass multiplies them: weights() until
   // PrepareCpuWeights ran; after it, the matrices whose type has a faster layout on this
-  // CPU (kernels::Rows16Preferred: Q4_0, Q8_0, Q4_K, Q6_K on AVX-512), a tied head and
+  // CPU (kernels::Rows16Preferred: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K on AVX-512), a tied head and
   // embedding included, point at repacked copies; the same values up to float rounding
   // (kernels.h). The GPU backend reads weights().
   const ModelWeights& cpu_weights() const;

@@ -138,13 +138,15 @@ int main(int argc, char** argv) {
   CHECK(strata_session_get_stats(session, &stats) == STRATA_OK);
   CHECK(strcmp(stats.stop_reason, "callback") == 0);
 
-  /* Chat mode uses the model's template. */
+  /* Chat mode uses the model's template. The question asks for a short answer: the bare
+     question's first greedy token is a near-tie between "The" and "L" on this model, which
+     float rounding (another ISA, repacked weights) tips either way. */
   gp.chat = 1;
   gp.ignore_eos = 0;
   gp.max_tokens = 24;
   CHECK(strata_session_reset(session) == STRATA_OK);
-  CHECK(strata_generate(session, "What is the capital of France?", &gp, NULL, NULL, &text) ==
-        STRATA_OK);
+  CHECK(strata_generate(session, "What is the capital of France? Answer in one word.", &gp, NULL,
+                        NULL, &text) == STRATA_OK);
   if (text) {
     printf("chat answer: %s\n", text);
     CHECK(strstr(text, "Paris") != NULL);

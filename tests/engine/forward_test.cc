@@ -342,7 +342,7 @@ TEST_P(ForwardTest, ThreadCountDoesNotChangeResults) {
   }
 }
 
-// Matrices repacked for the CPU's kernels (the kRows16 layout of Q4_0, Q8_0, Q4_K and Q6_K
+// Matrices repacked for the CPU's kernels (the kRows16 layout of Q4_0, Q4_1, Q8_0, Q4_K and Q6_K
 // on AVX-512, a tied head included) give every token the value of the file's layout, in a
 // prefill and in decode steps: the same bits where only Q4_K is repacked, otherwise the
 // same up to float rounding. The copy replaces the mapped file pages, and an engine that

@@ -431,7 +431,7 @@ TEST_P(MatmulSimd, AWideKSlicedAcrossPanelsMatchesTheReferenceInAnyBatch) {
 // for any batch, row range and k (including a k sliced across panels): the same bits where
 // the table unpacks the tiles or for Q4_K, and for every type the same bits for a token
 // alone as in a batch, so an engine may repack or not without changing how it batches.
-const DType kRows16Types[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
+const DType kRows16Types[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
 
 std::vector<uint8_t> Repacked(const Weights& w) {
   std::vector<uint8_t> out(Rows16Bytes(w.type, w.rows, w.k));
@@ -456,16 +456,20 @@ TEST(MatmulRows16, TilesHoldEachRowsBlocksAsDescribed) {
       ASSERT_EQ(Rows16Bytes(t, rows, k), 2 * tile);
       const std::vector<uint8_t> p = Repacked(w);
       // Block b's code dword j of row r at codes + 4 (16 v + r), v = j (Q6_K: the v with
-      // kQ6_KRows16Order[v] = j), the block's 2-byte scale (Q4_0, Q8_0: its first bytes;
-      // Q6_K: its last) at scales + 2 r.
+      // kQ6_KRows16Order[v] = j), the block's 2-byte scale (Q4_0, Q4_1, Q8_0: its first bytes;
+      // Q6_K: its last) at scales + 2 r, and Q4_1's 2-byte min (its bytes 2-3) at scales + 32
+      // + 2 r.
       const int64_t block_bytes = t == DType::kQ4_0   ? 18
+                                  : t == DType::kQ4_1 ? 20
                                   : t == DType::kQ8_0 ? 34
                                   : t == DType::kQ4_K ? 144
                                                       : 210;
       const int64_t scale_at = t == DType::kQ6_K ? 208 : 0;
       const int64_t scale_bytes = t == DType::kQ4_K ? 0 : 2;
-      const int64_t codes_at = t == DType::kQ6_K ? 0 : scale_bytes;
-      const int64_t dwords = (block_bytes - scale_bytes) / 4, nb = int64_t(row_bytes) / block_bytes;
+      const int64_t min_bytes = t == DType::kQ4_1 ? 2 : 0;
+      const int64_t codes_at = t == DType::kQ6_K ? 0 : scale_bytes + min_bytes;
+      const int64_t dwords = (block_bytes - scale_bytes - min_bytes) / 4;
+      const int64_t nb = int64_t(row_bytes) / block_bytes;
       std::vector<uint8_t> want(static_cast<size_t>(block_bytes)), got = want;
       for (int64_t r = 0; r < 32; ++r) {
         const uint8_t* tile_p = p.data() + size_t(r / 16) * tile;
@@ -476,6 +480,8 @@ TEST(MatmulRows16, TilesHoldEachRowsBlocksAsDescribed) {
           if (r < rows) std::memcpy(want.data(), w.row(r) + b * block_bytes, size_t(block_bytes));
           std::memcpy(got.data() + scale_at, tile_p + at.scales + scale_bytes * (r % 16),
                       size_t(scale_bytes));
+          std::memcpy(got.data() + 2, tile_p + at.scales + 32 + min_bytes * (r % 16),
+                      size_t(min_bytes));
           for (int64_t v = 0; v < dwords; ++v) {
             const int64_t j = t == DType::kQ6_K ? kQ6_KRows16Order[size_t(v)] : v;
             std::memcpy(got.data() + codes_at + 4 * j, tile_p + at.codes + 4 * (v * 16 + r % 16),
