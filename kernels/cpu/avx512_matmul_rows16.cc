@@ -76,6 +76,18 @@ STRATA_INLINE void DotQ8_0(const __m512i* c, __m512 dw, const uint8_t* x, size_t
   }
 }
 
+// A 32-value block of 4-bit codes (Q4_0, Q4_1) as eight code vectors, unsigned: the low
+// nibbles (values 4j..4j+3 of each row) first, then the high nibbles (16 + 4j..).
+STRATA_INLINE void SplitNibbles(const __m512i* v, __m512i c[8]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512i raw = _mm512_load_si512(v + j);
+    c[j] = _mm512_and_si512(raw, m4);
+    c[4 + j] = _mm512_and_si512(_mm512_srli_epi32(raw, 4), m4);
+  }
+}
+
 struct Q4_0Rows16 {
   static constexpr int kBlockElems = 32, kBlockBytes = sizeof(BlockQ4_0), kDwords = 4;
   static constexpr int kActBlockBytes = sizeof(BlockQ8_0), kFused = 8;
@@ -86,14 +98,8 @@ struct Q4_0Rows16 {
                                 size_t x_stride, const Token* tok, int64_t tok_stride, __m512* acc,
                                 Ahead ahead) {
     PrefetchAhead(v, 0, kDwords, ahead);
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    __m512i c[8];  // low nibbles (values 4j..4j+3), then high nibbles (16 + 4j..)
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      const __m512i raw = _mm512_load_si512(v + j);
-      c[j] = _mm512_and_si512(raw, m4);
-      c[4 + j] = _mm512_and_si512(_mm512_srli_epi32(raw, 4), m4);
-    }
+    __m512i c[8];
+    SplitNibbles(v, c);
     DotQ8_0<T, 4, true>(c, Scales16(scales), x, x_stride, tok, tok_stride, acc);
   }
 };
@@ -118,14 +124,8 @@ struct Q4_1Rows16 {
                                 size_t x_stride, const Token* tok, int64_t tok_stride, __m512* acc,
                                 Ahead ahead) {
     PrefetchAhead(v, 0, kDwords, ahead);
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
     __m512i c[8];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      const __m512i raw = _mm512_load_si512(v + j);
-      c[j] = _mm512_and_si512(raw, m4);
-      c[4 + j] = _mm512_and_si512(_mm512_srli_epi32(raw, 4), m4);
-    }
+    SplitNibbles(v, c);
     const __m512 dw = Scales16(scales), mw = Scales16(scales + 2 * kRows);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
