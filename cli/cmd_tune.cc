@@ -85,9 +85,25 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
   for (size_t i = 0; i < r.compute.batches.size(); ++i)
     dense.push_back({{"batch", r.compute.batches[i]}, {"seconds", r.compute.dense_seconds[i]}});
   nlohmann::json score = nlohmann::json::array();
-  for (size_t i = 0; i < r.compute.ranks.size(); ++i)
-    score.push_back(
-        {{"rank", r.compute.ranks[i]}, {"seconds_per_row", r.compute.score_seconds_per_row[i]}});
+  {
+    const ComputeProfile& c = r.compute;
+    const size_t n_g = std::max<size_t>(1, c.score_group_sizes.size());
+    for (size_t i = 0; i < c.ranks.size(); ++i)
+      for (size_t j = 0; j < n_g && (i + 1) * n_g <= c.score_seconds_per_row.size(); ++j) {
+        const size_t k = i * n_g + j;
+        score.push_back({{"rank", c.ranks[i]},
+                         {"group_rows", c.score_group_sizes.empty() ? 1 : c.score_group_sizes[j]},
+                         {"seconds_per_row", c.score_seconds_per_row[k]},
+                         {"seconds_per_row_one_core", k < c.score_seconds_per_row_one_core.size()
+                                                          ? c.score_seconds_per_row_one_core[k]
+                                                          : c.score_seconds_per_row[k]}});
+      }
+  }
+  auto prices = [](const ComputeProfile::SelectionPrices& p) {
+    return nlohmann::json{{"seconds_per_selection", p.per_selection},
+                          {"seconds_per_group", p.per_group},
+                          {"seconds_per_request", p.per_request}};
+  };
   nlohmann::json choices = nlohmann::json::array();
   for (const TunedChoice& c : r.choices) {
     nlohmann::json cands = nlohmann::json::array();
@@ -105,7 +121,10 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
                        {"anchored_tokens_per_second", k.anchored_tokens_per_second},
                        {"measured_requests_per_step", k.measured_requests_per_step},
                        {"measured_bytes_per_step", k.measured_bytes_per_step},
-                       {"predicted_at_measured_reads", k.predicted_at_measured_reads}});
+                       {"predicted_at_measured_reads", k.predicted_at_measured_reads},
+                       {"measured_select_seconds", k.measured_select_seconds},
+                       {"measured_wait_seconds", k.measured_wait_seconds},
+                       {"predicted_select_seconds", k.predicted_select_seconds}});
     choices.push_back({{"batch", c.batch},
                        {"context", c.context},
                        {"policy", c.disk ? "disk" : "memory"},
@@ -146,7 +165,8 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
             {"disk_seconds_per_group", r.compute.disk_seconds_per_group},
             {"disk_seconds_per_request", r.compute.disk_seconds_per_request},
             {"disk_seconds_per_q8_token", r.compute.disk_seconds_per_q8_token},
-            {"disk_seconds_per_scored_row", r.compute.disk_seconds_per_scored_row},
+            {"selection_one_sequence", prices(r.compute.select_one)},
+            {"selection_several_sequences", prices(r.compute.select_many)},
             {"disk_fit_runs", r.compute.disk_fit_runs},
             {"query_row_seconds", r.compute.query_row_seconds},
             {"anchor_seconds", r.compute.anchor_seconds}}},

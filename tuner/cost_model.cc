@@ -95,6 +95,9 @@ class DecodeTimer {
 
 // Timed steps of each of the disk policy's fitting runs, at least.
 constexpr int32_t kFitSteps = 32;
+// The batch of the fitting runs that price the selection of several sequences: the
+// largest profiled.
+constexpr int32_t kFitBatch = -1;
 
 // Context of the steps that time the dense part of a decode step (and the anchor step).
 constexpr int32_t kShortContext = 16;
@@ -154,21 +157,38 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
     int32_t divisor;  // budget = full KV / divisor; 0: twice full KV (every group resident)
     int32_t group_size;
     KvRecordType record;
+    int32_t batch = 1;
   };
   // Every group resident (groups, no reads), small and large budgets (reads, read-through),
   // F16 and Q8_0 records, at two contexts: each constant is driven by several runs. The
   // Q8_0 constant multiplies every attended token, so one run attends a whole long context
   // of Q8_0 records: without it a plan that keeps most of the cache is priced from runs that
   // attend a tenth as many.
-  const Run runs[] = {
-      {short_ctx, 0, 0, KvRecordType::kF16},   {short_ctx, 0, 16, KvRecordType::kF16},
-      {short_ctx, 2, 0, KvRecordType::kQ8_0},  {short_ctx, 10, 0, KvRecordType::kAuto},
-      {short_ctx, 10, 8, KvRecordType::kQ8_0}, {short_ctx, 20, 16, KvRecordType::kF16},
-      {short_ctx, 20, 0, KvRecordType::kAuto}, {long_ctx, 3, 0, KvRecordType::kQ8_0},
-      {long_ctx, 10, 0, KvRecordType::kAuto},  {long_ctx, 20, 16, KvRecordType::kF16},
-      {long_ctx, 30, 0, KvRecordType::kAuto},  {long_ctx, 0, 0, KvRecordType::kQ8_0}};
-  std::vector<std::vector<double>> x;
-  std::vector<double> y;
+  const Run runs[] = {{short_ctx, 0, 0, KvRecordType::kF16},
+                      {short_ctx, 0, 16, KvRecordType::kF16},
+                      {short_ctx, 2, 0, KvRecordType::kQ8_0},
+                      {short_ctx, 10, 0, KvRecordType::kAuto},
+                      {short_ctx, 10, 8, KvRecordType::kQ8_0},
+                      {short_ctx, 20, 16, KvRecordType::kF16},
+                      {short_ctx, 20, 0, KvRecordType::kAuto},
+                      {long_ctx, 3, 0, KvRecordType::kQ8_0},
+                      {long_ctx, 10, 0, KvRecordType::kAuto},
+                      {long_ctx, 20, 16, KvRecordType::kF16},
+                      {long_ctx, 30, 0, KvRecordType::kAuto},
+                      {long_ctx, 0, 0, KvRecordType::kQ8_0},
+                      // Several sequences select side by side and queue their reads together: these
+                      // price only the selection of several (the step's other constants are fitted
+                      // at batch 1).
+                      {short_ctx, 3, 0, KvRecordType::kQ8_0, kFitBatch},
+                      {short_ctx, 10, 0, KvRecordType::kAuto, kFitBatch},
+                      {long_ctx, 20, 0, KvRecordType::kAuto, kFitBatch},
+                      {long_ctx, 10, 16, KvRecordType::kF16, kFitBatch}};
+  struct Measured {
+    DiskStepShape shape;
+    double step = 0, select = 0;  // medians over the timed steps
+    int32_t batch = 1;
+  };
+  std::vector<Measured> measured;
   const DeviceProfile no_device;
   const DeviceProfile& device = o.device ? *o.device : no_device;
   // As many steps as a check run takes (TuneOptions::verify_steps) in a full profile: the
@@ -193,38 +213,84 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
     DecodeTimer t;
     // The check runs' conditions where the caller has a capture: real keys decide which
     // groups a step selects, reads and re-reads, which random ones do not.
-    if (!t.Init(model, o.threads, 1, context - steps - 2, steps, &d, o.cuda_device, &o.real).ok())
+    const int32_t batch =
+        r.batch == kFitBatch ? *std::max_element(o.batches.begin(), o.batches.end()) : r.batch;
+    if (r.batch == kFitBatch && batch < 2) continue;
+    if (!t.Init(model, o.threads, batch, context - steps - 2, steps, &d, o.cuda_device, &o.real)
+             .ok())
       continue;
     const auto* kv = dynamic_cast<const DiskKv*>(&t.engine().kv());
     if (!kv) continue;
     double sec = 0;
     STRATA_RETURN_IF_ERROR(t.Step(&sec));  // warm-up
     const KvCounters c0 = kv->counters();
-    std::vector<double> times;
+    std::vector<double> times, selects;
+    double clock = c0.predict_seconds;
     for (int32_t i = 0; i < steps; ++i) {
       STRATA_RETURN_IF_ERROR(t.Step(&sec));
       times.push_back(sec);
+      selects.push_back(kv->counters().predict_seconds - clock);
+      clock = kv->counters().predict_seconds;
     }
     const KvCounters c1 = kv->counters();
-    const double requests = double(c1.reads_issued - c0.reads_issued) / steps;
-    const double bytes = double(c1.bytes_read - c0.bytes_read) / steps;
+    const double n = double(steps) * batch;  // sequence steps
+    const double requests = double(c1.reads_issued - c0.reads_issued) / n;
+    const double bytes = double(c1.bytes_read - c0.bytes_read) / n;
     const double attended = double(c1.groups_selected - c0.groups_selected + c1.resident_attended -
                                    c0.resident_attended) /
-                            steps;
-    DiskStepShape shape =
-        ShapeOfPlan(kv->plan(), d, 1, context, hp.n_layer, requests, bytes, attended);
-    ComputeProfile bare = *p;  // the model without the constants being fitted
-    bare.disk_overhead_seconds = bare.disk_seconds_per_group = bare.disk_seconds_per_request = 0;
-    bare.disk_seconds_per_q8_token = bare.disk_seconds_per_scored_row = 0;
-    const StepPrediction modelled = PredictDiskStep(device, bare, shape);
-    const DiskOwnWork w = OwnWork(shape);
+                            n;
+    measured.push_back(
+        {ShapeOfPlan(kv->plan(), d, batch, context, hp.n_layer, requests, bytes, attended),
+         Median(std::move(times)), Median(std::move(selects)), batch});
+  }
+  if (measured.empty()) return Status::OK();
+  // First the selection's own work, against the policy's clock of it: what scoring and the
+  // queries (profiled apart) leave of each run's selection time.
+  ComputeProfile bare = *p;  // the model without the constants being fitted
+  bare.select_one = bare.select_many = {};
+  bare.disk_overhead_seconds = bare.disk_seconds_per_group = bare.disk_seconds_per_request = 0;
+  bare.disk_seconds_per_q8_token = 0;
+  std::vector<std::vector<double>> x;
+  std::vector<double> y;
+  // Several sequences' runs are few: they take one sequence's price per group (the same
+  // slot work, on one worker) and fit their own per selection and per request.
+  for (bool many : {false, true}) {
+    x.clear();
+    y.clear();
+    if (many) bare.select_many.per_group = p->select_one.per_group;
+    for (const Measured& m : measured) {
+      if ((m.batch > 1) != many) continue;
+      const DiskOwnWork w = OwnWork(m.shape);
+      const double cores = SelectionCores(bare, m.batch);
+      const double selections = double(m.batch) * m.shape.selections / cores;
+      if (many)
+        x.push_back({selections, w.requests});
+      else
+        x.push_back({selections, w.groups / cores, w.requests});
+      y.push_back(m.select - SelectionSeconds(bare, m.shape));
+    }
+    if (x.empty()) continue;
+    const std::vector<double> c = FitNonNegative(x, y);
+    ComputeProfile::SelectionPrices& prices = many ? p->select_many : p->select_one;
+    prices = many ? ComputeProfile::SelectionPrices{c[0], p->select_one.per_group, c[1]}
+                  : ComputeProfile::SelectionPrices{c[0], c[1], c[2]};
+    (many ? bare.select_many : bare.select_one) = prices;
+  }
+  // Without runs of several sequences (a tune of batch 1 only), one sequence's prices.
+  if (!std::any_of(measured.begin(), measured.end(), [](const Measured& m) { return m.batch > 1; }))
+    p->select_many = bare.select_many = p->select_one;
+  // Then the rest of the step.
+  x.clear();
+  y.clear();
+  for (const Measured& m : measured) {
+    if (m.batch != 1) continue;
+    const DiskOwnWork w = OwnWork(m.shape);
     // Q8_0 records change attention's cost per token either way (their expansion against
     // half the bytes to read): a column for each sign keeps the fit non-negative while
     // letting the difference have either.
-    x.push_back({1.0, w.groups, w.requests, w.q8_tokens, -w.q8_tokens, w.scored_rows});
-    y.push_back(Median(std::move(times)) - modelled.step_seconds);
+    x.push_back({1.0, w.groups, w.requests, w.q8_tokens, -w.q8_tokens});
+    y.push_back(m.step - PredictDiskStep(device, bare, m.shape).step_seconds);
   }
-  if (x.empty()) return Status::OK();
   const std::vector<double> c = FitNonNegative(x, y);
   p->disk_overhead_seconds = c[0];
   p->disk_seconds_per_group = c[1];
@@ -233,8 +299,7 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   // saved (half the bytes), whatever a noisy fit says.
   p->disk_seconds_per_q8_token =
       std::max(c[3] - c[4], -0.5 * p->attention_seconds_per_token / std::max(1, hp.n_layer));
-  p->disk_seconds_per_scored_row = c[5];
-  p->disk_fit_runs = int32_t(x.size());
+  p->disk_fit_runs = int32_t(measured.size());
   return Status::OK();
 }
 
@@ -248,10 +313,12 @@ ComputeProfile ComputeProfile::Scaled(double f) const {
   ComputeProfile s = *this;
   for (double& x : s.dense_seconds) x *= f;
   for (double& x : s.score_seconds_per_row) x *= f;
-  for (double* x :
-       {&s.attention_seconds_per_token, &s.query_seconds, &s.query_row_seconds,
-        &s.disk_overhead_seconds, &s.disk_seconds_per_group, &s.disk_seconds_per_request,
-        &s.disk_seconds_per_q8_token, &s.disk_seconds_per_scored_row, &s.anchor_seconds})
+  for (double& x : s.score_seconds_per_row_one_core) x *= f;
+  for (double* x : {&s.attention_seconds_per_token, &s.query_seconds, &s.query_row_seconds,
+                    &s.select_one.per_selection, &s.select_one.per_group, &s.select_one.per_request,
+                    &s.select_many.per_selection, &s.select_many.per_group,
+                    &s.select_many.per_request, &s.disk_overhead_seconds, &s.disk_seconds_per_group,
+                    &s.disk_seconds_per_request, &s.disk_seconds_per_q8_token, &s.anchor_seconds})
     *x *= f;
   return s;
 }
@@ -260,11 +327,32 @@ Status AnchorStep(const Model& model, int32_t threads, int32_t cuda_device, doub
   return TimeDecode(model, threads, cuda_device, 1, kShortContext, kMinSteps, nullptr, seconds);
 }
 
-double ComputeProfile::ScoreSecondsPerRow(int32_t rank) const {
+double ComputeProfile::ScoreSecondsPerRow(int32_t rank, int32_t group_rows, bool one_core) const {
   if (ranks.empty()) return 0;
-  if (rank <= ranks.front()) return score_seconds_per_row.front() * rank / ranks.front();
-  if (rank >= ranks.back()) return score_seconds_per_row.back() * rank / ranks.back();
-  return Interpolate(ranks, score_seconds_per_row, double(rank));
+  const std::vector<double>& table = one_core && !score_seconds_per_row_one_core.empty()
+                                         ? score_seconds_per_row_one_core
+                                         : score_seconds_per_row;
+  const size_t n_g = std::max<size_t>(1, score_group_sizes.size());
+  if (table.size() != ranks.size() * n_g) return 0;
+  // Rank i's price at group_rows: linear in 1 / rows a group (the per-group work is spread
+  // over that many rows) between measured sizes, the nearest beyond them.
+  auto at = [&](size_t i) {
+    const double* v = table.data() + i * n_g;
+    if (score_group_sizes.size() < 2) return v[0];
+    const std::vector<int32_t>& g = score_group_sizes;
+    if (group_rows <= g.front()) return v[0];
+    if (group_rows >= g.back()) return v[n_g - 1];
+    size_t j = 1;
+    while (g[j] < group_rows) ++j;
+    const double x0 = 1.0 / g[j - 1], x1 = 1.0 / g[j], x = 1.0 / group_rows;
+    return v[j - 1] + (x - x0) / (x1 - x0) * (v[j] - v[j - 1]);
+  };
+  if (rank <= ranks.front()) return at(0) * rank / ranks.front();
+  if (rank >= ranks.back()) return at(ranks.size() - 1) * rank / ranks.back();
+  size_t i = 1;
+  while (ranks[i] < rank) ++i;
+  const double t = double(rank - ranks[i - 1]) / double(ranks[i] - ranks[i - 1]);
+  return std::max(0.0, at(i - 1) + t * (at(i) - at(i - 1)));
 }
 
 Status ChooseThreads(const Model& model, int32_t cores, int32_t max_batch, int32_t steps,
@@ -358,59 +446,93 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
     advance();
   }
 
-  // One layer's selection over score_rows summary rows, per adapter set (rank).
+  // One layer's selection over score_rows summary rows, per adapter set (rank) and rows a
+  // group. The rows hold realistic values (a normal key projected, quantized as the policy
+  // stores it): random bytes make scales of infinity and NaN, whose softmax and partition
+  // run several times slower than real scores do.
   ThreadPool pool(o.threads > 0 ? o.threads : 1);
   std::mt19937 rng(11);
+  std::vector<int32_t> sizes = o.score_group_sizes;
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  if (sizes.empty() || sizes.front() < 1)
+    return Status::InvalidArgument("compute profile: rows a group must be >= 1");
+  p.score_group_sizes = sizes;
   // The low-rank queries of a layer are one call for the batch's rows: timed for one row and
   // for the largest batch, the rows after the first cost less than the first (the weights
   // are read once a call).
   const int32_t rows = std::max(2, *std::max_element(o.batches.begin(), o.batches.end()));
+  const int32_t reps = std::max(o.steps, kMinSteps);
+  struct RankScores {
+    int32_t rank;
+    std::vector<double> pool, one_core;  // by group size
+  };
+  std::vector<RankScores> by_rank;
   for (const AdapterSet& set : adapters.sets) {
     std::unique_ptr<GroupPredictor> gp;
     STRATA_RETURN_IF_ERROR(GroupPredictor::Create(model, set, GroupScoring::kSoftmax,
                                                   kernels::ScoreType::kQ4, o.score_rows, rows,
                                                   &pool, &gp));
+    gp->ReserveGroupSize(sizes.back());
+    const int32_t rank = gp->rank();
     std::vector<uint8_t> klr(
-        size_t(GroupPredictor::KlrBytes(o.score_rows, gp->rank(), kernels::ScoreType::kQ4)));
-    for (uint8_t& b : klr) b = uint8_t(rng());
+        size_t(GroupPredictor::KlrBytes(o.score_rows, rank, kernels::ScoreType::kQ4)));
+    {
+      std::normal_distribution<float> dist(0.f, 1.f);
+      std::vector<float> row(static_cast<size_t>(rank));
+      for (int32_t t = 0; t < o.score_rows; ++t) {
+        for (float& v : row) v = dist(rng);
+        kernels::StoreScoreRow(kernels::ScoreType::kQ4, row.data(), rank, t, klr.data());
+      }
+    }
     std::vector<float> x(size_t(hp.n_embd) * size_t(rows)),
-        q(size_t(hp.n_head) * size_t(gp->rank()) * size_t(rows));
+        q(size_t(hp.n_head) * size_t(rank) * size_t(rows));
     for (float& v : x) v = float(int32_t(rng() % 200) - 100) / 100.f;
     const std::vector<int32_t> pos(size_t(rows), o.score_rows);
-    double one = 0, all = 0;
-    for (int32_t i = 0; i <= o.steps; ++i) {
+    std::vector<double> one, all;
+    for (int32_t i = 0; i <= reps; ++i) {
       auto t0 = Clock::now();
       gp->LowRankQueries(0, x.data(), 1, pos.data(), q.data());
-      if (i > 0) one += Since(t0);
+      if (i > 0) one.push_back(Since(t0));
       t0 = Clock::now();
       gp->LowRankQueries(0, x.data(), rows, pos.data(), q.data());
-      if (i > 0) all += Since(t0);
+      if (i > 0) all.push_back(Since(t0));
     }
-    one /= o.steps;
-    all /= o.steps;
-    if (one > p.query_seconds) {
-      p.query_seconds = one;
-      p.query_row_seconds = std::max(0.0, all - one) / double(rows - 1);
+    const double one_s = Median(std::move(one)), all_s = Median(std::move(all));
+    if (one_s > p.query_seconds) {
+      p.query_seconds = one_s;
+      p.query_row_seconds = std::max(0.0, all_s - one_s) / double(rows - 1);
     }
-    constexpr int32_t kGroup = 8;
-    const int32_t groups = o.score_rows / kGroup;
+    RankScores r{rank, {}, {}};
     std::vector<int32_t> chosen;
-    double total = 0;
-    for (int32_t i = 0; i <= o.steps; ++i) {
-      const auto t0 = Clock::now();
-      gp->SelectGroups(q.data(), klr.data(), 0, groups, kGroup, std::max(1, groups / 13), &chosen);
-      if (i > 0) total += Since(t0);
+    for (int32_t g : sizes) {
+      const int32_t groups = o.score_rows / g;
+      // Over the pool (worker -1), as one sequence selects; on one worker, as each of two or
+      // more does.
+      for (int worker : {-1, 0}) {
+        std::vector<double> t;
+        for (int32_t i = 0; i <= reps; ++i) {
+          const auto t0 = Clock::now();
+          gp->SelectGroups(q.data(), klr.data(), 0, groups, g, std::max(1, groups / 13), &chosen,
+                           {}, 0.0f, {}, nullptr, worker);
+          if (i > 0) t.push_back(Since(t0));
+        }
+        (worker < 0 ? r.pool : r.one_core)
+            .push_back(Median(std::move(t)) / double(int64_t(groups) * g));
+      }
     }
-    p.ranks.push_back(gp->rank());
-    p.score_seconds_per_row.push_back(total / o.steps / double(o.score_rows));
+    by_rank.push_back(std::move(r));
     advance();
   }
   // Ranks ascending for interpolation.
-  for (size_t i = 1; i < p.ranks.size(); ++i)
-    for (size_t j = i; j > 0 && p.ranks[j - 1] > p.ranks[j]; --j) {
-      std::swap(p.ranks[j - 1], p.ranks[j]);
-      std::swap(p.score_seconds_per_row[j - 1], p.score_seconds_per_row[j]);
-    }
+  std::sort(by_rank.begin(), by_rank.end(),
+            [](const RankScores& a, const RankScores& b) { return a.rank < b.rank; });
+  for (const RankScores& r : by_rank) {
+    p.ranks.push_back(r.rank);
+    p.score_seconds_per_row.insert(p.score_seconds_per_row.end(), r.pool.begin(), r.pool.end());
+    p.score_seconds_per_row_one_core.insert(p.score_seconds_per_row_one_core.end(),
+                                            r.one_core.begin(), r.one_core.end());
+  }
   STRATA_RETURN_IF_ERROR(time_batches(false));
   // The anchor is the batch-1 point, the faster of its two passes, as a check run takes the
   // faster of the anchors timed before and after it.
@@ -440,9 +562,22 @@ DiskOwnWork OwnWork(const DiskStepShape& s) {
   w.groups = b * layers * double(s.attended_tokens) / double(std::max(1, s.group_size));
   w.requests = b * s.requests;
   w.q8_tokens = s.q8_records ? b * layers * double(s.attended_tokens) : 0;
-  w.scored_rows =
-      b * (double(s.selections) * double(s.summary_rows) + layers * double(s.tail_rows));
   return w;
+}
+
+double SelectionSeconds(const ComputeProfile& compute, const DiskStepShape& s) {
+  // Two or more sequences select side by side, each whole on one worker (scoring at one
+  // core's rate, p of them at a time); one sequence's scoring is spread over the pool.
+  const double cores = SelectionCores(compute, s.batch);
+  const double per_row = compute.ScoreSecondsPerRow(s.rank, s.summary_group_rows, s.batch >= 2);
+  const DiskOwnWork w = OwnWork(s);
+  const double b = s.batch, selections = s.selections;
+  const ComputeProfile::SelectionPrices& price =
+      s.batch >= 2 ? compute.select_many : compute.select_one;
+  return b / cores * (selections * (double(s.summary_rows) * per_row + price.per_selection)) +
+         w.groups / cores * price.per_group + w.requests * price.per_request +
+         selections *
+             (compute.query_seconds + double(std::max(0, s.batch - 1)) * compute.query_row_seconds);
 }
 
 StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile& compute,
@@ -451,15 +586,7 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
   const double layers = std::max(1, s.n_layer);
   p.compute_seconds = compute.DenseSeconds(s.batch) + double(s.batch) * double(s.attended_tokens) *
                                                           compute.attention_seconds_per_token;
-  const double per_row = compute.ScoreSecondsPerRow(s.rank);
-  // Sequences of a batch select side by side, each whole on one worker, so the selection
-  // work of one sequence (profiled, and fitted, at batch 1) runs p of them at a time.
-  const double seqs = double(s.batch) / SelectionCores(compute, s.batch);
-  p.select_seconds =
-      seqs * (double(s.selections) * double(s.summary_rows) * per_row +
-              double(s.n_layer) * double(s.tail_rows) * per_row) +
-      double(s.selections) *
-          (compute.query_seconds + double(std::max(0, s.batch - 1)) * compute.query_row_seconds);
+  p.select_seconds = SelectionSeconds(compute, s);
   const double requests_l = double(s.batch) * s.requests / layers;
   const uint32_t request_bytes =
       s.requests > 0 ? uint32_t(std::max(1.0, s.bytes / s.requests)) : 4096;
@@ -476,12 +603,11 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
                                ? device.ReadSeconds(through_requests, request_bytes, s.queue_depth)
                                : 0.0;
   const DiskOwnWork w = OwnWork(s);
-  p.step_seconds =
-      p.select_seconds + layers * std::max(p.compute_seconds / layers + through_l, read_l) +
-      compute.disk_overhead_seconds + w.groups * compute.disk_seconds_per_group +
-      w.requests * compute.disk_seconds_per_request +
-      w.q8_tokens * compute.disk_seconds_per_q8_token +
-      w.scored_rows / SelectionCores(compute, s.batch) * compute.disk_seconds_per_scored_row;
+  p.step_seconds = p.select_seconds +
+                   layers * std::max(p.compute_seconds / layers + through_l, read_l) +
+                   compute.disk_overhead_seconds + w.groups * compute.disk_seconds_per_group +
+                   w.requests * compute.disk_seconds_per_request +
+                   w.q8_tokens * compute.disk_seconds_per_q8_token;
   p.tokens_per_second = p.step_seconds > 0 ? s.batch / p.step_seconds : 0;
   return p;
 }
@@ -508,10 +634,22 @@ DiskStepShape ShapeOfPlan(const DiskKvPlan& plan, const DiskKvOptions& o, int32_
   s.attended_tokens = std::min<int64_t>(context, int64_t(std::llround(groups * double(G))));
   s.group_size = int32_t(G);
   s.q8_records = plan.layout.type == kernels::KvType::kQ8_0;
-  s.summary_rows = plan.SummaryRows(context);
+  // A selection scores the groups between the sink and the recent ones, unless its layer
+  // takes all of them (and has no read-through slots to rank them for).
+  const int64_t gp = context / std::max<int64_t>(1, G);
+  const int64_t g_lo = std::min<int64_t>(plan.sink_groups, gp);
+  const int64_t candidates = std::max<int64_t>(g_lo, gp - plan.recent_groups) - g_lo;
+  int32_t scored_layers = 0;
+  for (int32_t l = 0; l < n_layer; ++l) {
+    const int64_t m =
+        size_t(l) < plan.layer_groups.size() ? plan.layer_groups[size_t(l)] : plan.groups_per_step;
+    scored_layers += candidates > 0 && (m < candidates || plan.transient_groups > 0);
+  }
+  s.summary_group_rows = plan.summary_group_size();
+  s.summary_rows = int64_t(std::llround(double(candidates * s.summary_group_rows) *
+                                        double(scored_layers) / double(std::max(1, n_layer))));
   s.rank = plan.rank;
   s.selections = n_layer + (o.refine ? std::max(0, n_layer - 2) : 0);
-  s.tail_rows = plan.tail ? s.attended_tokens : 0;
   s.requests = requests;
   s.bytes = bytes;
   s.queue_depth = uint32_t(o.queue_depth);

@@ -1,30 +1,33 @@
 // The tuner's cost model of one decode step, and the compute half of its profile.
 //
 // A step of the disk policy at batch b runs, layer by layer, the selection for the next
-// layer (scoring K_lr rows at the adapters' rank), then that layer's compute while the
-// selected groups' reads are in flight:
-//   step = sum over layers of [select_l + max(compute_l, read_l)]
+// layer, then that layer's compute while the selected groups' reads are in flight:
+//   step = select + sum over layers of max(compute_l + read_through_l, read_l) + own work
 //   compute = dense(b) + b * attended_tokens * attention_per_token
-//   select  = selections * query(b)
-//             + b / p(b) * [selections * summary_rows + n_layer * tail_rows] * score_per_row(rank)
+//   select  = b / p(b) * [selections * (summary_rows * score_per_row(rank, rows a group)
+//                                       + per_selection) + groups * per_group]
+//             + b * requests * per_request
+//             + selections * query(b)
 //   (query(b): one call of the low-rank queries for b rows; p(b): the cores a batch's
 //   selections share, min(b, threads) from two sequences on, 1 for one: two or more
-//   sequences select side by side, each whole on one worker)
+//   sequences select side by side, each whole on one worker, so their scoring is priced
+//   at one core's rate, one sequence's over the pool; the prices per selection, group and
+//   request are fitted for one sequence and for several apart)
 //   read_l  = DeviceProfile::ReadSeconds(b * requests / n_layer, bytes / request, qd)
-//   plus the policy's own work, which neither overlaps with compute nor shows in the parts
-//   above (DiskOwnWork): a constant a step, per attended group (slot lookups, view
-//   assembly), per read request (issuing and completing it, landing it in its slot), per
-//   attended token of Q8_0 records (what their expansion costs against F16's, or saves: the
-//   only constant that may be negative) and per summary row scored (what the selection does
-//   per row beyond the profile's lone scoring call: its lists, the top-M over them; shared
-//   by p(b) cores like the scoring). The
-//   constants are fitted (least squares,
-//   non-negative but for the Q8_0 one) to the residuals of real runs of several different
-//   plans at two contexts, as FlexGen fits its hardware constants, so that no one plan
-//   decides them.
-// With full KV in memory a step is dense(b) + b * context * attention_per_token. The
-// requests and bytes a step reads per sequence come from the quality runs of the same
-// configuration (tuner/quality.h), which see the real reuse and coalescing.
+// Scoring is profiled on its own (GroupPredictor::SelectGroups over summary rows of
+// realistic values, by rank and by rows a group: a group's softmax term costs as much as
+// several rows' products). The selection's other work (slot planning, queueing and
+// submitting reads) is fitted to the policy's own clock of it (KvCounters::predict_seconds)
+// in real runs. The own work is what the policy adds that neither overlaps with compute nor
+// shows in the parts above: a constant a step, per attended group (slot lookups, view
+// assembly), per read request (landing it in its slot) and per attended token of Q8_0
+// records (what their expansion costs against F16's, or saves: the only constant that may
+// be negative), fitted by least squares (non-negative but for the Q8_0 one) to the
+// residuals of the same runs, as FlexGen fits its hardware constants, so that no one plan
+// decides them. With full KV in memory a step is dense(b) + b * context *
+// attention_per_token. The requests and bytes a step reads per sequence come from the
+// quality runs of the same configuration (tuner/quality.h), which see the real reuse and
+// coalescing.
 //
 // The hardware constants are measured here on the user's machine through the engine's own
 // code (ProfileCompute); `strata tune` then runs the configurations it picks and records
@@ -52,23 +55,36 @@ struct ComputeProfile {
   std::vector<double> dense_seconds;
   // One step, one sequence, one attended token (all layers).
   double attention_seconds_per_token = 0;
-  // One selection of one layer for one sequence, per summary row scored, by adapter rank;
-  // and the low-rank query it scores with (norm, Wq, RoPE, adapters), per selection.
+  // One selection of one layer for one sequence, per summary row scored, by adapter rank
+  // and by summary rows a group (1 for a per-group summary, G for a per-token one):
+  // [i * score_group_sizes.size() + j] for ranks[i] and score_group_sizes[j] (ascending;
+  // empty: one value a rank, whatever the group). Spread over the pool, as one sequence
+  // selects, and on one core, as each of two or more does (empty: as over the pool).
   std::vector<int32_t> ranks;
+  std::vector<int32_t> score_group_sizes;
   std::vector<double> score_seconds_per_row;
+  std::vector<double> score_seconds_per_row_one_core;
+  // The low-rank query a selection scores with (norm, Wq, RoPE, adapters).
   double query_seconds = 0;      // one call for one row
   double query_row_seconds = 0;  // each further row of the same call (a batch)
-  // What a disk policy's step costs beyond the parts above (see the top of this file):
-  // once a step, per attended group and layer of a sequence, per read request.
+  // The selection's work beyond scoring and the queries (see the top of this file), fitted
+  // to the policy's own clock of it, for one sequence (on the engine's thread, its scoring
+  // over the pool) and for two or more (side by side on the workers, their reads queued
+  // together): the two run differently enough that one set of prices misses one of them.
+  struct SelectionPrices {
+    double per_selection = 0;  // a layer selection of one sequence
+    double per_group = 0;      // an attended group of one sequence
+    double per_request = 0;    // a read request
+  };
+  SelectionPrices select_one, select_many;
+  // What a disk policy's step costs beyond the parts above: once a step, per attended group
+  // and layer of a sequence, per read request.
   double disk_overhead_seconds = 0;
   double disk_seconds_per_group = 0;
   double disk_seconds_per_request = 0;
   // Per attended token and layer of Q8_0 records, against F16 ones: negative where their
   // attention is cheaper.
   double disk_seconds_per_q8_token = 0;
-  // Per summary row a step scores, beyond score_seconds_per_row: what the real selection
-  // does per row that the profile's lone scoring call does not.
-  double disk_seconds_per_scored_row = 0;
   int32_t disk_fit_runs = 0;  // real runs these were fitted on
   // The machine's speed when the profile ran: a batch-1 step at a short context, full KV
   // (AnchorStep). A check run times the same step beside itself, and the ratio says how
@@ -80,8 +96,9 @@ struct ComputeProfile {
   // Every compute time above times `factor` (the reads are the device profile's): the
   // profile of the same machine running `factor` times slower.
   ComputeProfile Scaled(double factor) const;
-  // Linear in rank between measured ranks, proportional beyond them.
-  double ScoreSecondsPerRow(int32_t rank) const;
+  // Linear in rank between measured ranks, proportional beyond them; linear in 1 / rows a
+  // group between measured group sizes, the nearest beyond them.
+  double ScoreSecondsPerRow(int32_t rank, int32_t group_rows = 1, bool one_core = false) const;
 };
 
 struct ComputeProfileOptions {
@@ -94,8 +111,11 @@ struct ComputeProfileOptions {
   // where they are used rather than extrapolated to them.
   int32_t fit_short_context = 0;
   int32_t fit_long_context = 0;
-  int32_t steps = 8;                   // timed decode steps per point
-  int32_t score_rows = 8192;           // summary rows of the scoring measurement
+  int32_t steps = 8;          // timed decode steps per point
+  int32_t score_rows = 8192;  // summary rows of the scoring measurement
+  // Summary rows a group the scoring is measured at: 1 (a per-group summary) and the
+  // group sizes a per-token summary may have.
+  std::vector<int32_t> score_group_sizes = {1, 4, 5, 8, 16};
   double memory_bytes_per_second = 0;  // floors attention per token; 0 = no floor
   // The device the disk policy's fitting runs read from (their reads are modelled with it);
   // null: reads are taken as free.
@@ -137,13 +157,13 @@ Status ProfileCompute(const Model& model, const Adapters& adapters,
 struct DiskStepShape {
   int32_t batch = 1;
   int32_t n_layer = 0;
-  int64_t attended_tokens = 0;  // tokens attention reads per layer
-  int32_t group_size = 1;       // tokens a group
-  bool q8_records = false;      // Q8_0 records (attention expands them)
-  int64_t summary_rows = 0;     // K_lr rows scored per selection
+  int64_t attended_tokens = 0;     // tokens attention reads per layer
+  int32_t group_size = 1;          // tokens a group
+  bool q8_records = false;         // Q8_0 records (attention expands them)
+  int64_t summary_rows = 0;        // K_lr rows scored per selection (on average)
+  int32_t summary_group_rows = 1;  // summary rows a group (1: a per-group summary)
   int32_t rank = 0;
   int32_t selections = 0;  // layer selections per step (guesses and refinements)
-  int64_t tail_rows = 0;   // summary rows the tail estimate scores per layer (0: no tail)
   double requests = 0;     // reads per step
   double bytes = 0;        // bytes read per step
   uint32_t queue_depth = 64;
@@ -158,13 +178,14 @@ struct StepPrediction {
 
 StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile& compute,
                                const DiskStepShape& s);
+// The selection's part of that step (StepPrediction::select_seconds).
+double SelectionSeconds(const ComputeProfile& compute, const DiskStepShape& s);
 
 // The disk policy's own work in a step, in the units its fitted constants price.
 struct DiskOwnWork {
-  double groups = 0;       // attended groups, all layers, all sequences
-  double requests = 0;     // reads, all sequences
-  double q8_tokens = 0;    // attended tokens of Q8_0 records, all layers, all sequences
-  double scored_rows = 0;  // summary rows scored, all selections, all sequences
+  double groups = 0;     // attended groups, all layers, all sequences
+  double requests = 0;   // reads, all sequences
+  double q8_tokens = 0;  // attended tokens of Q8_0 records, all layers, all sequences
 };
 DiskOwnWork OwnWork(const DiskStepShape& s);
 // The cores a batch's selections share: min(batch, threads) from two sequences on (the

@@ -100,6 +100,10 @@ struct TunedCandidate {
   // between the two predictions.
   double measured_requests_per_step = 0, measured_bytes_per_step = 0;
   double predicted_at_measured_reads = 0;
+  // A check run's step apart: the selection's time (the policy's own clock) and the reads it
+  // waited on, per step; and the selection as the prediction priced it.
+  double measured_select_seconds = 0, measured_wait_seconds = 0;
+  double predicted_select_seconds = 0;
 };
 
 struct TunedChoice {

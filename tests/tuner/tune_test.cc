@@ -94,7 +94,7 @@ TEST(CostModelTest, ReadsHideUnderComputeUntilTheyDoNot) {
   EXPECT_NEAR(mem.tokens_per_second, 8 / mem.step_seconds, 1e-9);
 }
 
-TEST(CostModelTest, ThePolicysOwnWorkAddsPerStepGroupReadAndScoredRow) {
+TEST(CostModelTest, ThePolicysOwnWorkAddsPerStepGroupAndRead) {
   ComputeProfile c;
   c.batches = {1};
   c.dense_seconds = {0.010};
@@ -110,31 +110,97 @@ TEST(CostModelTest, ThePolicysOwnWorkAddsPerStepGroupReadAndScoredRow) {
   c.disk_overhead_seconds = 1e-3;
   c.disk_seconds_per_group = 1e-7;
   c.disk_seconds_per_request = 2e-6;
-  c.disk_seconds_per_scored_row = 1e-9;
   EXPECT_NEAR(PredictDiskStep(DeviceProfile(), c, s).step_seconds - bare,
-              1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6 + 18 * 4096 * 1e-9), 1e-12);
+              1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6), 1e-12);
   // Q8_0 records: their tokens' own term may be a saving.
   s.q8_records = true;
   c.disk_seconds_per_q8_token = -2e-8;
   EXPECT_NEAR(PredictDiskStep(DeviceProfile(), c, s).step_seconds - bare,
-              1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6 + 18 * 4096 * 1e-9 - 10 * 800 * 2e-8), 1e-12);
+              1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6 - 10 * 800 * 2e-8), 1e-12);
+}
+
+// The selection's own work: per layer selection and attended group shared by the cores a
+// batch selects on, per read request not (the reads are queued in sequence order); one
+// sequence and several priced apart.
+TEST(CostModelTest, TheSelectionsOwnWorkIsPricedPerSelectionGroupAndRead) {
+  ComputeProfile c;
+  c.threads = 2;
+  c.batches = {1, 8};
+  c.dense_seconds = {0.010, 0.030};
+  DiskStepShape s;
+  s.n_layer = 10;
+  s.attended_tokens = 800;
+  s.group_size = 8;  // 100 groups a layer
+  s.requests = 50;
+  s.selections = 18;
+  const ComputeProfile none = c;
+  c.select_one = {1e-5, 1e-8, 3e-6};
+  c.select_many = {2e-5, 2e-8, 1e-6};
+  EXPECT_NEAR(SelectionSeconds(c, s) - SelectionSeconds(none, s),
+              18 * 1e-5 + 1000 * 1e-8 + 50 * 3e-6, 1e-12);
+  // Several sequences: their own prices, per selection and group over the cores.
+  s.batch = 8;
+  EXPECT_NEAR(SelectionSeconds(c, s) - SelectionSeconds(none, s),
+              8.0 / 2 * (18 * 2e-5 + 1000 * 2e-8) + 8 * 50 * 1e-6, 1e-12);
+  EXPECT_NEAR(PredictDiskStep(DeviceProfile(), c, s).select_seconds, SelectionSeconds(c, s), 1e-15);
+}
+
+// Scoring is priced by rank and by summary rows a group: a per-group summary (a row a group)
+// pays each group's softmax term on every row, a per-token one on every G-th; from two
+// sequences on, at one core's rate.
+TEST(CostModelTest, ScoringIsPricedByRankAndRowsAGroup) {
+  ComputeProfile c;
+  c.ranks = {16, 64};
+  c.score_group_sizes = {1, 4, 16};
+  c.score_seconds_per_row = {8e-9,  3e-9, 2e-9,  // rank 16
+                             16e-9, 6e-9, 4e-9};
+  c.score_seconds_per_row_one_core = {16e-9, 6e-9, 4e-9, 32e-9, 12e-9, 8e-9};
+  EXPECT_NEAR(c.ScoreSecondsPerRow(16, 1), 8e-9, 1e-18);
+  EXPECT_NEAR(c.ScoreSecondsPerRow(16, 4), 3e-9, 1e-18);
+  EXPECT_NEAR(c.ScoreSecondsPerRow(64, 16), 4e-9, 1e-18);
+  // Between measured sizes, linear in 1 / G: G = 2 is halfway from 1/1 to 1/4 by a third.
+  EXPECT_NEAR(c.ScoreSecondsPerRow(16, 2), 8e-9 + (0.5 - 1.0) / (0.25 - 1.0) * (3e-9 - 8e-9),
+              1e-18);
+  // G = 8 lies between 1/4 and 1/16 at (1/8 - 1/4) / (1/16 - 1/4) = 2/3.
+  EXPECT_NEAR(c.ScoreSecondsPerRow(16, 8), 3e-9 + 2.0 / 3.0 * (2e-9 - 3e-9), 1e-18);
+  // Beyond them the nearest; between ranks linear, beyond them proportional.
+  EXPECT_NEAR(c.ScoreSecondsPerRow(16, 32), 2e-9, 1e-18);
+  EXPECT_NEAR(c.ScoreSecondsPerRow(40, 4), 4.5e-9, 1e-18);
+  EXPECT_NEAR(c.ScoreSecondsPerRow(8, 1), 4e-9, 1e-18);
+  EXPECT_NEAR(c.ScoreSecondsPerRow(128, 1), 32e-9, 1e-18);
+  EXPECT_NEAR(c.ScoreSecondsPerRow(16, 4, /*one_core=*/true), 6e-9, 1e-18);
+  // The step: one sequence's selections at the pool's rate; eight on two cores at one
+  // core's rate, four at a time.
+  c.threads = 2;
+  DiskStepShape s;
+  s.n_layer = 10;
+  s.rank = 16;
+  s.selections = 18;
+  s.summary_rows = 4096;
+  s.summary_group_rows = 4;
+  EXPECT_NEAR(SelectionSeconds(c, s), 18 * 4096 * 3e-9, 1e-12);
+  s.summary_group_rows = 1;
+  EXPECT_NEAR(SelectionSeconds(c, s), 18 * 4096 * 8e-9, 1e-12);
+  s.batch = 8;
+  EXPECT_NEAR(SelectionSeconds(c, s), 8.0 / 2 * 18 * 4096 * 16e-9, 1e-12);
 }
 
 // Sequences of a batch select side by side, each whole on one worker: from two sequences
-// on, their scoring and the policy's per-row work spread over min(batch, threads) cores.
+// on, their scoring and the selection's per-layer work spread over min(batch, threads)
+// cores.
 TEST(CostModelTest, ABatchsSelectionsShareTheCores) {
   ComputeProfile c;
   c.batches = {1, 8};
   c.dense_seconds = {0.010, 0.030};
   c.ranks = {16};
   c.score_seconds_per_row = {1e-9};
-  c.disk_seconds_per_scored_row = 2e-9;
+  c.select_one.per_selection = c.select_many.per_selection = 2e-6;
   DiskStepShape s;
   s.n_layer = 10;
   s.summary_rows = 4096;
   s.rank = 16;
   s.selections = 18;
-  const double per_sequence = 18 * 4096 * (1e-9 + 2e-9);
+  const double per_sequence = 18 * (4096 * 1e-9 + 2e-6);
   auto selection = [&](int32_t threads, int32_t batch) {
     c.threads = threads;
     s.batch = batch;
@@ -236,6 +302,33 @@ TEST(CostModelTest, AttentionTakesTheSlotGroupsMeasuredNotEverySlot) {
   // Without attend_resident only the selection is attended among the slots.
   o.attend_resident = false;
   EXPECT_EQ(ShapeOfPlan(plan, o, 1, 8192, 10, 0, 0).attended_tokens, (1 + 10 + 2 + 1) * 8);
+}
+
+// A selection scores the groups between the sink and the recent ones: a row each for a
+// per-group summary, G for a per-token one; a layer that takes every such group (and has
+// no read-through slots to rank them for) scores none.
+TEST(CostModelTest, ASelectionScoresTheRowsBetweenSinkAndRecentGroups) {
+  DiskKvPlan plan;
+  plan.layout.group_size = 8;
+  plan.sink_groups = 1;
+  plan.recent_groups = 2;
+  plan.groups_per_step = 10;
+  plan.layer_groups.assign(10, 10);
+  DiskKvOptions o;
+  plan.group_summary = false;
+  DiskStepShape s = ShapeOfPlan(plan, o, 1, 8192, 10, 0, 0);
+  EXPECT_EQ(s.summary_group_rows, 8);
+  EXPECT_EQ(s.summary_rows, (1024 - 3) * 8);
+  plan.group_summary = true;
+  s = ShapeOfPlan(plan, o, 1, 8192, 10, 0, 0);
+  EXPECT_EQ(s.summary_group_rows, 1);
+  EXPECT_EQ(s.summary_rows, 1024 - 3);
+  // Two of ten layers take all 1021 groups: they score nothing, the average drops by a fifth.
+  plan.layer_groups[0] = plan.layer_groups[1] = 1021;
+  EXPECT_EQ(ShapeOfPlan(plan, o, 1, 8192, 10, 0, 0).summary_rows, std::llround(1021 * 8.0 / 10.0));
+  // With read-through slots every layer ranks its groups.
+  plan.transient_groups = 2;
+  EXPECT_EQ(ShapeOfPlan(plan, o, 1, 8192, 10, 0, 0).summary_rows, 1021);
 }
 
 TEST(CostModelTest, NonNegativeFitRecoversConstantsAndNeverGoesNegative) {
