@@ -252,12 +252,11 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   bare.disk_seconds_per_q8_token = 0;
   std::vector<std::vector<double>> x;
   std::vector<double> y;
-  // Several sequences' runs are few: they take one sequence's price per group (the same
-  // slot work, on one worker) and fit their own per selection and per request.
-  for (bool many : {false, true}) {
+  // The prices of one sequence's selection or of several's, fitted on the runs of that kind;
+  // `many` takes `per_group` as given (their runs are few) and fits the other two.
+  auto fit_prices = [&](bool many, ComputeProfile::SelectionPrices* prices) {
     x.clear();
     y.clear();
-    if (many) bare.select_many.per_group = p->select_one.per_group;
     for (const Measured& m : measured) {
       if ((m.batch > 1) != many) continue;
       const DiskOwnWork w = OwnWork(m.shape);
@@ -269,16 +268,19 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
         x.push_back({selections, w.groups / cores, w.requests});
       y.push_back(m.select - SelectionSeconds(bare, m.shape));
     }
-    if (x.empty()) continue;
+    if (x.empty()) return false;
     const std::vector<double> c = FitNonNegative(x, y);
-    ComputeProfile::SelectionPrices& prices = many ? p->select_many : p->select_one;
-    prices = many ? ComputeProfile::SelectionPrices{c[0], p->select_one.per_group, c[1]}
-                  : ComputeProfile::SelectionPrices{c[0], c[1], c[2]};
-    (many ? bare.select_many : bare.select_one) = prices;
-  }
-  // Without runs of several sequences (a tune of batch 1 only), one sequence's prices.
-  if (!std::any_of(measured.begin(), measured.end(), [](const Measured& m) { return m.batch > 1; }))
-    p->select_many = bare.select_many = p->select_one;
+    *prices = many ? ComputeProfile::SelectionPrices{c[0], prices->per_group, c[1]}
+                   : ComputeProfile::SelectionPrices{c[0], c[1], c[2]};
+    return true;
+  };
+  fit_prices(false, &bare.select_one);
+  // Several sequences take one sequence's price per group (the same slot work, on one
+  // worker); without runs of several (a tune of batch 1 only), all of one sequence's prices.
+  bare.select_many.per_group = bare.select_one.per_group;
+  if (!fit_prices(true, &bare.select_many)) bare.select_many = bare.select_one;
+  p->select_one = bare.select_one;
+  p->select_many = bare.select_many;
   // Then the rest of the step.
   x.clear();
   y.clear();
