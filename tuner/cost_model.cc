@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 #include <random>
+#include <thread>
 
 #include "runtime/engine/engine.h"
 #include "runtime/kv/disk_kv.h"
@@ -18,6 +19,8 @@ using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
+
+}  // namespace
 
 // Decode steps of `batch` sequences that already hold `context` tokens of random K/V, or of
 // a captured text (imported through the policy, as a replayed prefix would be).
@@ -93,6 +96,8 @@ class DecodeTimer {
   static constexpr int32_t kToken = 1;
 };
 
+namespace {
+
 // Timed steps of each of the disk policy's fitting runs, at least.
 constexpr int32_t kFitSteps = 32;
 // The batch of the fitting runs that price the selection of several sequences: the
@@ -113,18 +118,24 @@ double Median(std::vector<double> v) {
 }
 
 // The median of `steps` decode steps after one warm-up: a shared machine's stalls would
-// otherwise decide a mean of few steps.
+// otherwise decide a mean of few steps. With `anchor`, an anchor step after each
+// (AnchorTimer), whose median it receives.
 Status TimeDecode(const Model& model, int32_t threads, int32_t cuda_device, int32_t batch,
-                  int32_t context, int32_t steps, const DiskKvOptions* disk, double* seconds) {
+                  int32_t context, int32_t steps, const DiskKvOptions* disk, double* seconds,
+                  double* anchor = nullptr) {
   DecodeTimer t;
   STRATA_RETURN_IF_ERROR(t.Init(model, threads, batch, context, steps, disk, cuda_device));
+  AnchorTimer a;
+  if (anchor) STRATA_RETURN_IF_ERROR(a.Init(model, threads, cuda_device, steps));
   std::vector<double> times;
   for (int32_t i = 0; i <= steps; ++i) {
     double sec = 0;
     STRATA_RETURN_IF_ERROR(t.Step(&sec));
     if (i > 0) times.push_back(sec);
+    if (anchor) STRATA_RETURN_IF_ERROR(a.Step());
   }
   *seconds = Median(std::move(times));
+  if (anchor) *anchor = a.Seconds();
   return Status::OK();
 }
 
@@ -221,8 +232,11 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
       continue;
     const auto* kv = dynamic_cast<const DiskKv*>(&t.engine().kv());
     if (!kv) continue;
+    AnchorTimer anchor;
+    STRATA_RETURN_IF_ERROR(anchor.Init(model, o.threads, o.cuda_device, steps));
     double sec = 0;
     STRATA_RETURN_IF_ERROR(t.Step(&sec));  // warm-up
+    STRATA_RETURN_IF_ERROR(anchor.Step());
     const KvCounters c0 = kv->counters();
     std::vector<double> times, selects;
     double clock = c0.predict_seconds;
@@ -231,17 +245,27 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
       times.push_back(sec);
       selects.push_back(kv->counters().predict_seconds - clock);
       clock = kv->counters().predict_seconds;
+      STRATA_RETURN_IF_ERROR(anchor.Step());
     }
     const KvCounters c1 = kv->counters();
     const double n = double(steps) * batch;  // sequence steps
     const double requests = double(c1.reads_issued - c0.reads_issued) / n;
+    const double refines = double(c1.refine_reads_issued - c0.refine_reads_issued) / n;
     const double bytes = double(c1.bytes_read - c0.bytes_read) / n;
     const double attended = double(c1.groups_selected - c0.groups_selected + c1.resident_attended -
                                    c0.resident_attended) /
                             n;
-    measured.push_back(
-        {ShapeOfPlan(kv->plan(), d, batch, context, hp.n_layer, requests, bytes, attended),
-         Median(std::move(times)), Median(std::move(selects)), batch});
+    // At the profile's speed (ProfileCompute): the compute part of the step and the
+    // selection scale with the machine's speed, the wait on reads with the device's.
+    const double f =
+        p->anchor_seconds > 0 && anchor.Seconds() > 0 ? p->anchor_seconds / anchor.Seconds() : 1.0;
+    const double wait = (c1.io_wait_seconds - c0.io_wait_seconds) / double(steps);
+    const double step = Median(std::move(times));
+    DiskStepShape shape =
+        ShapeOfPlan(kv->plan(), d, batch, context, hp.n_layer, requests, bytes, attended);
+    shape.refine_requests = refines;
+    measured.push_back({shape, std::max(0.0, step - wait) * f + std::min(step, wait),
+                        Median(std::move(selects)) * f, batch});
   }
   if (measured.empty()) return Status::OK();
   // First the selection's own work, against the policy's clock of it: what scoring and the
@@ -329,6 +353,36 @@ Status AnchorStep(const Model& model, int32_t threads, int32_t cuda_device, doub
   return TimeDecode(model, threads, cuda_device, 1, kShortContext, kMinSteps, nullptr, seconds);
 }
 
+namespace {
+// Longer than a pool's workers spin after a job (common/thread_pool.cc) before they sleep.
+constexpr auto kParkTime = std::chrono::milliseconds(2);
+}  // namespace
+
+AnchorTimer::AnchorTimer() = default;
+AnchorTimer::~AnchorTimer() = default;
+
+Status AnchorTimer::Init(const Model& model, int32_t threads, int32_t cuda_device, int32_t steps) {
+  timer_ = std::make_unique<DecodeTimer>();
+  steps_ = std::max(1, steps) + 1;
+  done_ = 0;
+  times_.clear();
+  return timer_->Init(model, threads, 1, kShortContext, steps_, nullptr, cuda_device);
+}
+
+Status AnchorTimer::Step() {
+  if (!timer_ || done_ >= steps_)
+    return Status::Internal("anchor timer: not initialised or out of steps");
+  // The other run's workers park first, and this pool's after, before that run steps again.
+  std::this_thread::sleep_for(kParkTime);
+  double sec = 0;
+  STRATA_RETURN_IF_ERROR(timer_->Step(&sec));
+  if (done_++ > 0) times_.push_back(sec);
+  std::this_thread::sleep_for(kParkTime);
+  return Status::OK();
+}
+
+double AnchorTimer::Seconds() const { return Median(times_); }
+
 double ComputeProfile::ScoreSecondsPerRow(int32_t rank, int32_t group_rows, bool one_core) const {
   if (ranks.empty()) return 0;
   const std::vector<double>& table = one_core && !score_seconds_per_row_one_core.empty()
@@ -396,31 +450,33 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
   };
   // Each batch on its own engine, one after another: engines stepped in alternation slow
   // each other down, several times over on two cores (their pools' workers wake and sleep
-  // out of turn). Two passes some seconds apart, the faster kept per batch: a shared
-  // machine's slow spells only ever add time, and one can last a whole pass.
+  // out of turn), unless each waits for the other's workers to sleep (AnchorTimer). Two
+  // passes some seconds apart.
+  //
+  // Every timing is taken with anchor steps beside it and scaled to one speed of the
+  // machine, the median of those anchors (the profile's anchor_seconds): a shared machine
+  // drifts by more than the cost model's error over the minute a profile takes, and a price
+  // measured in a slow spell would otherwise be wrong by as much at every speed.
   std::vector<int32_t> batches = o.batches;
   std::sort(batches.begin(), batches.end());
   batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
-  auto time_batches = [&](bool first) -> Status {
+  struct Timed {
+    double seconds, anchor;
+  };
+  std::vector<Timed> dense[2];  // by pass, by batch
+  auto time_batches = [&](int pass) -> Status {
     for (size_t i = 0; i < batches.size(); ++i) {
-      double sec = 0;
+      Timed t{0, 0};
       STRATA_RETURN_IF_ERROR(TimeDecode(model, o.threads, o.cuda_device, batches[i], kShortContext,
-                                        std::max(o.steps, kMinSteps), nullptr, &sec));
-      if (first) {
-        p.batches.push_back(batches[i]);
-        p.dense_seconds.push_back(sec);
-        advance();
-      } else {
-        p.dense_seconds[i] = std::min(p.dense_seconds[i], sec);
-      }
+                                        std::max(o.steps, kMinSteps), nullptr, &t.seconds,
+                                        &t.anchor));
+      dense[pass].push_back(t);
+      if (pass == 0) advance();
     }
-    // A larger batch does all a smaller one does and more: where noise says otherwise, the
-    // smaller batch's time is the better estimate of both.
-    for (size_t i = p.dense_seconds.size(); i-- > 1;)
-      p.dense_seconds[i - 1] = std::min(p.dense_seconds[i - 1], p.dense_seconds[i]);
     return Status::OK();
   };
-  STRATA_RETURN_IF_ERROR(time_batches(true));
+  STRATA_RETURN_IF_ERROR(time_batches(0));
+  Timed attention{0, 0};
   {
     // Attention is what a long context adds to a short one's step. The two are timed in
     // alternation and the median of their differences kept, so that a stall or a neighbour
@@ -432,19 +488,18 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
         short_ctx.Init(model, o.threads, 1, kShortContext, pairs, nullptr, o.cuda_device));
     STRATA_RETURN_IF_ERROR(
         long_ctx.Init(model, o.threads, 1, o.attention_tokens, pairs, nullptr, o.cuda_device));
+    AnchorTimer anchor;
+    STRATA_RETURN_IF_ERROR(anchor.Init(model, o.threads, o.cuda_device, pairs));
     std::vector<double> diffs;
     for (int32_t i = 0; i <= pairs; ++i) {
       double a = 0, b = 0;
       STRATA_RETURN_IF_ERROR(short_ctx.Step(&a));
       STRATA_RETURN_IF_ERROR(long_ctx.Step(&b));
       if (i > 0) diffs.push_back(b - a);
+      STRATA_RETURN_IF_ERROR(anchor.Step());
     }
-    const double measured = Median(std::move(diffs)) / double(o.attention_tokens - kShortContext);
-    // Attention cannot be faster than reading its K and V (F16, every layer) once from
-    // memory: the floor that holds when noise still swamps the difference.
-    const double kv_bytes = double(hp.n_layer) * 2.0 * hp.n_head_kv * hp.head_dim * 2.0;
-    const double floor = o.memory_bytes_per_second > 0 ? kv_bytes / o.memory_bytes_per_second : 0.0;
-    p.attention_seconds_per_token = std::max(measured, floor);
+    attention = {Median(std::move(diffs)) / double(o.attention_tokens - kShortContext),
+                 anchor.Seconds()};
     advance();
   }
 
@@ -535,16 +590,34 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
     p.score_seconds_per_row_one_core.insert(p.score_seconds_per_row_one_core.end(),
                                             r.one_core.begin(), r.one_core.end());
   }
-  STRATA_RETURN_IF_ERROR(time_batches(false));
-  // The anchor is the batch-1 point, the faster of its two passes, as a check run takes the
-  // faster of the anchors timed before and after it.
-  if (p.batches.front() == 1) {
-    p.anchor_seconds = p.dense_seconds.front();
-  } else {
-    double a = 0, b = 0;
-    STRATA_RETURN_IF_ERROR(AnchorStep(model, o.threads, o.cuda_device, &a));
-    STRATA_RETURN_IF_ERROR(AnchorStep(model, o.threads, o.cuda_device, &b));
-    p.anchor_seconds = std::min(a, b);
+  STRATA_RETURN_IF_ERROR(time_batches(1));
+  {
+    std::vector<double> anchors = {attention.anchor};
+    for (const std::vector<Timed>& pass : dense)
+      for (const Timed& t : pass) anchors.push_back(t.anchor);
+    p.anchor_seconds = Median(anchors);
+  }
+  // A timing taken `anchor` seconds an anchor step, at the profile's speed.
+  auto at_profile_speed = [&](const Timed& t) {
+    return t.anchor > 0 && p.anchor_seconds > 0 ? t.seconds * p.anchor_seconds / t.anchor
+                                                : t.seconds;
+  };
+  for (size_t i = 0; i < batches.size(); ++i) {
+    p.batches.push_back(batches[i]);
+    // The faster pass: what drift the anchors did not catch only ever adds time.
+    p.dense_seconds.push_back(
+        std::min(at_profile_speed(dense[0][i]), at_profile_speed(dense[1][i])));
+  }
+  // A larger batch does all a smaller one does and more: where noise says otherwise, the
+  // smaller batch's time is the better estimate of both.
+  for (size_t i = p.dense_seconds.size(); i-- > 1;)
+    p.dense_seconds[i - 1] = std::min(p.dense_seconds[i - 1], p.dense_seconds[i]);
+  {
+    // Attention cannot be faster than reading its K and V (F16, every layer) once from
+    // memory: the floor that holds when noise still swamps the difference.
+    const double kv_bytes = double(hp.n_layer) * 2.0 * hp.n_head_kv * hp.head_dim * 2.0;
+    const double floor = o.memory_bytes_per_second > 0 ? kv_bytes / o.memory_bytes_per_second : 0.0;
+    p.attention_seconds_per_token = std::max(at_profile_speed(attention), floor);
   }
   if (disk) {
     STRATA_RETURN_IF_ERROR(FitDiskConstants(model, o, *disk, &p));
@@ -604,12 +677,23 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
   const double through_l = through_requests > 0
                                ? device.ReadSeconds(through_requests, request_bytes, s.queue_depth)
                                : 0.0;
+  // A refinement's reads go out once a layer's input is known, just before the layer
+  // attends them: only the next layer's guess (a selection) runs meanwhile, and what of
+  // their time that does not cover, the layer waits. Where they are many (large batches,
+  // small groups) this is most of what compute does not hide.
+  const double refine_l = std::min(requests_l, double(s.batch) * s.refine_requests / layers);
+  const double guess_select_l = p.select_seconds / std::max(1, s.selections);
+  const double refine_wait_l =
+      refine_l > 0 ? std::max(0.0, device.ReadSeconds(refine_l, request_bytes, s.queue_depth) -
+                                       guess_select_l)
+                   : 0.0;
   const DiskOwnWork w = OwnWork(s);
-  p.step_seconds = p.select_seconds +
-                   layers * std::max(p.compute_seconds / layers + through_l, read_l) +
-                   compute.disk_overhead_seconds + w.groups * compute.disk_seconds_per_group +
-                   w.requests * compute.disk_seconds_per_request +
-                   w.q8_tokens * compute.disk_seconds_per_q8_token;
+  p.step_seconds =
+      p.select_seconds +
+      layers * std::max(p.compute_seconds / layers + std::max(through_l, refine_wait_l), read_l) +
+      compute.disk_overhead_seconds + w.groups * compute.disk_seconds_per_group +
+      w.requests * compute.disk_seconds_per_request +
+      w.q8_tokens * compute.disk_seconds_per_q8_token;
   p.tokens_per_second = p.step_seconds > 0 ? s.batch / p.step_seconds : 0;
   return p;
 }

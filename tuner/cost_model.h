@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "common/status.h"
@@ -86,9 +87,10 @@ struct ComputeProfile {
   // attention is cheaper.
   double disk_seconds_per_q8_token = 0;
   int32_t disk_fit_runs = 0;  // real runs these were fitted on
-  // The machine's speed when the profile ran: a batch-1 step at a short context, full KV
-  // (AnchorStep). A check run times the same step beside itself, and the ratio says how
-  // much faster or slower the machine is then than when these constants were measured.
+  // The machine's speed these constants are at: a batch-1 step at a short context, full KV,
+  // timed beside every profile measurement (AnchorTimer), the median; each measurement is
+  // scaled to it. A check run times the same step beside itself, and the ratio says how
+  // much faster or slower the machine is then.
   double anchor_seconds = 0;
 
   // Interpolated linearly in batch; beyond the largest, extrapolated from the last two.
@@ -147,6 +149,29 @@ Status ChooseThreads(const Model& model, int32_t cores, int32_t max_batch, int32
 // steps with a short context and full KV in memory.
 Status AnchorStep(const Model& model, int32_t threads, int32_t cuda_device, double* seconds);
 
+class DecodeTimer;
+
+// The anchor step timed in between another run's steps, one for each: how fast the machine
+// is while that run runs. Anchors timed before and after a run miss a shared machine's
+// drift during it (measured: a run 1.5x faster than its anchors said, docs/experiments/
+// tuner.md). The two engines do not step at once: each step waits for the other engine's
+// workers to stop spinning, since workers of two pools on the same cores slow each other.
+class AnchorTimer {
+ public:
+  AnchorTimer();
+  ~AnchorTimer();
+  // Room for `steps` timed steps after a warm-up.
+  Status Init(const Model& model, int32_t threads, int32_t cuda_device, int32_t steps);
+  Status Step();
+  // The median of the steps after the first; 0 before two steps.
+  double Seconds() const;
+
+ private:
+  std::unique_ptr<DecodeTimer> timer_;
+  std::vector<double> times_;
+  int32_t steps_ = 0, done_ = 0;
+};
+
 // disk: where the disk policy's fitting runs keep their store and find the adapters; null
 // leaves the disk policy's constants at 0.
 Status ProfileCompute(const Model& model, const Adapters& adapters,
@@ -165,7 +190,10 @@ struct DiskStepShape {
   int32_t rank = 0;
   int32_t selections = 0;  // layer selections per step (guesses and refinements)
   double requests = 0;     // reads per step
-  double bytes = 0;        // bytes read per step
+  // Of those, a refinement's (KvCounters::refine_reads_issued): issued once a layer's input
+  // is known, just before it attends.
+  double refine_requests = 0;
+  double bytes = 0;  // bytes read per step
   uint32_t queue_depth = 64;
   int32_t read_through = 0;  // read-through slots a layer (kv.read_through, T)
 };

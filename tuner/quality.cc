@@ -43,6 +43,7 @@ nlohmann::json ToJson(const std::string& key, const WindowQuality& q) {
           {"clear_agree", q.clear_agree},
           {"steps", q.steps},
           {"reads", q.reads},
+          {"refine_reads", q.refine_reads},
           {"bytes_read", q.bytes_read},
           {"groups_selected", q.groups_selected},
           {"reuse_hits", q.reuse_hits},
@@ -62,6 +63,7 @@ bool FromJson(const nlohmann::json& j, std::string* key, WindowQuality* q) {
     q->clear_agree = j.at("clear_agree").get<int32_t>();
     q->steps = j.at("steps").get<int64_t>();
     q->reads = j.at("reads").get<int64_t>();
+    q->refine_reads = j.at("refine_reads").get<int64_t>();  // lines before it: measured again
     q->bytes_read = j.at("bytes_read").get<int64_t>();
     q->groups_selected = j.at("groups_selected").get<int64_t>();
     q->reuse_hits = j.at("reuse_hits").get<int64_t>();
@@ -111,6 +113,10 @@ double QualitySummary::agreement() const {
 
 double QualitySummary::requests_per_step() const {
   return sum.steps > 0 ? double(sum.reads) / double(sum.steps) : 0;
+}
+
+double QualitySummary::refine_requests_per_step() const {
+  return sum.steps > 0 ? double(sum.refine_reads) / double(sum.steps) : 0;
 }
 
 double QualitySummary::bytes_per_step() const {
@@ -213,6 +219,7 @@ Status QualityProfiler::Window(int32_t context, int32_t w, const DiskKvOptions* 
   const KvCounters c = e->kv().counters();
   q.steps = int64_t(c.steps - c0.steps);
   q.reads = int64_t(c.reads_issued - c0.reads_issued);
+  q.refine_reads = int64_t(c.refine_reads_issued - c0.refine_reads_issued);
   q.bytes_read = int64_t(c.bytes_read - c0.bytes_read);
   q.groups_selected = int64_t(c.groups_selected - c0.groups_selected);
   q.reuse_hits = int64_t(c.reuse_hits - c0.reuse_hits);
@@ -270,6 +277,7 @@ Status QualityProfiler::Measure(const DiskKvOptions& disk, const std::string& ke
     s.sum.clear_agree += q.clear_agree;
     s.sum.steps += q.steps;
     s.sum.reads += q.reads;
+    s.sum.refine_reads += q.refine_reads;
     s.sum.bytes_read += q.bytes_read;
     s.sum.groups_selected += q.groups_selected;
     s.sum.reuse_hits += q.reuse_hits;

@@ -36,6 +36,7 @@ struct WindowQuality {
   int32_t clear_agree = 0;  // ... and the configuration agrees
   // Decode steps of the window (disk policy): what they read and reused.
   int64_t steps = 0, reads = 0, bytes_read = 0, groups_selected = 0, reuse_hits = 0;
+  int64_t refine_reads = 0;  // of reads: the refinements' (KvCounters::refine_reads_issued)
   // Groups attention read only because they were still resident (all layers): with the
   // selected ones, what a step attends beyond its sink and recent window.
   int64_t resident_attended = 0;
@@ -73,6 +74,7 @@ struct QualitySummary {
   double ppl_loss_upper(double z = kQualityZ) const;
   double agreement() const;  // on clear positions (all positions when none is clear)
   double requests_per_step() const;
+  double refine_requests_per_step() const;  // of requests_per_step
   double bytes_per_step() const;
   // Slot groups attended a step, all layers: the selected and the still resident.
   double attended_groups_per_step() const;

@@ -64,7 +64,7 @@ constexpr uint64_t kMaxProbeBytes = uint64_t(8) << 30;
 
 // What a check run read from the slow tier, and where its steps went.
 struct MeasuredReads {
-  double requests = 0, bytes = 0;  // per sequence and step
+  double requests = 0, refine_requests = 0, bytes = 0;  // per sequence and step
   // Per step, the whole batch: choosing what to load (KvCounters::predict_seconds) and
   // waiting on reads that compute did not hide.
   double select_seconds = 0, wait_seconds = 0;
@@ -85,10 +85,9 @@ Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfi
     return Status::InvalidArgument("tune: a context of " + std::to_string(context) +
                                    " tokens leaves no prefix before " + std::to_string(steps) +
                                    " timed steps");
-  // The anchor step before and after the run, the faster kept (as the profile keeps the
-  // faster of two passes): how fast the machine is while the run runs.
-  double before = 0;
-  if (anchor_seconds) STRATA_RETURN_IF_ERROR(AnchorStep(model, o.threads, o.cuda_device, &before));
+  // An anchor step after each of the run's: how fast the machine is while the run runs.
+  AnchorTimer anchor;
+  if (anchor_seconds) STRATA_RETURN_IF_ERROR(anchor.Init(model, o.threads, o.cuda_device, steps));
   KvCapture cap;
   STRATA_RETURN_IF_ERROR(quality.Capture(context, 0, &cap));
   std::unique_ptr<Engine> e;
@@ -111,6 +110,7 @@ Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfi
     const auto t0 = Clock::now();
     STRATA_RETURN_IF_ERROR(e->Evaluate(fb, &logits));
     if (i > 0) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    if (anchor_seconds) STRATA_RETURN_IF_ERROR(anchor.Step());
   }
   // The median step, as the profile times its steps: one stall of a shared machine would
   // otherwise move a short run's mean by more than the cost model's error.
@@ -121,16 +121,12 @@ Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfi
     const KvCounters c1 = e->kv().counters();
     const double n = double(batch) * double(steps);
     reads->requests = double(c1.reads_issued - c0.reads_issued) / n;
+    reads->refine_requests = double(c1.refine_reads_issued - c0.refine_reads_issued) / n;
     reads->bytes = double(c1.bytes_read - c0.bytes_read) / n;
     reads->select_seconds = (c1.predict_seconds - c0.predict_seconds) / double(steps);
     reads->wait_seconds = (c1.io_wait_seconds - c0.io_wait_seconds) / double(steps);
   }
-  if (anchor_seconds) {
-    e.reset();
-    double after = 0;
-    STRATA_RETURN_IF_ERROR(AnchorStep(model, o.threads, o.cuda_device, &after));
-    *anchor_seconds = std::min(before, after);
-  }
+  if (anchor_seconds) *anchor_seconds = anchor.Seconds();
   return Status::OK();
 }
 
@@ -150,12 +146,14 @@ double AnchoredTokensPerSecond(const TuneReport& report, int32_t batch, int32_t 
 // A check run's reads beside the quality windows' estimate of them (TunedCandidate).
 void RecordReads(const TuneReport& report, const MeasuredReads& r, TunedCandidate* k) {
   k->measured_requests_per_step = r.requests;
+  k->measured_refine_requests_per_step = r.refine_requests;
   k->measured_bytes_per_step = r.bytes;
   k->measured_select_seconds = r.select_seconds;
   k->measured_wait_seconds = r.wait_seconds;
   k->predicted_select_seconds = SelectionSeconds(report.compute, k->shape);
   DiskStepShape at = k->shape;
   at.requests = r.requests;
+  at.refine_requests = r.refine_requests;
   at.bytes = r.bytes;
   k->predicted_at_measured_reads =
       PredictDiskStep(report.device, report.compute, at).tokens_per_second;
@@ -317,9 +315,10 @@ struct Search {
       STRATA_RETURN_IF_ERROR(quality.Measure(fast, c.key, context, &q, &ran));
       ++choice->quality_runs;
       if (progress) progress(choice->quality_runs);
-      const DiskStepShape shape =
+      DiskStepShape shape =
           ShapeOfPlan(c.plan, c.options, batch, context, hp.n_layer, q.requests_per_step(),
                       q.bytes_per_step(), q.attended_groups_per_step());
+      shape.refine_requests = q.refine_requests_per_step();
       const StepPrediction p = PredictDiskStep(report.device, report.compute, shape);
       say(Format("  budget %.0f KiB, sigma %.0f, ", double(c.options.budget_bytes >> 10),
                  c.options.ratio) +
@@ -345,6 +344,7 @@ struct Search {
       tc.ppl_loss_upper = q.ppl_loss_upper();
       tc.agreement = q.agreement();
       tc.requests_per_step = q.requests_per_step();
+      tc.refine_requests_per_step = shape.refine_requests;
       tc.bytes_per_step = q.bytes_per_step();
       tc.within_bound = out->within_bound;
       tc.shape = shape;
@@ -600,9 +600,12 @@ Status Tune(const Model& model, const TuneOptions& options,
         if (advance) advance(++done, units);
       };
       if (advance) advance(done, units);
+      MeasuredReads choice_reads;
       STRATA_RETURN_IF_ERROR(MeasureSpeed(
           model, o, *quality, batch, context, choice.disk ? &choice.disk_options : nullptr,
-          &choice.measured_tokens_per_second, &choice.anchor_seconds));
+          &choice.measured_tokens_per_second, &choice.anchor_seconds, &choice_reads));
+      for (TunedCandidate& k : choice.candidates)
+        if (choice.disk && k.key == choice.key) RecordReads(report, choice_reads, &k);
       choice.anchored_tokens_per_second = AnchoredTokensPerSecond(
           report, batch, context, choice.disk, choice.shape, choice.anchor_seconds);
       say(std::string("  chose the ") + (choice.disk ? "disk" : "memory") + " policy: " +

@@ -86,6 +86,7 @@ struct TunedCandidate {
   double ppl_loss = 0, agreement = 1;
   double ppl_loss_upper = 0;  // what --max-ppl-loss is held to (QualitySummary::ppl_loss_upper)
   double requests_per_step = 0, bytes_per_step = 0;
+  double refine_requests_per_step = 0;  // of requests_per_step (DiskStepShape)
   bool within_bound = false;
   std::string description;                // the plan
   DiskStepShape shape;                    // what the prediction priced
@@ -99,6 +100,7 @@ struct TunedCandidate {
   // a check's error that the windows' estimate of the reads explains is the difference
   // between the two predictions.
   double measured_requests_per_step = 0, measured_bytes_per_step = 0;
+  double measured_refine_requests_per_step = 0;
   double predicted_at_measured_reads = 0;
   // A check run's step apart: the selection's time (the policy's own clock) and the reads it
   // waited on, per step; and the selection as the prediction priced it.

@@ -239,6 +239,7 @@ Status DiskKvStore::SubmitReads(int32_t layer, size_t batch) {
   reads_settled_[batch] = 0;
   if (hooks_.on_read_submit) hooks_.on_read_submit(layer, rb);
   c_->reads_issued += rb.size();
+  if (batch == RefineReads(layer)) c_->refine_reads_issued += rb.size();
   for (size_t i = 0; i < rb.size(); ++i) c_->bytes_read += rb.request(i).length;
   return Status::OK();
 }

@@ -55,6 +55,9 @@ struct KvCounters {
   uint64_t bytes_read = 0;     // from the slow tier
   uint64_t bytes_written = 0;  // to the slow tier
   uint64_t reads_issued = 0;
+  // Of reads_issued, a refinement's (disk policy): issued once a layer's input is known,
+  // just before the layer attends, so they have little compute to hide under.
+  uint64_t refine_reads_issued = 0;
   uint64_t groups_selected = 0;  // groups attention used that came from the slow tier path
   uint64_t reuse_hits = 0;       // selected groups already resident
   // Groups attention also read because they were still resident from earlier steps, not

@@ -246,6 +246,39 @@ TEST(CostModelTest, ReadThroughReadsAreNotHiddenBehindCompute) {
   EXPECT_NEAR(PredictDiskStep(d, c, s).step_seconds, io, 1e-12);
 }
 
+TEST(CostModelTest, ARefinementsReadsWaitBeyondTheNextGuessSelection) {
+  const DeviceProfile d = Curve();
+  ComputeProfile c;
+  c.batches = {8};
+  c.dense_seconds = {0.030};  // 3 ms a layer
+  DiskStepShape s;
+  s.batch = 8;
+  s.n_layer = 10;
+  s.queue_depth = 16;
+  s.requests = 20 * 10;  // 160 a layer for the batch: 2 ms, under the layer's compute
+  s.bytes = 4096.0 * s.requests;
+  const double hidden = PredictDiskStep(d, c, s).step_seconds;
+  EXPECT_NEAR(hidden, 0.030, 1e-12);
+  // A quarter of them a refinement's: issued just before the layer attends, they add their
+  // time to the layer's.
+  s.refine_requests = 5 * 10;
+  const double refine = d.ReadSeconds(40, 4096, 16);
+  EXPECT_NEAR(PredictDiskStep(d, c, s).step_seconds, 0.030 + 10 * refine, 1e-12);
+  // The next layer's guess selection runs meanwhile and covers part of that time.
+  c.select_many.per_selection = 0.5 * refine * 2 / 8;  // half of it, a layer, over 2 cores
+  c.threads = 2;
+  s.selections = 10;
+  const StepPrediction p = PredictDiskStep(d, c, s);
+  EXPECT_NEAR(p.select_seconds, 10 * 0.5 * refine, 1e-12);
+  EXPECT_NEAR(p.step_seconds, p.select_seconds + 0.030 + 10 * 0.5 * refine, 1e-12);
+  // I/O-bound, all reads take what they take with or without refinements.
+  c.select_many = {};
+  s.requests = 2000 * 10;
+  s.bytes = 4096.0 * s.requests;
+  s.refine_requests = 10;
+  EXPECT_NEAR(PredictDiskStep(d, c, s).step_seconds, 10 * d.ReadSeconds(16000, 4096, 16), 1e-12);
+}
+
 TEST(CostModelTest, AScaledProfileIsTheSameMachineSlowerButNotItsDevice) {
   const DeviceProfile d = Curve();
   ComputeProfile c;
@@ -397,13 +430,14 @@ TEST(DeviceProfileTest, MeasuresTheKvDirectoryThroughTheStore) {
   EXPECT_FALSE(ProfileDevice(o, &p).ok());
 }
 
-// A synthetic model with a context of 1024, its identity adapters, and a text long enough
-// for two evaluation windows of 1024 tokens in its second half.
+// A synthetic model of three layers with a context of 1024, its identity adapters, and a text long
+// enough for two evaluation windows of 1024 tokens in its second half.
 class TuneTest : public ::testing::Test {
  protected:
   void SetUp() override {
     SyntheticModelSpec spec;
     spec.n_ctx_train = 2048;
+    spec.n_layer = 3;  // the middle layer's selection is refined (its reads counted apart)
     STRATA_ASSERT_OK(testing::LoadSyntheticModel(spec, dir_.path(), "m", &model_));
     adapters_ = dir_.path() + "/m.adapters";
     STRATA_ASSERT_OK(testing::WriteIdentityAdapters(*model_, {1, 2, 4}, adapters_));
@@ -473,6 +507,20 @@ TEST_F(TuneTest, ThreadsSearchTimesEveryCountFromAllCoresDown) {
   EXPECT_FALSE(ChooseThreads(*model_, 0, 1, 2, &tc).ok());
 }
 
+TEST_F(TuneTest, AnchorStepsAreTimedOneAtATimeWithinTheirRoom) {
+  AnchorTimer a;
+  EXPECT_FALSE(a.Step().ok());  // not initialised
+  STRATA_ASSERT_OK(a.Init(*model_, 1, -1, 2));
+  STRATA_ASSERT_OK(a.Step());  // the warm-up, not counted
+  EXPECT_EQ(a.Seconds(), 0);
+  STRATA_ASSERT_OK(a.Step());
+  STRATA_ASSERT_OK(a.Step());
+  EXPECT_GT(a.Seconds(), 0);
+  const Status past = a.Step();
+  EXPECT_FALSE(past.ok());
+  EXPECT_NE(past.message().find("out of steps"), std::string::npos) << past.ToString();
+}
+
 TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
   const QualityOptions qo = Quality();
   DiskKvOptions d = EveryGroup();
@@ -500,12 +548,35 @@ TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
   EXPECT_EQ(ran, 0);
   EXPECT_EQ(again.sum.nll, first.sum.nll);
   EXPECT_EQ(again.sum.reads, first.sum.reads);
+  EXPECT_EQ(again.sum.refine_reads, first.sum.refine_reads);
   EXPECT_EQ(again.attended_groups_per_step(), first.attended_groups_per_step());
   EXPECT_EQ(again.full_nll, first.full_nll);
-  // Another configuration is measured.
+  // Another configuration is measured. Two groups a step of 128 read, and the refinements
+  // (exact queries) read some of what the guesses missed.
   d.groups_per_step = 2;
   STRATA_ASSERT_OK(q->Measure(d, "two", 512, &again, &ran));
   EXPECT_EQ(ran, 2);
+  EXPECT_GT(again.sum.reads, 0);
+  EXPECT_GT(again.refine_requests_per_step(), 0);
+  EXPECT_LT(again.refine_requests_per_step(), again.requests_per_step());
+  // A line written before the refinements' reads were counted is measured again.
+  {
+    std::ifstream in(qo.cache_dir + "/quality.jsonl");
+    std::string line, kept;
+    while (std::getline(in, line))
+      if (line.find("\"two") != std::string::npos) {
+        const size_t at = line.find("\"refine_reads\"");
+        ASSERT_NE(at, std::string::npos);
+        kept += line.substr(0, at) + line.substr(line.find(',', at) + 1) + "\n";
+      }
+    in.close();
+    std::ofstream(qo.cache_dir + "/quality.jsonl", std::ios::trunc) << kept;
+  }
+  STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
+  QualitySummary old_lines;
+  STRATA_ASSERT_OK(q->Measure(d, "two", 512, &old_lines, &ran));
+  EXPECT_EQ(ran, 2);
+  EXPECT_EQ(old_lines.sum.refine_reads, again.sum.refine_reads);
 }
 
 TEST_F(TuneTest, ShorterContextsReplayTheLongestContextsCaptures) {
