@@ -277,25 +277,41 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   std::vector<std::vector<double>> x;
   std::vector<double> y;
   // The prices of one sequence's selection or of several's, fitted on the runs of that kind;
-  // `many` takes `per_group` as given (their runs are few) and fits the other two.
+  // `many` takes `per_group` as given (their runs are few) and fits the other two and the
+  // scale of the scoring table, held within kScoreScale of it: a few runs cannot say more.
+  constexpr double kScoreScale[2] = {0.5, 2.0};
   auto fit_prices = [&](bool many, ComputeProfile::SelectionPrices* prices) {
     x.clear();
     y.clear();
+    std::vector<double> scoring;  // each run's scoring at the table's prices
     for (const Measured& m : measured) {
       if ((m.batch > 1) != many) continue;
       const DiskOwnWork w = OwnWork(m.shape);
       const double cores = SelectionCores(bare, m.batch);
       const double selections = double(m.batch) * m.shape.selections / cores;
+      ComputeProfile table = bare;
+      table.select_one.score_scale = table.select_many.score_scale = 0;
+      const double rest = SelectionSeconds(table, m.shape);
+      scoring.push_back(SelectionSeconds(bare, m.shape) - rest);
       if (many)
-        x.push_back({selections, w.requests});
+        x.push_back({selections, w.requests, scoring.back()});
       else
         x.push_back({selections, w.groups / cores, w.requests});
-      y.push_back(m.select - SelectionSeconds(bare, m.shape));
+      y.push_back(m.select - (many ? rest : rest + scoring.back()));
     }
     if (x.empty()) return false;
-    const std::vector<double> c = FitNonNegative(x, y);
-    *prices = many ? ComputeProfile::SelectionPrices{c[0], prices->per_group, c[1]}
-                   : ComputeProfile::SelectionPrices{c[0], c[1], c[2]};
+    std::vector<double> c = FitNonNegative(x, y);
+    if (many && (c[2] < kScoreScale[0] || c[2] > kScoreScale[1])) {
+      const double scale = std::clamp(c[2], kScoreScale[0], kScoreScale[1]);
+      for (size_t i = 0; i < x.size(); ++i) {
+        x[i].pop_back();
+        y[i] -= scale * scoring[i];
+      }
+      c = FitNonNegative(x, y);
+      c.push_back(scale);
+    }
+    *prices = many ? ComputeProfile::SelectionPrices{c[0], prices->per_group, c[1], c[2]}
+                   : ComputeProfile::SelectionPrices{c[0], c[1], c[2], 1.0};
     return true;
   };
   fit_prices(false, &bare.select_one);
@@ -649,7 +665,9 @@ double SelectionSeconds(const ComputeProfile& compute, const DiskStepShape& s) {
   const double b = s.batch, selections = s.selections;
   const ComputeProfile::SelectionPrices& price =
       s.batch >= 2 ? compute.select_many : compute.select_one;
-  return b / cores * (selections * (double(s.summary_rows) * per_row + price.per_selection)) +
+  return b / cores *
+             (selections *
+              (double(s.summary_rows) * per_row * price.score_scale + price.per_selection)) +
          w.groups / cores * price.per_group + w.requests * price.per_request +
          selections *
              (compute.query_seconds + double(std::max(0, s.batch - 1)) * compute.query_row_seconds);
