@@ -210,6 +210,10 @@ TEST(CostModelTest, ABatchsSelectionsShareTheCores) {
   EXPECT_NEAR(selection(2, 8), 8 * per_sequence / 2, 1e-12);
   EXPECT_NEAR(selection(4, 2), 2 * per_sequence / 2, 1e-12);  // no more cores than sequences
   EXPECT_NEAR(selection(1, 8), 8 * per_sequence, 1e-12);
+  // Several sequences' scoring at the scale their runs fitted; one sequence's stays.
+  c.select_many.score_scale = 1.5;
+  EXPECT_NEAR(selection(2, 8), 8 * 18 * (4096 * 1.5e-9 + 2e-6) / 2, 1e-12);
+  EXPECT_NEAR(selection(2, 1), per_sequence, 1e-12);
 }
 
 // Read-through groups are read in the layer's path: a compute-bound step adds their read
