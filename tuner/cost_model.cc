@@ -365,10 +365,6 @@ ComputeProfile ComputeProfile::Scaled(double f) const {
   return s;
 }
 
-Status AnchorStep(const Model& model, int32_t threads, int32_t cuda_device, double* seconds) {
-  return TimeDecode(model, threads, cuda_device, 1, kShortContext, kMinSteps, nullptr, seconds);
-}
-
 namespace {
 // Longer than a pool's workers spin after a job (common/thread_pool.cc) before they sleep.
 constexpr auto kParkTime = std::chrono::milliseconds(2);

@@ -149,17 +149,14 @@ struct ThreadsChoice {
 Status ChooseThreads(const Model& model, int32_t cores, int32_t max_batch, int32_t steps,
                      ThreadsChoice* out);
 
-// The anchor step (ComputeProfile::anchor_seconds): the median of a few batch-1 decode
-// steps with a short context and full KV in memory.
-Status AnchorStep(const Model& model, int32_t threads, int32_t cuda_device, double* seconds);
-
 class DecodeTimer;
 
-// The anchor step timed in between another run's steps, one for each: how fast the machine
-// is while that run runs. Anchors timed before and after a run miss a shared machine's
-// drift during it (measured: a run 1.5x faster than its anchors said, docs/experiments/
-// tuner.md). The two engines do not step at once: each step waits for the other engine's
-// workers to stop spinning, since workers of two pools on the same cores slow each other.
+// The anchor step (ComputeProfile::anchor_seconds: one sequence, a short context, full KV)
+// timed in between another run's steps, one for each: how fast the machine is while that
+// run runs. Anchors timed before and after a run miss a shared machine's drift during it
+// (docs/experiments/tuner.md). The two engines do not step at once: each step waits for
+// the other engine's workers to stop spinning, since workers of two pools on the same cores
+// slow each other.
 class AnchorTimer {
  public:
   AnchorTimer();
