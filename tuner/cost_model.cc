@@ -178,6 +178,11 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   const Run runs[] = {{short_ctx, 0, 0, KvRecordType::kF16},
                       {short_ctx, 0, 16, KvRecordType::kF16},
                       {short_ctx, 2, 0, KvRecordType::kQ8_0},
+                      // A third of the cache at the short context: many slots re-selected and
+                      // many reads a step at batch 1, which only the long context had, so the
+                      // selection of such plans at short contexts was priced from runs that
+                      // re-select a tenth as many groups.
+                      {short_ctx, 3, 0, KvRecordType::kQ8_0},
                       {short_ctx, 10, 0, KvRecordType::kAuto},
                       {short_ctx, 10, 8, KvRecordType::kQ8_0},
                       {short_ctx, 20, 16, KvRecordType::kF16},
