@@ -50,6 +50,17 @@ struct GatheredKeys {
   const uint16_t* V(int j) const { return v[j]; }
 };
 
+// A chunk's keys converted to float once for all the groups of rows that use them: key j's
+// K and V rows at k + j * d, v + j * d. The conversion is exact, so a row gets the same bits
+// from a converted chunk as from the F16 rows.
+struct F32Keys {
+  const float* k;
+  const float* v;
+  int d;
+  const float* K(int j) const { return k + static_cast<int64_t>(j) * d; }
+  const float* V(int j) const { return v + static_cast<int64_t>(j) * d; }
+};
+
 // Keys of a chunk each query row sees: the first `all` by every row; of the rest, which
 // ascend in position (pos[j] for key j), those at or before the row's own position.
 struct ChunkVisibility {
@@ -69,6 +80,10 @@ struct ChunkVisibility {
 //   template <int G, class Keys> static void ProcessGroup(AttnRow* rows, const Keys& keys,
 //       int n, int D, float scale);  (keys.K(j), keys.V(j): key j's rows of the KV head)
 //   static void ScaleRow(float* out, const float* acc, float inv, int D);
+// and may provide
+//   static void ToFloat(float* out, const uint16_t* in, int D);
+// in which case a chunk that several groups of rows use (a prefill's) is converted once and
+// passed to ProcessGroup as F32Keys, instead of each group converting it again.
 template <class Isa>
 void AttentionOverChunks(const AttentionArgs& a) {
   constexpr int kChunk = kAttnChunk;
@@ -80,16 +95,17 @@ void AttentionOverChunks(const AttentionArgs& a) {
   float* m = acc + static_cast<int64_t>(n_rows) * D;
   float* l = m + n_rows;
   float* scores = l + n_rows;
+  // Scores take four rows' worth (r % 4); the rest of their share holds a converted chunk.
+  float* chunk_k = scores + static_cast<int64_t>(n_rows) * kChunk;
+  float* chunk_v = chunk_k + static_cast<int64_t>(kChunk) * D;
   std::fill(acc, acc + static_cast<int64_t>(n_rows) * D, 0.f);
   std::fill(m, m + n_rows, -INFINITY);
   std::fill(l, l + n_rows, 0.f);
   // n keys against the rows of tokens t_first on; row t sees the first visible(t) of them.
   // kAll: every row sees every key (a decode step's chunks), the case to keep lean.
-  auto run = [&]<bool kAll>(const auto& keys, const ChunkVisibility& visible)
+  auto groups = [&]<bool kAll>(const auto& keys, const ChunkVisibility& visible, int32_t t_first)
       __attribute__((always_inline)) {
     const int n = visible.n;
-    const int32_t t_first = kAll ? 0 : visible.first_row();
-    if (t_first >= a.n_q) return;
     for (int r0 = t_first * a.n_rep; r0 < n_rows; r0 += 4) {
       const int g = std::min(4, n_rows - r0);
       AttnRow rows[4];
@@ -118,6 +134,22 @@ void AttentionOverChunks(const AttentionArgs& a) {
           break;
       }
     }
+  };
+  auto run = [&]<bool kAll>(const auto& keys, const ChunkVisibility& visible)
+      __attribute__((always_inline)) {
+    const int32_t t_first = kAll ? 0 : visible.first_row();
+    if (t_first >= a.n_q) return;
+    if constexpr (requires { Isa::ToFloat(chunk_k, keys.K(0), D); }) {
+      if (n_rows - t_first * a.n_rep > 4) {
+        for (int j = 0; j < visible.n; ++j) {
+          Isa::ToFloat(chunk_k + static_cast<int64_t>(j) * D, keys.K(j), D);
+          Isa::ToFloat(chunk_v + static_cast<int64_t>(j) * D, keys.V(j), D);
+        }
+        groups.template operator()<kAll>(F32Keys{chunk_k, chunk_v, D}, visible, t_first);
+        return;
+      }
+    }
+    groups.template operator()<kAll>(keys, visible, t_first);
   };
   const int64_t head = static_cast<int64_t>(a.kv_head) * D;
   // The gathered chunk: key j's rows and position. Its first `seen_by_all` keys are at
