@@ -101,6 +101,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
   }
   auto prices = [](const ComputeProfile::SelectionPrices& p) {
     return nlohmann::json{{"seconds_per_selection", p.per_selection},
+                          {"seconds_per_candidate", p.per_candidate},
                           {"seconds_per_group", p.per_group},
                           {"seconds_per_request", p.per_request},
                           {"score_scale", p.score_scale}};

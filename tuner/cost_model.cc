@@ -298,16 +298,17 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
       table.select_one.score_scale = table.select_many.score_scale = 0;
       const double rest = SelectionSeconds(table, m.shape);
       scoring.push_back(SelectionSeconds(bare, m.shape) - rest);
+      const double ranked = selections * CandidateGroups(m.shape);
       if (many)
-        x.push_back({selections, w.requests, scoring.back()});
+        x.push_back({selections, ranked, w.requests, scoring.back()});
       else
-        x.push_back({selections, w.groups / cores, w.requests});
+        x.push_back({selections, ranked, w.groups / cores, w.requests});
       y.push_back(m.select - (many ? rest : rest + scoring.back()));
     }
     if (x.empty()) return false;
     std::vector<double> c = FitNonNegative(x, y);
-    if (many && (c[2] < kScoreScale[0] || c[2] > kScoreScale[1])) {
-      const double scale = std::clamp(c[2], kScoreScale[0], kScoreScale[1]);
+    if (many && (c[3] < kScoreScale[0] || c[3] > kScoreScale[1])) {
+      const double scale = std::clamp(c[3], kScoreScale[0], kScoreScale[1]);
       for (size_t i = 0; i < x.size(); ++i) {
         x[i].pop_back();
         y[i] -= scale * scoring[i];
@@ -315,8 +316,8 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
       c = FitNonNegative(x, y);
       c.push_back(scale);
     }
-    *prices = many ? ComputeProfile::SelectionPrices{c[0], prices->per_group, c[1], c[2]}
-                   : ComputeProfile::SelectionPrices{c[0], c[1], c[2], 1.0};
+    *prices = many ? ComputeProfile::SelectionPrices{c[0], c[1], prices->per_group, c[2], c[3]}
+                   : ComputeProfile::SelectionPrices{c[0], c[1], c[2], c[3], 1.0};
     return true;
   };
   fit_prices(false, &bare.select_one);
@@ -361,11 +362,13 @@ ComputeProfile ComputeProfile::Scaled(double f) const {
   for (double& x : s.dense_seconds) x *= f;
   for (double& x : s.score_seconds_per_row) x *= f;
   for (double& x : s.score_seconds_per_row_one_core) x *= f;
-  for (double* x : {&s.attention_seconds_per_token, &s.query_seconds, &s.query_row_seconds,
-                    &s.select_one.per_selection, &s.select_one.per_group, &s.select_one.per_request,
-                    &s.select_many.per_selection, &s.select_many.per_group,
-                    &s.select_many.per_request, &s.disk_overhead_seconds, &s.disk_seconds_per_group,
-                    &s.disk_seconds_per_request, &s.disk_seconds_per_q8_token, &s.anchor_seconds})
+  for (double* x :
+       {&s.attention_seconds_per_token, &s.query_seconds, &s.query_row_seconds,
+        &s.select_one.per_selection, &s.select_one.per_candidate, &s.select_one.per_group,
+        &s.select_one.per_request, &s.select_many.per_selection, &s.select_many.per_candidate,
+        &s.select_many.per_group, &s.select_many.per_request, &s.disk_overhead_seconds,
+        &s.disk_seconds_per_group, &s.disk_seconds_per_request, &s.disk_seconds_per_q8_token,
+        &s.anchor_seconds})
     *x *= f;
   return s;
 }
@@ -657,6 +660,10 @@ DiskOwnWork OwnWork(const DiskStepShape& s) {
   return w;
 }
 
+double CandidateGroups(const DiskStepShape& s) {
+  return double(s.summary_rows) / double(std::max(1, s.summary_group_rows));
+}
+
 double SelectionSeconds(const ComputeProfile& compute, const DiskStepShape& s) {
   // Two or more sequences select side by side, each whole on one worker (scoring at one
   // core's rate, p of them at a time); one sequence's scoring is spread over the pool.
@@ -667,8 +674,8 @@ double SelectionSeconds(const ComputeProfile& compute, const DiskStepShape& s) {
   const ComputeProfile::SelectionPrices& price =
       s.batch >= 2 ? compute.select_many : compute.select_one;
   return b / cores *
-             (selections *
-              (double(s.summary_rows) * per_row * price.score_scale + price.per_selection)) +
+             (selections * (double(s.summary_rows) * per_row * price.score_scale +
+                            CandidateGroups(s) * price.per_candidate + price.per_selection)) +
          w.groups / cores * price.per_group + w.requests * price.per_request +
          selections *
              (compute.query_seconds + double(std::max(0, s.batch - 1)) * compute.query_row_seconds);

@@ -5,6 +5,7 @@
 //   step = select + sum over layers of max(compute_l + read_through_l, read_l) + own work
 //   compute = dense(b) + b * attended_tokens * attention_per_token
 //   select  = b / p(b) * [selections * (summary_rows * score_per_row(rank, rows a group)
+//                                       + candidate_groups * per_candidate
 //                                       + per_selection) + groups * per_group]
 //             + b * requests * per_request
 //             + selections * query(b)
@@ -74,8 +75,13 @@ struct ComputeProfile {
   // together): the two run differently enough that one set of prices misses one of them.
   struct SelectionPrices {
     double per_selection = 0;  // a layer selection of one sequence
-    double per_group = 0;      // an attended group of one sequence
-    double per_request = 0;    // a read request
+    // A layer selection's price per candidate group (the groups it ranks, whatever their
+    // summary rows): ranking and slot planning go by groups, which the scoring table, timed
+    // by rows, does not see; a per-selection price fitted on plans of small G alone
+    // over-priced those of large G.
+    double per_candidate = 0;
+    double per_group = 0;    // an attended group of one sequence
+    double per_request = 0;  // a read request
     // The scoring table's prices (score_seconds_per_row*) times this: several sequences
     // score side by side, and how their cores' caches and memory bandwidth share out is
     // fitted on their runs rather than assumed.
@@ -207,6 +213,8 @@ struct StepPrediction {
 
 StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile& compute,
                                const DiskStepShape& s);
+// The groups a layer selection ranks (summary rows over rows a group).
+double CandidateGroups(const DiskStepShape& s);
 // The selection's part of that step (StepPrediction::select_seconds).
 double SelectionSeconds(const ComputeProfile& compute, const DiskStepShape& s);
 

@@ -558,8 +558,9 @@ Status Tune(const Model& model, const TuneOptions& options,
   for (bool many : {false, true}) {
     const ComputeProfile::SelectionPrices& sp = many ? cp.select_many : cp.select_one;
     say(std::string(many ? "  selection of several sequences: " : "  selection of one sequence: ") +
-        Format("%.2f us a layer, %.1f ns a group, %.2f us a read", sp.per_selection * 1e6,
-               sp.per_group * 1e9, sp.per_request * 1e6) +
+        Format("%.2f us a layer, %.1f ns a candidate, ", sp.per_selection * 1e6,
+               sp.per_candidate * 1e9) +
+        Format("%.1f ns a group, %.2f us a read", sp.per_group * 1e9, sp.per_request * 1e6) +
         (many ? Format(", scoring at %.2fx one core's", sp.score_scale) : std::string()));
   }
   say(Format("  disk policy besides (fitted on %.0f runs): ", cp.disk_fit_runs) +

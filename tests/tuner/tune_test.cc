@@ -119,10 +119,10 @@ TEST(CostModelTest, ThePolicysOwnWorkAddsPerStepGroupAndRead) {
               1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6 - 10 * 800 * 2e-8), 1e-12);
 }
 
-// The selection's own work: per layer selection and attended group shared by the cores a
-// batch selects on, per read request not (the reads are queued in sequence order); one
+// The selection's own work: per layer selection, candidate group and attended group shared by
+// the cores a batch selects on, per read request not (the reads are queued in sequence order); one
 // sequence and several priced apart.
-TEST(CostModelTest, TheSelectionsOwnWorkIsPricedPerSelectionGroupAndRead) {
+TEST(CostModelTest, TheSelectionsOwnWorkIsPricedPerSelectionCandidateGroupAndRead) {
   ComputeProfile c;
   c.threads = 2;
   c.batches = {1, 8};
@@ -133,15 +133,20 @@ TEST(CostModelTest, TheSelectionsOwnWorkIsPricedPerSelectionGroupAndRead) {
   s.group_size = 8;  // 100 groups a layer
   s.requests = 50;
   s.selections = 18;
+  s.summary_rows = 2400;  // per-token summary rows of 600 candidate groups
+  s.summary_group_rows = 4;
+  EXPECT_DOUBLE_EQ(CandidateGroups(s), 600);
   const ComputeProfile none = c;
-  c.select_one = {1e-5, 1e-8, 3e-6};
-  c.select_many = {2e-5, 2e-8, 1e-6};
+  c.select_one = {
+      .per_selection = 1e-5, .per_candidate = 4e-9, .per_group = 1e-8, .per_request = 3e-6};
+  c.select_many = {
+      .per_selection = 2e-5, .per_candidate = 5e-9, .per_group = 2e-8, .per_request = 1e-6};
   EXPECT_NEAR(SelectionSeconds(c, s) - SelectionSeconds(none, s),
-              18 * 1e-5 + 1000 * 1e-8 + 50 * 3e-6, 1e-12);
-  // Several sequences: their own prices, per selection and group over the cores.
+              18 * (1e-5 + 600 * 4e-9) + 1000 * 1e-8 + 50 * 3e-6, 1e-12);
+  // Several sequences: their own prices, per selection, candidate and group over the cores.
   s.batch = 8;
   EXPECT_NEAR(SelectionSeconds(c, s) - SelectionSeconds(none, s),
-              8.0 / 2 * (18 * 2e-5 + 1000 * 2e-8) + 8 * 50 * 1e-6, 1e-12);
+              8.0 / 2 * (18 * (2e-5 + 600 * 5e-9) + 1000 * 2e-8) + 8 * 50 * 1e-6, 1e-12);
   EXPECT_NEAR(PredictDiskStep(DeviceProfile(), c, s).select_seconds, SelectionSeconds(c, s), 1e-15);
 }
 
