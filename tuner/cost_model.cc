@@ -668,7 +668,9 @@ double SelectionSeconds(const ComputeProfile& compute, const DiskStepShape& s) {
   // Two or more sequences select side by side, each whole on one worker (scoring at one
   // core's rate, p of them at a time); one sequence's scoring is spread over the pool.
   const double cores = SelectionCores(compute, s.batch);
-  const double per_row = compute.ScoreSecondsPerRow(s.rank, s.summary_group_rows, s.batch >= 2);
+  // One sequence's scoring below GroupPredictor::kParallelRows rows stays on one core too.
+  const bool one_core = s.batch >= 2 || s.summary_rows < GroupPredictor::kParallelRows;
+  const double per_row = compute.ScoreSecondsPerRow(s.rank, s.summary_group_rows, one_core);
   const DiskOwnWork w = OwnWork(s);
   const double b = s.batch, selections = s.selections;
   const ComputeProfile::SelectionPrices& price =

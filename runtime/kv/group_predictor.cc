@@ -13,8 +13,6 @@
 namespace strata {
 namespace {
 
-// Below this many tokens scoring runs on the engine thread alone.
-constexpr int64_t kParallelTokens = 4096;
 // Tokens a scoring task takes (rounded to whole tiles and groups): small enough that an
 // 8K context makes ~16 tasks, which the pool balances between a busy and an idle core.
 constexpr int64_t kChunkTokens = 512;
@@ -275,7 +273,7 @@ void GroupPredictor::ScoreGroups(Scores& sc, const float* q_lr, const uint8_t* k
       GroupMax(tok + h * chunk_scores_stride_ + (a - ta * T), (b - a) / G, group_size,
                rows + h * row_stride + (a / G - g0));
   };
-  if (worker < 0 && t1 - t0 >= kParallelTokens) {
+  if (worker < 0 && t1 - t0 >= GroupPredictor::kParallelRows) {
     pool_->Run(n_chunks, run_chunk);
   } else {
     for (int64_t c = 0; c < n_chunks; ++c) run_chunk(c, std::max(worker, 0));
