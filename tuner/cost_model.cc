@@ -281,13 +281,18 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   bare.disk_seconds_per_q8_token = 0;
   std::vector<std::vector<double>> x;
   std::vector<double> y;
-  // The prices of one sequence's selection or of several's, fitted on the runs of that kind;
-  // `many` takes `per_group` as given (their runs are few) and fits the other two and the
-  // scale of the scoring table, held within kScoreScale of it: a few runs cannot say more.
+  // The prices of one sequence's selection or of several's, fitted on the runs of that kind.
+  // Their runs being few, `many` takes `per_group` as given and one sequence's split of a
+  // layer selection's price between its constant and its candidates (the same work, on one
+  // worker), fitting a scale of it, the price per request and the scale of the scoring
+  // table, held within kScoreScale of it: a few runs cannot say more (fitted freely, the
+  // constant took all, and plans of large G were priced at twice what they took).
   constexpr double kScoreScale[2] = {0.5, 2.0};
   auto fit_prices = [&](bool many, ComputeProfile::SelectionPrices* prices) {
     x.clear();
     y.clear();
+    const ComputeProfile::SelectionPrices& one = bare.select_one;
+    const bool shaped = one.per_selection + one.per_candidate > 0;
     std::vector<double> scoring;  // each run's scoring at the table's prices
     for (const Measured& m : measured) {
       if ((m.batch > 1) != many) continue;
@@ -300,15 +305,17 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
       scoring.push_back(SelectionSeconds(bare, m.shape) - rest);
       const double ranked = selections * CandidateGroups(m.shape);
       if (many)
-        x.push_back({selections, ranked, w.requests, scoring.back()});
+        x.push_back(
+            {shaped ? selections * one.per_selection + ranked * one.per_candidate : selections,
+             w.requests, scoring.back()});
       else
         x.push_back({selections, ranked, w.groups / cores, w.requests});
       y.push_back(m.select - (many ? rest : rest + scoring.back()));
     }
     if (x.empty()) return false;
     std::vector<double> c = FitNonNegative(x, y);
-    if (many && (c[3] < kScoreScale[0] || c[3] > kScoreScale[1])) {
-      const double scale = std::clamp(c[3], kScoreScale[0], kScoreScale[1]);
+    if (many && (c[2] < kScoreScale[0] || c[2] > kScoreScale[1])) {
+      const double scale = std::clamp(c[2], kScoreScale[0], kScoreScale[1]);
       for (size_t i = 0; i < x.size(); ++i) {
         x[i].pop_back();
         y[i] -= scale * scoring[i];
@@ -316,8 +323,13 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
       c = FitNonNegative(x, y);
       c.push_back(scale);
     }
-    *prices = many ? ComputeProfile::SelectionPrices{c[0], c[1], prices->per_group, c[2], c[3]}
-                   : ComputeProfile::SelectionPrices{c[0], c[1], c[2], c[3], 1.0};
+    if (many)
+      *prices = shaped ? ComputeProfile::SelectionPrices{c[0] * one.per_selection,
+                                                         c[0] * one.per_candidate,
+                                                         prices->per_group, c[1], c[2]}
+                       : ComputeProfile::SelectionPrices{c[0], 0, prices->per_group, c[1], c[2]};
+    else
+      *prices = ComputeProfile::SelectionPrices{c[0], c[1], c[2], c[3], 1.0};
     return true;
   };
   fit_prices(false, &bare.select_one);
