@@ -20,10 +20,10 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 constexpr int64_t kSerialTokens = 4;
 
 // Query tokens per attention task in prefill, at most: each task streams its view's K and V
-// rows once, so more queries a task means fewer passes over a long context (measured: 128
-// against 32 made an 8192-token prefill 1.15x faster on 2 cores; 256 lost again, the rows'
-// accumulators outgrowing L2), while fewer give every thread work. AttentionQueryChunk picks
-// between kMinQueryChunk and this one from the pass's size and the thread count.
+// rows once, so more queries a task means fewer passes over a long context, until the rows'
+// accumulators outgrow the L2 (docs/experiments/cpu-kernels.md), while fewer give every
+// thread work. AttentionQueryChunk picks between kMinQueryChunk and this one from the
+// pass's size and the thread count.
 constexpr int32_t kAttentionQueryChunk = 128;
 constexpr int32_t kMinQueryChunk = 32;
 
