@@ -176,16 +176,29 @@ std::string QualityProfiler::LineKey(const std::string& config, int32_t context,
          at + "/s=" + std::to_string(options_.scored) + "/" + config;
 }
 
-Status QualityProfiler::Capture(int32_t context, int32_t w, KvCapture* out) const {
+Status QualityProfiler::Capture(int32_t context, int32_t w,
+                                std::shared_ptr<const KvCapture>* out) const {
   if (context < 2 || w < 0 || w >= WindowsAvailable(context))
     return Status::OutOfRange("tune: the text " + options_.text_path + " holds " +
                               std::to_string(WindowsAvailable(context)) + " windows of " +
                               std::to_string(context) + " tokens, not " + std::to_string(w + 1));
-  const size_t begin = WindowBegin(context, w);
+  const size_t begin = WindowBegin(context, w), n = Stride(context) - 1;
+  auto it = held_.find(begin);
+  if (it != held_.end() && size_t(it->second->n_tokens) == n) {
+    *out = it->second;
+    return Status::OK();
+  }
+  auto cap = std::make_shared<KvCapture>();
   bool computed = false;
-  return LoadOrCapture(model_,
-                       std::span<const int32_t>(tokens_.data() + begin, Stride(context) - 1),
-                       options_.cache_dir, options_.threads, out, &computed);
+  STRATA_RETURN_IF_ERROR(LoadOrCapture(model_, std::span<const int32_t>(tokens_.data() + begin, n),
+                                       options_.cache_dir, options_.threads, cap.get(), &computed));
+  const uint64_t bytes = cap->data.size() * sizeof(uint16_t);
+  if (it == held_.end() && held_bytes_ + bytes <= options_.capture_memory_bytes) {
+    held_.emplace(begin, cap);
+    held_bytes_ += bytes;
+  }
+  *out = std::move(cap);
+  return Status::OK();
 }
 
 Status QualityProfiler::Window(int32_t context, int32_t w, const DiskKvOptions* disk,
@@ -195,7 +208,7 @@ Status QualityProfiler::Window(int32_t context, int32_t w, const DiskKvOptions* 
     return Status::InvalidArgument("tune: a context of " + std::to_string(context) +
                                    " tokens leaves no prefix before " +
                                    std::to_string(options_.scored) + " scored positions");
-  KvCapture cap;
+  std::shared_ptr<const KvCapture> cap;
   STRATA_RETURN_IF_ERROR(Capture(context, w, &cap));
   const size_t begin = WindowBegin(context, w);
   const std::vector<int32_t> win(tokens_.begin() + ptrdiff_t(begin),
@@ -204,7 +217,7 @@ Status QualityProfiler::Window(int32_t context, int32_t w, const DiskKvOptions* 
   STRATA_RETURN_IF_ERROR(CreateRunEngine(model_, options_.threads, context, 1, disk, &e));
   SeqId seq;
   STRATA_RETURN_IF_ERROR(e->NewSequence(&seq));
-  STRATA_RETURN_IF_ERROR(ReplayPrefix(e->kv(), seq, cap, prefix));
+  STRATA_RETURN_IF_ERROR(ReplayPrefix(e->kv(), seq, *cap, prefix));
   const KvCounters c0 = e->kv().counters();
   WindowQuality q;
   std::vector<float> logits;

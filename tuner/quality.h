@@ -92,6 +92,10 @@ struct QualityOptions {
   // the start of a longer one and both replay one capture of the longest prefix: computing
   // a capture (a full prefill) is most of a quick tune's time.
   int32_t window_stride = 0;
+  // Captures kept loaded between windows, in bytes: every plan replays the same few, and
+  // reading one back from the work directory costs about as much as replaying it. 0 keeps
+  // none (each window reads its capture); captures past the limit are read each time.
+  uint64_t capture_memory_bytes = 0;
 };
 
 class QualityProfiler {
@@ -110,9 +114,10 @@ class QualityProfiler {
   // Windows of `context` the text holds.
   int32_t WindowsAvailable(int32_t context) const;
   // The capture of window w of `context`: the K/V of all but the last token of the stride
-  // that begins there (computed once, cached on disk), so any prefix of any context whose
-  // windows start there replays from it. The speed runs use window 0's.
-  Status Capture(int32_t context, int32_t w, KvCapture* out) const;
+  // that begins there (computed once, cached on disk, and held in memory within
+  // options.capture_memory_bytes), so any prefix of any context whose windows start there
+  // replays from it. The speed runs use window 0's.
+  Status Capture(int32_t context, int32_t w, std::shared_ptr<const KvCapture>* out) const;
   // Where window w of `context` begins in tokens().
   size_t WindowBegin(int32_t context, int32_t w) const { return size_t(w) * Stride(context); }
   // The text's evaluation tokens (the part after options.skip_fraction).
@@ -137,6 +142,9 @@ class QualityProfiler {
   uint64_t text_hash_ = 0;
   std::string results_path_;
   std::map<std::string, WindowQuality> results_;
+  // Loaded captures by the token offset their window begins at, and their bytes.
+  mutable std::map<size_t, std::shared_ptr<const KvCapture>> held_;
+  mutable uint64_t held_bytes_ = 0;
 };
 
 }  // namespace strata

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "platforms/platform.h"
 #include "runtime/engine/engine.h"
 #include "runtime/kv/adapters.h"
 #include "runtime/kv/disk_kv_plan.h"
@@ -88,7 +89,7 @@ Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfi
   // An anchor step after each of the run's: how fast the machine is while the run runs.
   AnchorTimer anchor;
   if (anchor_seconds) STRATA_RETURN_IF_ERROR(anchor.Init(model, o.threads, o.cuda_device, steps));
-  KvCapture cap;
+  std::shared_ptr<const KvCapture> cap;
   STRATA_RETURN_IF_ERROR(quality.Capture(context, 0, &cap));
   std::unique_ptr<Engine> e;
   STRATA_RETURN_IF_ERROR(
@@ -96,7 +97,7 @@ Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfi
   std::vector<SeqId> seqs(static_cast<size_t>(batch));
   for (SeqId& s : seqs) {
     STRATA_RETURN_IF_ERROR(e->NewSequence(&s));
-    STRATA_RETURN_IF_ERROR(ReplayPrefix(e->kv(), s, cap, prefix));
+    STRATA_RETURN_IF_ERROR(ReplayPrefix(e->kv(), s, *cap, prefix));
   }
   std::vector<float> logits;
   ForwardBatch fb;
@@ -451,6 +452,12 @@ Status Tune(const Model& model, const TuneOptions& options,
   qo.cache_dir = o.work_dir;
   qo.threads = o.threads;
   qo.window_stride = *std::max_element(o.contexts.begin(), o.contexts.end());
+  {
+    // A quarter of what is free now keeps every capture of a usual grid loaded (they are a
+    // few hundred MiB each for small models) and leaves the runs their memory.
+    PlatformInfo now;
+    if (DetectPlatform(&now).ok()) qo.capture_memory_bytes = now.memory_available / 4;
+  }
   std::unique_ptr<QualityProfiler> quality;
   STRATA_RETURN_IF_ERROR(QualityProfiler::Open(model, qo, &quality));
   // Windows of every context start a longest context apart (qo.window_stride).
@@ -540,9 +547,9 @@ Status Tune(const Model& model, const TuneOptions& options,
   // The fitting runs replay the text's capture, as the check runs do (window 0, shared by
   // every context: windows start a longest context apart).
   {
-    KvCapture fit_capture;  // held only while the profile runs
+    std::shared_ptr<const KvCapture> fit_capture;
     STRATA_RETURN_IF_ERROR(quality->Capture(cpo.fit_long_context, 0, &fit_capture));
-    cpo.real.capture = &fit_capture;
+    cpo.real.capture = fit_capture.get();
     cpo.real.tokens = &quality->tokens();
     DiskKvOptions overhead_run;
     overhead_run.dir = o.kv_dir;

@@ -598,11 +598,25 @@ TEST_F(TuneTest, ShorterContextsReplayTheLongestContextsCaptures) {
   EXPECT_EQ(q->WindowBegin(512, 1), 1024u);
   EXPECT_EQ(q->WindowBegin(1024, 1), 1024u);
   // A window's capture spans its stride but the last token, whatever the context.
-  KvCapture short_cap, long_cap;
+  std::shared_ptr<const KvCapture> short_cap, long_cap;
   STRATA_ASSERT_OK(q->Capture(512, 1, &short_cap));
   STRATA_ASSERT_OK(q->Capture(1024, 1, &long_cap));
-  EXPECT_EQ(short_cap.n_tokens, 1023);
-  EXPECT_TRUE(short_cap.data == long_cap.data);
+  EXPECT_EQ(short_cap->n_tokens, 1023);
+  EXPECT_TRUE(short_cap->data == long_cap->data);
+  // Without memory for captures, each call reads its own copy back from the work directory;
+  // with it, the first read stays loaded for both contexts.
+  EXPECT_NE(short_cap.get(), long_cap.get());
+  {
+    QualityOptions held = qo;
+    held.capture_memory_bytes = uint64_t(1) << 30;
+    std::unique_ptr<QualityProfiler> h;
+    STRATA_ASSERT_OK(QualityProfiler::Open(*model_, held, &h));
+    std::shared_ptr<const KvCapture> a, b;
+    STRATA_ASSERT_OK(h->Capture(512, 1, &a));
+    STRATA_ASSERT_OK(h->Capture(1024, 1, &b));
+    EXPECT_EQ(a.get(), b.get());
+    EXPECT_TRUE(a->data == long_cap->data);
+  }
   EXPECT_FALSE(q->Capture(512, q->WindowsAvailable(512), &short_cap).ok());
   const DiskKvOptions d = EveryGroup();
   QualitySummary s;
