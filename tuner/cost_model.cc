@@ -278,7 +278,7 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   ComputeProfile bare = *p;  // the model without the constants being fitted
   bare.select_one = bare.select_many = {};
   bare.disk_overhead_seconds = bare.disk_seconds_per_group = bare.disk_seconds_per_request = 0;
-  bare.disk_seconds_per_q8_token = 0;
+  bare.disk_seconds_per_q8_token = bare.disk_seconds_per_q8_token_many = 0;
   std::vector<std::vector<double>> x;
   std::vector<double> y;
   // The prices of one sequence's selection or of several's, fitted on the runs of that kind.
@@ -339,26 +339,58 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   if (!fit_prices(true, &bare.select_many)) bare.select_many = bare.select_one;
   p->select_one = bare.select_one;
   p->select_many = bare.select_many;
-  // Then the rest of the step.
+  // Then the rest of the step. The prices per attended group and Q8_0 token are work in a
+  // layer's path, hidden where reads bound the layer (PredictDiskStep), so their columns are
+  // what a unit of each adds to the predicted step rather than the counts themselves.
+  auto marginal = [&](const ComputeProfile& at, const DiskStepShape& shape,
+                      double ComputeProfile::*price) {
+    constexpr double kUnit = 1e-9;
+    ComputeProfile more = at;
+    more.*price += kUnit;
+    return (PredictDiskStep(device, more, shape).step_seconds -
+            PredictDiskStep(device, at, shape).step_seconds) /
+           kUnit;
+  };
+  // Q8_0 records are still read and expanded for attention: at most half the F16 rate is
+  // saved (half the bytes), whatever a noisy fit says.
+  const double q8_floor = -0.5 * p->attention_seconds_per_token / std::max(1, hp.n_layer);
   x.clear();
   y.clear();
   for (const Measured& m : measured) {
     if (m.batch != 1) continue;
     const DiskOwnWork w = OwnWork(m.shape);
+    const double q8 = marginal(bare, m.shape, &ComputeProfile::disk_seconds_per_q8_token);
     // Q8_0 records change attention's cost per token either way (their expansion against
     // half the bytes to read): a column for each sign keeps the fit non-negative while
     // letting the difference have either.
-    x.push_back({1.0, w.groups, w.requests, w.q8_tokens, -w.q8_tokens});
+    x.push_back({1.0, marginal(bare, m.shape, &ComputeProfile::disk_seconds_per_group), w.requests,
+                 q8, -q8});
     y.push_back(m.step - PredictDiskStep(device, bare, m.shape).step_seconds);
   }
   const std::vector<double> c = FitNonNegative(x, y);
   p->disk_overhead_seconds = c[0];
   p->disk_seconds_per_group = c[1];
   p->disk_seconds_per_request = c[2];
-  // Q8_0 records are still read and expanded for attention: at most half the F16 rate is
-  // saved (half the bytes), whatever a noisy fit says.
-  p->disk_seconds_per_q8_token =
-      std::max(c[3] - c[4], -0.5 * p->attention_seconds_per_token / std::max(1, hp.n_layer));
+  p->disk_seconds_per_q8_token = std::max(c[3] - c[4], q8_floor);
+  // Several sequences' attention over Q8_0 records is priced on their own runs: the batch's
+  // records of a layer are several times one sequence's, and where one sequence's fit in the
+  // cores' caches theirs need not (measured: batch-8 plans attended at about F16's rate
+  // where one sequence's ran faster). Without such runs, one sequence's price.
+  p->disk_seconds_per_q8_token_many = p->disk_seconds_per_q8_token;
+  ComputeProfile fitted = *p;
+  fitted.disk_seconds_per_q8_token_many = 0;
+  x.clear();
+  y.clear();
+  for (const Measured& m : measured) {
+    if (m.batch == 1) continue;
+    const double q8 = marginal(fitted, m.shape, &ComputeProfile::disk_seconds_per_q8_token_many);
+    x.push_back({q8, -q8});
+    y.push_back(m.step - PredictDiskStep(device, fitted, m.shape).step_seconds);
+  }
+  if (!x.empty()) {
+    const std::vector<double> cm = FitNonNegative(x, y);
+    p->disk_seconds_per_q8_token_many = std::max(cm[0] - cm[1], q8_floor);
+  }
   p->disk_fit_runs = int32_t(measured.size());
   return Status::OK();
 }
@@ -380,7 +412,7 @@ ComputeProfile ComputeProfile::Scaled(double f) const {
         &s.select_one.per_request, &s.select_many.per_selection, &s.select_many.per_candidate,
         &s.select_many.per_group, &s.select_many.per_request, &s.disk_overhead_seconds,
         &s.disk_seconds_per_group, &s.disk_seconds_per_request, &s.disk_seconds_per_q8_token,
-        &s.anchor_seconds})
+        &s.disk_seconds_per_q8_token_many, &s.anchor_seconds})
     *x *= f;
   return s;
 }
@@ -699,41 +731,53 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
                                const DiskStepShape& s) {
   StepPrediction p;
   const double layers = std::max(1, s.n_layer);
-  p.compute_seconds = compute.DenseSeconds(s.batch) + double(s.batch) * double(s.attended_tokens) *
-                                                          compute.attention_seconds_per_token;
+  const DiskOwnWork w = OwnWork(s);
+  // The policy's work per attended group and Q8_0 token is done in the layer's own path
+  // (assembling its view, expanding its records), under the next layer's reads like the
+  // rest of its compute: with many reads a step it is hidden, not added. A Q8_0 record's
+  // saving against F16 (a negative price) is likewise hidden there when reads bound the
+  // layer. What is done once a step or per request is not overlapped.
+  const double layer_work = w.groups * compute.disk_seconds_per_group +
+                            w.q8_tokens * (s.batch >= 2 ? compute.disk_seconds_per_q8_token_many
+                                                        : compute.disk_seconds_per_q8_token);
+  p.compute_seconds =
+      compute.DenseSeconds(s.batch) +
+      double(s.batch) * double(s.attended_tokens) * compute.attention_seconds_per_token +
+      layer_work;
   p.select_seconds = SelectionSeconds(compute, s);
   const double requests_l = double(s.batch) * s.requests / layers;
   const uint32_t request_bytes =
       s.requests > 0 ? uint32_t(std::max(1.0, s.bytes / s.requests)) : 4096;
-  const double read_l = device.ReadSeconds(requests_l, request_bytes, s.queue_depth);
+  auto read = [&](double n) { return device.ReadSeconds(n, request_bytes, s.queue_depth); };
+  const double read_l = read(requests_l);
   p.read_seconds = read_l * layers;
+  // What `n` reads a layer (on average) in the layer's path cost it beyond `cover`: where
+  // fewer than one a layer, only that share of the layers reads at all, and each of those
+  // waits one read's latency, not every layer.
+  auto path_wait = [&](double n, double cover) {
+    if (n <= 0) return 0.0;
+    const double share = std::min(1.0, n);
+    return share * std::max(0.0, read(std::max(1.0, n)) - cover);
+  };
   // Read-through groups (kv.read_through) are read for the step that attends them and their
   // slots are shared with the layer two back, which must settle first: measured, their reads
   // add about one read latency to a compute-bound layer instead of running under the
   // previous layer's compute (docs/experiments/tuner.md). An I/O-bound layer (eMMC) takes
   // as long as all its reads either way.
-  const double through_requests =
-      std::min(requests_l, double(s.batch) * double(std::max(0, s.read_through)));
-  const double through_l = through_requests > 0
-                               ? device.ReadSeconds(through_requests, request_bytes, s.queue_depth)
-                               : 0.0;
+  const double through_l =
+      path_wait(std::min(requests_l, double(s.batch) * double(std::max(0, s.read_through))), 0);
   // A refinement's reads go out once a layer's input is known, just before the layer
   // attends them: only the next layer's guess (a selection) runs meanwhile, and what of
   // their time that does not cover, the layer waits. Where they are many (large batches,
   // small groups) this is most of what compute does not hide.
-  const double refine_l = std::min(requests_l, double(s.batch) * s.refine_requests / layers);
   const double guess_select_l = p.select_seconds / std::max(1, s.selections);
   const double refine_wait_l =
-      refine_l > 0 ? std::max(0.0, device.ReadSeconds(refine_l, request_bytes, s.queue_depth) -
-                                       guess_select_l)
-                   : 0.0;
-  const DiskOwnWork w = OwnWork(s);
-  p.step_seconds =
-      p.select_seconds +
-      layers * std::max(p.compute_seconds / layers + std::max(through_l, refine_wait_l), read_l) +
-      compute.disk_overhead_seconds + w.groups * compute.disk_seconds_per_group +
-      w.requests * compute.disk_seconds_per_request +
-      w.q8_tokens * compute.disk_seconds_per_q8_token;
+      path_wait(std::min(requests_l, double(s.batch) * s.refine_requests / layers), guess_select_l);
+  const double compute_l = p.compute_seconds / layers;
+  p.wait_seconds =
+      layers * (std::max(compute_l + std::max(through_l, refine_wait_l), read_l) - compute_l);
+  p.own_seconds = compute.disk_overhead_seconds + w.requests * compute.disk_seconds_per_request;
+  p.step_seconds = p.select_seconds + p.compute_seconds + p.wait_seconds + p.own_seconds;
   p.tokens_per_second = p.step_seconds > 0 ? s.batch / p.step_seconds : 0;
   return p;
 }

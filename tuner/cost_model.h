@@ -2,8 +2,13 @@
 //
 // A step of the disk policy at batch b runs, layer by layer, the selection for the next
 // layer, then that layer's compute while the selected groups' reads are in flight:
-//   step = select + sum over layers of max(compute_l + read_through_l, read_l) + own work
+//   step = select + sum over layers of max(compute_l + path_wait_l, read_l) + own
 //   compute = dense(b) + b * attended_tokens * attention_per_token
+//             + groups * group_work + q8_tokens * q8_work(b)
+//   path_wait_l = what the reads in the layer's own path (read-through groups, a
+//             refinement's) take beyond what runs meanwhile, times the share of layers
+//             that issue any
+//   own = per_step + requests * per_request
 //   select  = b / p(b) * [selections * (summary_rows * score_per_row(rank, rows a group)
 //                                       + candidate_groups * per_candidate
 //                                       + per_selection) + groups * per_group]
@@ -19,16 +24,18 @@
 // realistic values, by rank and by rows a group: a group's softmax term costs as much as
 // several rows' products). The selection's other work (slot planning, queueing and
 // submitting reads) is fitted to the policy's own clock of it (KvCounters::predict_seconds)
-// in real runs. The own work is what the policy adds that neither overlaps with compute nor
-// shows in the parts above: a constant a step, per attended group (slot lookups, view
-// assembly), per read request (landing it in its slot) and per attended token of Q8_0
-// records (what their expansion costs against F16's, or saves: the only constant that may
-// be negative), fitted by least squares (non-negative but for the Q8_0 one) to the
+// in real runs. The policy's own work is priced by constants fitted by least squares to the
 // residuals of the same runs, as FlexGen fits its hardware constants, so that no one plan
-// decides them. With full KV in memory a step is dense(b) + b * context *
-// attention_per_token. The requests and bytes a step reads per sequence come from the
-// quality runs of the same configuration (tuner/quality.h), which see the real reuse and
-// coalescing.
+// decides them: a constant a step and per read request (landing it in its slot), which do
+// not overlap with anything, and per attended group (slot lookups, view assembly) and per
+// attended token of Q8_0 records (their expansion against F16's, or its saving: the only
+// price that may be negative, and fitted apart for one sequence and for several, whose
+// records outgrow the cores' caches), which are work in a layer's path and so hide under
+// its reads where reads bound the layer. Their fit's columns are therefore each price's
+// marginal effect on the predicted step, not the raw counts. With full KV in memory a step is
+// dense(b) + b * context * attention_per_token. The requests and bytes a step reads per sequence
+// come from the quality runs of the same configuration (tuner/quality.h), which see the real reuse
+// and coalescing.
 //
 // The hardware constants are measured here on the user's machine through the engine's own
 // code (ProfileCompute); `strata tune` then runs the configurations it picks and records
@@ -94,8 +101,9 @@ struct ComputeProfile {
   double disk_seconds_per_group = 0;
   double disk_seconds_per_request = 0;
   // Per attended token and layer of Q8_0 records, against F16 ones: negative where their
-  // attention is cheaper.
+  // attention is cheaper: for one sequence, and for two or more (fitted on their runs).
   double disk_seconds_per_q8_token = 0;
+  double disk_seconds_per_q8_token_many = 0;
   int32_t disk_fit_runs = 0;  // real runs these were fitted on
   // The machine's speed these constants are at: a batch-1 step at a short context, full KV,
   // timed beside every profile measurement (AnchorTimer), the median; each measurement is
@@ -206,7 +214,13 @@ struct DiskStepShape {
 };
 
 struct StepPrediction {
+  // compute: the layers' (dense, attention, and the policy's work in a layer's path: per
+  // attended group and Q8_0 token); read: all reads, overlapped or not.
   double compute_seconds = 0, select_seconds = 0, read_seconds = 0;
+  // Of the step: what the layers wait on reads beyond their compute (the read-through and
+  // refinement reads in a layer's path included), and the policy's work outside the layers
+  // (once a step, per read request).
+  double wait_seconds = 0, own_seconds = 0;
   double step_seconds = 0;
   double tokens_per_second = 0;  // batch / step
 };

@@ -349,6 +349,7 @@ struct Search {
       tc.bytes_per_step = q.bytes_per_step();
       tc.within_bound = out->within_bound;
       tc.shape = shape;
+      tc.predicted = p;
       tc.description = c.plan.Describe();
       choice->candidates.push_back(std::move(tc));
       return Status::OK();
@@ -576,7 +577,8 @@ Status Tune(const Model& model, const TuneOptions& options,
       Format("%.2f ms a step, ", cp.disk_overhead_seconds * 1e3) +
       Format("%.1f ns a group, %.2f us a read, ", cp.disk_seconds_per_group * 1e9,
              cp.disk_seconds_per_request * 1e6) +
-      Format("%+.1f ns a Q8_0 token", cp.disk_seconds_per_q8_token * 1e9));
+      Format("%+.1f ns a Q8_0 token (%+.1f for several sequences)",
+             cp.disk_seconds_per_q8_token * 1e9, cp.disk_seconds_per_q8_token_many * 1e9));
 
   if (memory == 0) {
     const uint64_t avail = report.device.platform.memory_available;

@@ -90,6 +90,7 @@ struct TunedCandidate {
   bool within_bound = false;
   std::string description;                // the plan
   DiskStepShape shape;                    // what the prediction priced
+  StepPrediction predicted;               // its parts
   double measured_tokens_per_second = 0;  // 0: not run (see TuneOptions::validate)
   // The anchor step timed beside the check run (ComputeProfile::anchor_seconds), and the
   // prediction again with the compute profile scaled to the machine's speed then.

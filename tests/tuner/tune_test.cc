@@ -89,6 +89,19 @@ TEST(CostModelTest, ReadsHideUnderComputeUntilTheyDoNot) {
   EXPECT_GT(many.read_seconds, many.compute_seconds);
   EXPECT_NEAR(many.step_seconds, many.select_seconds + many.read_seconds, 1e-9);
   EXPECT_NEAR(many.tokens_per_second, 1.0 / many.step_seconds, 1e-9);
+  EXPECT_NEAR(many.wait_seconds, many.read_seconds - many.compute_seconds, 1e-12);
+  // The policy's work in a layer's path (per attended group and Q8_0 token) is compute too:
+  // hidden under the reads of a device-bound layer, added to a compute-bound one.
+  ComputeProfile own = c;
+  own.disk_seconds_per_group = 1e-8;
+  own.disk_seconds_per_q8_token = 2e-9;
+  s.q8_records = true;
+  EXPECT_NEAR(PredictDiskStep(d, own, s).step_seconds, many.step_seconds, 1e-12);
+  s.requests = 0;
+  s.bytes = 0;
+  EXPECT_NEAR(PredictDiskStep(d, own, s).step_seconds,
+              none.step_seconds + 10 * 1000 * (1e-8 + 2e-9), 1e-12);  // G = 1
+  s.q8_records = false;
   const StepPrediction mem = PredictMemoryStep(c, 8, 4096);
   EXPECT_NEAR(mem.step_seconds, 0.030 + 8 * 4096 * 1e-7, 1e-12);
   EXPECT_NEAR(mem.tokens_per_second, 8 / mem.step_seconds, 1e-9);
@@ -112,11 +125,20 @@ TEST(CostModelTest, ThePolicysOwnWorkAddsPerStepGroupAndRead) {
   c.disk_seconds_per_request = 2e-6;
   EXPECT_NEAR(PredictDiskStep(DeviceProfile(), c, s).step_seconds - bare,
               1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6), 1e-12);
-  // Q8_0 records: their tokens' own term may be a saving.
+  // Q8_0 records: their tokens' own term may be a saving, priced for several sequences
+  // apart from one.
   s.q8_records = true;
   c.disk_seconds_per_q8_token = -2e-8;
+  c.disk_seconds_per_q8_token_many = -1e-8;
   EXPECT_NEAR(PredictDiskStep(DeviceProfile(), c, s).step_seconds - bare,
-              1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6 - 10 * 800 * 2e-8), 1e-12);
+              1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 2e-6 - 10 * 800 * 1e-8), 1e-12);
+  s.batch = 1;
+  ComputeProfile none = c;
+  none.disk_overhead_seconds = none.disk_seconds_per_group = none.disk_seconds_per_request = 0;
+  none.disk_seconds_per_q8_token = none.disk_seconds_per_q8_token_many = 0;
+  EXPECT_NEAR(PredictDiskStep(DeviceProfile(), c, s).step_seconds -
+                  PredictDiskStep(DeviceProfile(), none, s).step_seconds,
+              1e-3 + 10 * 100 * 1e-7 + 50 * 2e-6 - 10 * 800 * 2e-8, 1e-12);
 }
 
 // The selection's own work: per layer selection, candidate group and attended group shared by
@@ -280,8 +302,13 @@ TEST(CostModelTest, ARefinementsReadsWaitBeyondTheNextGuessSelection) {
   const StepPrediction p = PredictDiskStep(d, c, s);
   EXPECT_NEAR(p.select_seconds, 10 * 0.5 * refine, 1e-12);
   EXPECT_NEAR(p.step_seconds, p.select_seconds + 0.030 + 10 * 0.5 * refine, 1e-12);
-  // I/O-bound, all reads take what they take with or without refinements.
+  // Fewer than one refinement read a layer: only that share of the layers reads, each
+  // waiting one read's latency, not every layer.
   c.select_many = {};
+  s.refine_requests = 0.25 * 10 / 8;  // a quarter of a read a layer for the batch
+  EXPECT_NEAR(PredictDiskStep(d, c, s).step_seconds, 0.030 + 10 * 0.25 * d.ReadSeconds(1, 4096, 16),
+              1e-12);
+  // I/O-bound, all reads take what they take with or without refinements.
   s.requests = 2000 * 10;
   s.bytes = 4096.0 * s.requests;
   s.refine_requests = 10;
