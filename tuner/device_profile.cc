@@ -106,9 +106,72 @@ double DeviceProfile::ReadSeconds(double requests, uint32_t block, uint32_t dept
   return std::max(latency, requests / iops);
 }
 
-Status ProfileDevice(const DeviceProfileOptions& o, DeviceProfile* out) {
-  if (o.blocks.empty() || o.depths.empty() || o.seconds_per_point <= 0)
-    return Status::InvalidArgument("device profile: no request sizes, depths or time");
+struct DiskProbe::Rep {
+  std::unique_ptr<storage::BlockStore> store;
+  uint64_t seed = 1;
+};
+
+DiskProbe::DiskProbe() : rep_(std::make_unique<Rep>()) {}
+DiskProbe::~DiskProbe() = default;
+
+Status DiskProbe::Read(uint32_t block, uint32_t depth, double seconds, double* iops) {
+  storage::ReadPoint rp;
+  STRATA_RETURN_IF_ERROR(
+      storage::RunStoreRandomRead(*rep_->store, block, depth, seconds, rep_->seed++, &rp));
+  *iops = rp.iops;
+  return Status::OK();
+}
+
+DeviceProfile DeviceProfile::Scaled(double f) const {
+  DeviceProfile s = *this;
+  if (f > 0)
+    for (ReadCurvePoint& p : s.reads) {
+      p.iops /= f;
+      p.mean_us *= f;
+    }
+  return s;
+}
+
+const ReadCurvePoint* DeviceProfile::AnchorPoint() const {
+  const ReadCurvePoint* best = nullptr;
+  for (const ReadCurvePoint& p : reads)
+    if (p.block == 4096 && p.depth <= 16 && (!best || p.depth > best->depth)) best = &p;
+  if (!best && !reads.empty()) best = &reads.front();
+  return best;
+}
+
+DiskAnchor::DiskAnchor(DiskProbe* probe, const DeviceProfile& profile) : probe_(probe) {
+  const ReadCurvePoint* p = profile.AnchorPoint();
+  if (!p || !(p->iops > 0)) probe_ = nullptr;
+  if (!probe_) return;
+  reference_iops_ = p->iops;
+  block_ = p->block;
+  depth_ = p->depth;
+}
+
+Status DiskAnchor::Step() {
+  if (!probe_) return Status::OK();
+  // Long enough for a few hundred reads at a fast device's depth-16 rate, short beside a
+  // decode step's share of a check run.
+  constexpr double kBurstSeconds = 0.015;
+  double iops = 0;
+  STRATA_RETURN_IF_ERROR(probe_->Read(block_, depth_, kBurstSeconds, &iops));
+  if (iops > 0) iops_.push_back(iops);
+  return Status::OK();
+}
+
+double DiskAnchor::Factor() const {
+  if (iops_.empty()) return 1.0;
+  std::vector<double> v = iops_;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  const double median = v[v.size() / 2];
+  return median > 0 ? reference_iops_ / median : 1.0;
+}
+
+Status ProfileDevice(const DeviceProfileOptions& o, DeviceProfile* out,
+                     std::unique_ptr<DiskProbe>* keep) {
+  if (o.blocks.empty() || o.depths.empty() || o.seconds_per_point <= 0 || o.rounds < 1)
+    return Status::InvalidArgument("device profile: no request sizes, depths, rounds or time");
   DeviceProfile p;
   STRATA_RETURN_IF_ERROR(DetectPlatform(&p.platform));
   p.kv_dir = o.kv_dir;
@@ -121,42 +184,57 @@ Status ProfileDevice(const DeviceProfileOptions& o, DeviceProfile* out) {
   so.backend = BackendOf(o.backend);
   so.file_name = "tune-probe";
   so.capacity = o.file_bytes;
-  so.queue_depth = *std::max_element(o.depths.begin(), o.depths.end());
+  so.queue_depth = std::max(16u, *std::max_element(o.depths.begin(), o.depths.end()));
   if (o.emulate_emmc) so.slow_disk = storage::SlowDiskOptions::Emmc();
-  std::unique_ptr<storage::BlockStore> store;
-  STRATA_RETURN_IF_ERROR(
-      storage::BlockStore::Open(so, &store).WithContext("device profile: the KV directory"));
-  p.backend = store->backend_name();
+  std::unique_ptr<DiskProbe> probe(new DiskProbe());
+  STRATA_RETURN_IF_ERROR(storage::BlockStore::Open(so, &probe->rep_->store)
+                             .WithContext("device profile: the KV directory"));
+  storage::BlockStore& store = *probe->rep_->store;
+  p.backend = store.backend_name();
   // Reads of never-written extents can be answered without touching the device.
   bool filled = false;
-  STRATA_RETURN_IF_ERROR(storage::EnsureFilled(*store, &filled));
-  std::vector<uint32_t> blocks = o.blocks, depths = o.depths;
+  STRATA_RETURN_IF_ERROR(storage::EnsureFilled(store, &filled));
+  std::vector<uint32_t> blocks, depths = o.depths;
+  for (uint32_t b : o.blocks)
+    if (b % store.block_size() == 0) blocks.push_back(b);
+  if (blocks.empty())
+    return Status::InvalidArgument(
+        "device profile: no request size is a multiple of the "
+        "store's block size " +
+        std::to_string(store.block_size()));
   std::sort(blocks.begin(), blocks.end());
   std::sort(depths.begin(), depths.end());
-  uint64_t seed = 1;
-  // The read points, then the memory bandwidth.
-  const int64_t total = int64_t(blocks.size() * depths.size()) + 1;
+  // The read points, round after round, then the memory bandwidth.
+  const size_t points = blocks.size() * depths.size();
+  const int64_t total = int64_t(points) * o.rounds + 1;
   int64_t done = 0;
   auto advance = [&] {
     if (o.progress) o.progress(++done, total);
   };
-  for (uint32_t block : blocks) {
-    for (uint32_t depth : depths) {
-      if (block % store->block_size() == 0) {
+  std::vector<std::vector<storage::ReadPoint>> rounds(points);
+  for (int32_t r = 0; r < o.rounds; ++r) {
+    size_t i = 0;
+    for (uint32_t block : blocks) {
+      for (uint32_t depth : depths) {
         storage::ReadPoint rp;
-        STRATA_RETURN_IF_ERROR(
-            storage::RunStoreRandomRead(*store, block, depth, o.seconds_per_point, seed++, &rp));
-        p.reads.push_back({block, depth, rp.iops, rp.mean_us});
+        STRATA_RETURN_IF_ERROR(storage::RunStoreRandomRead(store, block, depth, o.seconds_per_point,
+                                                           probe->rep_->seed++, &rp));
+        rounds[i++].push_back(rp);
+        advance();
       }
-      advance();
     }
   }
-  if (p.reads.empty())
-    return Status::InvalidArgument(
-        "device profile: no request size is a multiple of the "
-        "store's block size " +
-        std::to_string(store->block_size()));
-  store.reset();
+  for (std::vector<storage::ReadPoint>& v : rounds) {
+    std::sort(v.begin(), v.end(), [](const storage::ReadPoint& a, const storage::ReadPoint& b) {
+      return a.iops < b.iops;
+    });
+    const storage::ReadPoint& m = v[v.size() / 2];
+    p.reads.push_back({m.block, m.depth, m.iops, m.mean_us});
+  }
+  if (keep)
+    *keep = std::move(probe);
+  else
+    probe.reset();
   const int32_t threads = o.threads > 0 ? o.threads : std::max(1, p.platform.cores);
   p.memory_gb_per_s = StreamGbPerSecond(o.stream_bytes, threads);
   advance();

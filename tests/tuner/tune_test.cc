@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -464,6 +465,51 @@ TEST(DeviceProfileTest, MeasuresTheKvDirectoryThroughTheStore) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
   o.kv_dir = dir.path() + "/missing";
   EXPECT_FALSE(ProfileDevice(o, &p).ok());
+}
+
+// The probe file kept for disk anchors: their bursts read the profile's anchor point again
+// and give the device's slowdown against it; without a probe the factor stays 1.
+TEST(DeviceProfileTest, DiskAnchorsReadTheProbeAgain) {
+  KvTempDir dir;
+  DeviceProfileOptions o;
+  o.kv_dir = dir.path();
+  o.blocks = {4096};
+  o.depths = {1, 4};
+  o.seconds_per_point = 0.02;
+  o.rounds = 2;
+  o.file_bytes = uint64_t(8) << 20;
+  o.stream_bytes = uint64_t(8) << 20;
+  o.threads = 1;
+  DeviceProfile p;
+  std::unique_ptr<DiskProbe> probe;
+  STRATA_ASSERT_OK(ProfileDevice(o, &p, &probe));
+  ASSERT_NE(probe, nullptr);
+  ASSERT_NE(p.AnchorPoint(), nullptr);
+  EXPECT_EQ(p.AnchorPoint()->depth, 4u);
+  DiskAnchor anchor(probe.get(), p);
+  EXPECT_EQ(anchor.Factor(), 1.0);
+  for (int i = 0; i < 3; ++i) STRATA_ASSERT_OK(anchor.Step());
+  // A measured rate against the profile's: never exactly the profile's, and the same
+  // device within a wide margin.
+  EXPECT_NE(anchor.Factor(), 1.0);
+  EXPECT_GT(anchor.Factor(), 0.05);
+  EXPECT_LT(anchor.Factor(), 20.0);
+  DiskAnchor none(nullptr, p);
+  STRATA_ASSERT_OK(none.Step());
+  EXPECT_EQ(none.Factor(), 1.0);
+}
+
+TEST(DeviceProfileTest, ASlowerDeviceScalesEveryRead) {
+  const DeviceProfile d = Curve();
+  const DeviceProfile slow = d.Scaled(2.0);
+  for (double n : {1.0, 10.0, 1000.0})
+    for (uint32_t depth : {1u, 4u, 16u})
+      EXPECT_NEAR(slow.ReadSeconds(n, 16384, depth), 2 * d.ReadSeconds(n, 16384, depth), 1e-12);
+  // The anchor point: 4 KiB at the deepest depth up to 16.
+  ASSERT_NE(d.AnchorPoint(), nullptr);
+  EXPECT_EQ(d.AnchorPoint()->block, 4096u);
+  EXPECT_EQ(d.AnchorPoint()->depth, 16u);
+  EXPECT_EQ(DeviceProfile().AnchorPoint(), nullptr);
 }
 
 // A synthetic model of three layers with a context of 1024, its identity adapters, and a text long
