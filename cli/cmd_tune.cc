@@ -121,6 +121,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
                        {"within_bound", k.within_bound},
                        {"measured_tokens_per_second", k.measured_tokens_per_second},
                        {"anchor_seconds", k.anchor_seconds},
+                       {"anchor_disk_factor", k.anchor_disk_factor},
                        {"anchored_tokens_per_second", k.anchored_tokens_per_second},
                        {"measured_requests_per_step", k.measured_requests_per_step},
                        {"measured_refine_requests_per_step", k.measured_refine_requests_per_step},
@@ -151,6 +152,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
                        {"predicted_own_seconds", c.predicted.own_seconds},
                        {"measured_tokens_per_second", c.measured_tokens_per_second},
                        {"anchor_seconds", c.anchor_seconds},
+                       {"anchor_disk_factor", c.anchor_disk_factor},
                        {"anchored_tokens_per_second", c.anchored_tokens_per_second},
                        {"default_tokens_per_second", c.default_tokens_per_second},
                        {"ppl_loss", c.ppl_loss},
@@ -286,7 +288,7 @@ Status Tune(TuneFlags& f) {
                 c.ppl_loss * 100, c.ppl_loss_upper * 100, c.agreement * 100);
   // The cost model against every plan that ran: relative error of the step time, as
   // predicted from the profile, and with the profile scaled to the machine's speed during
-  // each run (its anchor steps against the profile's).
+  // each run (its anchor steps and disk anchors against the profile's).
   std::vector<std::pair<double, double>> runs, anchored;  // predicted, measured tok/s
   auto add = [&](double predicted, double at_anchor, double measured) {
     if (!(measured > 0)) return;
@@ -310,7 +312,7 @@ Status Tune(TuneFlags& f) {
                 e.size(), what, 100 * e[e.size() / 2], 100 * e.back());
   };
   summary(runs, "");
-  summary(anchored, " at the machine's speed during each run");
+  summary(anchored, " at the machine's and the KV device's speeds during each run");
   std::printf("wrote %s\n", f.output.c_str());
   return Status::OK();
 }

@@ -78,7 +78,7 @@ struct MeasuredReads {
 Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfiler& quality,
                     int32_t batch, int32_t context, const DiskKvOptions* disk,
                     double* tokens_per_second, double* anchor_seconds = nullptr,
-                    MeasuredReads* reads = nullptr) {
+                    MeasuredReads* reads = nullptr, DiskAnchor* disk_anchor = nullptr) {
   const std::vector<int32_t>& tokens = quality.tokens();
   const int32_t steps = std::max(1, o.verify_steps);
   const int32_t prefix = context - steps - 2;
@@ -112,6 +112,7 @@ Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfi
     STRATA_RETURN_IF_ERROR(e->Evaluate(fb, &logits));
     if (i > 0) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     if (anchor_seconds) STRATA_RETURN_IF_ERROR(anchor.Step());
+    if (disk_anchor && disk) STRATA_RETURN_IF_ERROR(disk_anchor->Step());
   }
   // The median step, as the profile times its steps: one stall of a shared machine would
   // otherwise move a short run's mean by more than the cost model's error.
@@ -132,15 +133,17 @@ Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfi
 }
 
 // The prediction of a check run again, with the compute profile scaled by the machine's
-// speed during the run against during the profile (the anchor steps'). On a shared machine
-// whose speed drifts between the profile and the checks, this separates the cost model's
-// own error from the drift.
+// speed during the run against during the profile (the anchor steps') and the device's
+// curve by the device's (the disk anchors'). On a shared machine or disk whose speed drifts
+// between the profile and the checks, this separates the cost model's own error from the
+// drift.
 double AnchoredTokensPerSecond(const TuneReport& report, int32_t batch, int32_t context, bool disk,
-                               const DiskStepShape& shape, double anchor_seconds) {
+                               const DiskStepShape& shape, double anchor_seconds,
+                               double disk_factor = 1) {
   if (!(anchor_seconds > 0) || !(report.compute.anchor_seconds > 0)) return 0;
   const ComputeProfile scaled =
       report.compute.Scaled(anchor_seconds / report.compute.anchor_seconds);
-  return disk ? PredictDiskStep(report.device, scaled, shape).tokens_per_second
+  return disk ? PredictDiskStep(report.device.Scaled(disk_factor), scaled, shape).tokens_per_second
               : PredictMemoryStep(scaled, batch, context).tokens_per_second;
 }
 
@@ -508,7 +511,9 @@ Status Tune(const Model& model, const TuneOptions& options,
     const uint64_t room = ec ? dpo.file_bytes : uint64_t(space.available / 4);
     dpo.file_bytes = std::max(dpo.file_bytes, std::min({stores, room, kMaxProbeBytes}));
   }
-  STRATA_RETURN_IF_ERROR(ProfileDevice(dpo, &report.device));
+  // The probe file stays for the disk anchors of the check runs.
+  std::unique_ptr<DiskProbe> probe;
+  STRATA_RETURN_IF_ERROR(ProfileDevice(dpo, &report.device, &probe));
   for (const ReadCurvePoint& p : report.device.reads)
     say(Format("  read %.0f KiB at depth %.0f: %.0f IOPS", p.block / 1024.0, p.depth, p.iops) +
         Format(", %.0f us", p.mean_us));
@@ -587,9 +592,9 @@ Status Tune(const Model& model, const TuneOptions& options,
   }
   uint32_t block = 0;
   {
-    DiskKvOptions probe;
-    probe.dir = o.kv_dir;
-    STRATA_RETURN_IF_ERROR(DiskKvStore::ProbeBlockSize(probe, &block));
+    DiskKvOptions at;
+    at.dir = o.kv_dir;
+    STRATA_RETURN_IF_ERROR(DiskKvStore::ProbeBlockSize(at, &block));
   }
   std::vector<int32_t> ratios;
   for (const AdapterSet& a : adapters.sets) ratios.push_back(a.ratio);
@@ -614,29 +619,34 @@ Status Tune(const Model& model, const TuneOptions& options,
       };
       if (advance) advance(done, units);
       MeasuredReads choice_reads;
+      DiskAnchor choice_disk(probe.get(), report.device);
       STRATA_RETURN_IF_ERROR(MeasureSpeed(
           model, o, *quality, batch, context, choice.disk ? &choice.disk_options : nullptr,
-          &choice.measured_tokens_per_second, &choice.anchor_seconds, &choice_reads));
+          &choice.measured_tokens_per_second, &choice.anchor_seconds, &choice_reads, &choice_disk));
+      choice.anchor_disk_factor = choice_disk.Factor();
       for (TunedCandidate& k : choice.candidates)
         if (choice.disk && k.key == choice.key) RecordReads(report, choice_reads, &k);
-      choice.anchored_tokens_per_second = AnchoredTokensPerSecond(
-          report, batch, context, choice.disk, choice.shape, choice.anchor_seconds);
+      choice.anchored_tokens_per_second =
+          AnchoredTokensPerSecond(report, batch, context, choice.disk, choice.shape,
+                                  choice.anchor_seconds, choice.anchor_disk_factor);
       say(std::string("  chose the ") + (choice.disk ? "disk" : "memory") + " policy: " +
           Format("%.1f tok/s predicted, %.1f measured", choice.predicted.tokens_per_second,
                  choice.measured_tokens_per_second) +
-          Format(" (anchor step %.2f ms, %.1f predicted at that speed)",
-                 choice.anchor_seconds * 1e3, choice.anchored_tokens_per_second));
+          Format(" (anchor step %.2f ms, disk %.2fx slower, %.1f predicted at those speeds)",
+                 choice.anchor_seconds * 1e3, choice.anchor_disk_factor,
+                 choice.anchored_tokens_per_second));
       tick();
       // The runtime's defaults at the same memory, measured beside the choice: full KV where
       // it fits what a sequence has, else the disk policy with that budget and every
       // setting left to its own rules.
       const bool full_fits = FullKvBytes(model.hparams(), context) <= memory / uint64_t(batch);
-      double defaults_anchor = 0;
+      double defaults_anchor = 0, defaults_disk_factor = 1;
       if (!choice.disk && full_fits) {
         // The defaults are the chosen plan itself: a second run of it would only measure the
         // machine's drift between two runs.
         choice.default_tokens_per_second = choice.measured_tokens_per_second;
         defaults_anchor = choice.anchor_seconds;
+        defaults_disk_factor = choice.anchor_disk_factor;
         say("  the runtime's defaults at the same memory: the same plan (full KV in memory)");
       } else {
         DiskKvOptions d;
@@ -644,9 +654,11 @@ Status Tune(const Model& model, const TuneOptions& options,
         d.adapters = adapters_path;
         d.emulate_emmc = o.emulate_emmc;
         d.budget_bytes = int64_t(memory / uint64_t(batch));
-        STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, *quality, batch, context,
-                                            full_fits ? nullptr : &d,
-                                            &choice.default_tokens_per_second, &defaults_anchor));
+        DiskAnchor defaults_disk(probe.get(), report.device);
+        STRATA_RETURN_IF_ERROR(MeasureSpeed(
+            model, o, *quality, batch, context, full_fits ? nullptr : &d,
+            &choice.default_tokens_per_second, &defaults_anchor, nullptr, &defaults_disk));
+        defaults_disk_factor = defaults_disk.Factor();
         say(Format("  the runtime's defaults at the same memory: %.1f tok/s measured",
                    choice.default_tokens_per_second));
       }
@@ -665,12 +677,14 @@ Status Tune(const Model& model, const TuneOptions& options,
         TunedCandidate* faster = nullptr;
         for (TunedCandidate* k : next) {
           MeasuredReads reads;
+          DiskAnchor disk_anchor(probe.get(), report.device);
           STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, *quality, batch, context, &k->options,
                                               &k->measured_tokens_per_second, &k->anchor_seconds,
-                                              &reads));
+                                              &reads, &disk_anchor));
+          k->anchor_disk_factor = disk_anchor.Factor();
           RecordReads(report, reads, k);
-          k->anchored_tokens_per_second =
-              AnchoredTokensPerSecond(report, batch, context, true, k->shape, k->anchor_seconds);
+          k->anchored_tokens_per_second = AnchoredTokensPerSecond(
+              report, batch, context, true, k->shape, k->anchor_seconds, k->anchor_disk_factor);
           say(Format("  runner-up: %.1f tok/s predicted, %.1f measured (",
                      k->predicted_tokens_per_second, k->measured_tokens_per_second) +
               k->key + ")");
@@ -689,6 +703,7 @@ Status Tune(const Model& model, const TuneOptions& options,
             if (k.key == choice.key) {
               k.measured_tokens_per_second = choice.measured_tokens_per_second;
               k.anchor_seconds = choice.anchor_seconds;
+              k.anchor_disk_factor = choice.anchor_disk_factor;
               k.anchored_tokens_per_second = choice.anchored_tokens_per_second;
             }
           choice.predicted_best = choice.key;
@@ -702,6 +717,7 @@ Status Tune(const Model& model, const TuneOptions& options,
           choice.predicted = PredictMemoryStep(report.compute, batch, context);
           choice.measured_tokens_per_second = choice.default_tokens_per_second;
           choice.anchor_seconds = defaults_anchor;
+          choice.anchor_disk_factor = defaults_disk_factor;
           choice.anchored_tokens_per_second =
               AnchoredTokensPerSecond(report, batch, context, false, choice.shape, defaults_anchor);
           choice.ppl_loss = choice.ppl_loss_upper = 0;
@@ -716,6 +732,7 @@ Status Tune(const Model& model, const TuneOptions& options,
           choice.predicted = PredictDiskStep(report.device, report.compute, faster->shape);
           choice.measured_tokens_per_second = faster->measured_tokens_per_second;
           choice.anchor_seconds = faster->anchor_seconds;
+          choice.anchor_disk_factor = faster->anchor_disk_factor;
           choice.anchored_tokens_per_second = faster->anchored_tokens_per_second;
           choice.ppl_loss = faster->ppl_loss;
           choice.ppl_loss_upper = faster->ppl_loss_upper;
@@ -732,17 +749,20 @@ Status Tune(const Model& model, const TuneOptions& options,
         if (checked >= o.validate) break;
         if (k.key == choice.key || k.measured_tokens_per_second > 0) continue;
         MeasuredReads reads;
+        DiskAnchor disk_anchor(probe.get(), report.device);
         STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, *quality, batch, context, &k.options,
                                             &k.measured_tokens_per_second, &k.anchor_seconds,
-                                            &reads));
+                                            &reads, &disk_anchor));
+        k.anchor_disk_factor = disk_anchor.Factor();
         RecordReads(report, reads, &k);
-        k.anchored_tokens_per_second =
-            AnchoredTokensPerSecond(report, batch, context, true, k.shape, k.anchor_seconds);
+        k.anchored_tokens_per_second = AnchoredTokensPerSecond(
+            report, batch, context, true, k.shape, k.anchor_seconds, k.anchor_disk_factor);
         ++checked;
         tick();
         say(Format("  check: %.1f tok/s predicted, %.1f measured, ", k.predicted_tokens_per_second,
                    k.measured_tokens_per_second) +
-            Format("%.1f at the anchor's speed, %.1f at its reads (", k.anchored_tokens_per_second,
+            Format("%.1f at the anchors' speeds (disk %.2fx slower), %.1f at its reads (",
+                   k.anchored_tokens_per_second, k.anchor_disk_factor,
                    k.predicted_at_measured_reads) +
             k.key + ")");
       }

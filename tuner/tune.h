@@ -92,9 +92,11 @@ struct TunedCandidate {
   DiskStepShape shape;                    // what the prediction priced
   StepPrediction predicted;               // its parts
   double measured_tokens_per_second = 0;  // 0: not run (see TuneOptions::validate)
-  // The anchor step timed beside the check run (ComputeProfile::anchor_seconds), and the
-  // prediction again with the compute profile scaled to the machine's speed then.
+  // The anchor step timed beside the check run (ComputeProfile::anchor_seconds), the KV
+  // device's slowdown then against its profile (DiskAnchor::Factor), and the prediction
+  // again with the compute profile and the device's curve scaled to those speeds.
   double anchor_seconds = 0;
+  double anchor_disk_factor = 1;
   double anchored_tokens_per_second = 0;
   // What the check run read, per sequence and step (0 where none ran), and the prediction
   // again with those reads in place of the quality windows' (requests_per_step): the part of
@@ -121,7 +123,8 @@ struct TunedChoice {
   // (TuneOptions::runners_up); empty otherwise.
   std::string predicted_best;
   double measured_tokens_per_second = 0;
-  double anchor_seconds = 0, anchored_tokens_per_second = 0;  // as TunedCandidate's
+  double anchor_seconds = 0, anchor_disk_factor = 1;  // as TunedCandidate's
+  double anchored_tokens_per_second = 0;
   // The runtime's defaults at the same memory (full KV where it fits a sequence's share,
   // else the disk policy at that budget with every setting automatic), measured the same way.
   double default_tokens_per_second = 0;
