@@ -342,36 +342,43 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   // Then the rest of the step. The prices per attended group and Q8_0 token are work in a
   // layer's path, hidden where reads bound the layer (PredictDiskStep), so their columns are
   // what a unit of each adds to the predicted step rather than the counts themselves.
+  // A run whose reads hide the work entirely has a column of rounding noise, which a least
+  // squares fit would answer with an enormous price: below a thousandth of the `count` of
+  // units the column is taken as 0.
   auto marginal = [&](const ComputeProfile& at, const DiskStepShape& shape,
-                      double ComputeProfile::*price) {
+                      double ComputeProfile::*price, double count) {
     constexpr double kUnit = 1e-9;
     ComputeProfile more = at;
     more.*price += kUnit;
-    return (PredictDiskStep(device, more, shape).step_seconds -
-            PredictDiskStep(device, at, shape).step_seconds) /
-           kUnit;
+    const double m = (PredictDiskStep(device, more, shape).step_seconds -
+                      PredictDiskStep(device, at, shape).step_seconds) /
+                     kUnit;
+    return m > 1e-3 * count ? m : 0.0;
   };
   // Q8_0 records are still read and expanded for attention: at most half the F16 rate is
-  // saved (half the bytes), whatever a noisy fit says.
+  // saved (half the bytes), and expanding one costs at most attending it again, whatever a
+  // noisy fit says.
   const double q8_floor = -0.5 * p->attention_seconds_per_token / std::max(1, hp.n_layer);
+  const double q8_ceiling = p->attention_seconds_per_token / std::max(1, hp.n_layer);
   x.clear();
   y.clear();
   for (const Measured& m : measured) {
     if (m.batch != 1) continue;
     const DiskOwnWork w = OwnWork(m.shape);
-    const double q8 = marginal(bare, m.shape, &ComputeProfile::disk_seconds_per_q8_token);
+    const double q8 =
+        marginal(bare, m.shape, &ComputeProfile::disk_seconds_per_q8_token, w.q8_tokens);
     // Q8_0 records change attention's cost per token either way (their expansion against
     // half the bytes to read): a column for each sign keeps the fit non-negative while
     // letting the difference have either.
-    x.push_back({1.0, marginal(bare, m.shape, &ComputeProfile::disk_seconds_per_group), w.requests,
-                 q8, -q8});
+    x.push_back({1.0, marginal(bare, m.shape, &ComputeProfile::disk_seconds_per_group, w.groups),
+                 w.requests, q8, -q8});
     y.push_back(m.step - PredictDiskStep(device, bare, m.shape).step_seconds);
   }
   const std::vector<double> c = FitNonNegative(x, y);
   p->disk_overhead_seconds = c[0];
   p->disk_seconds_per_group = c[1];
   p->disk_seconds_per_request = c[2];
-  p->disk_seconds_per_q8_token = std::max(c[3] - c[4], q8_floor);
+  p->disk_seconds_per_q8_token = std::clamp(c[3] - c[4], q8_floor, q8_ceiling);
   // Several sequences' attention over Q8_0 records is priced on their own runs: the batch's
   // records of a layer are several times one sequence's, and where one sequence's fit in the
   // cores' caches theirs need not (measured: batch-8 plans attended at about F16's rate
@@ -383,13 +390,15 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   y.clear();
   for (const Measured& m : measured) {
     if (m.batch == 1) continue;
-    const double q8 = marginal(fitted, m.shape, &ComputeProfile::disk_seconds_per_q8_token_many);
+    const double q8 = marginal(fitted, m.shape, &ComputeProfile::disk_seconds_per_q8_token_many,
+                               OwnWork(m.shape).q8_tokens);
+    if (q8 == 0) continue;  // no Q8_0 records, or their work hidden under the reads
     x.push_back({q8, -q8});
     y.push_back(m.step - PredictDiskStep(device, fitted, m.shape).step_seconds);
   }
   if (!x.empty()) {
     const std::vector<double> cm = FitNonNegative(x, y);
-    p->disk_seconds_per_q8_token_many = std::max(cm[0] - cm[1], q8_floor);
+    p->disk_seconds_per_q8_token_many = std::clamp(cm[0] - cm[1], q8_floor, q8_ceiling);
   }
   p->disk_fit_runs = int32_t(measured.size());
   return Status::OK();
