@@ -782,9 +782,13 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
   const double guess_select_l = p.select_seconds / std::max(1, s.selections);
   const double refine_wait_l =
       path_wait(std::min(requests_l, double(s.batch) * s.refine_requests / layers), guess_select_l);
-  const double compute_l = p.compute_seconds / layers;
+  // A layer's guessed reads go out a layer ahead (DiskKv::Prepare) and run under what the
+  // CPU does meanwhile: the previous layer's compute and the selections made before this
+  // layer attends (its refinement, the next layer's guess). An I/O-bound layer waits only
+  // for what all of that leaves of its reads.
+  const double cover_l = (p.compute_seconds + p.select_seconds) / layers;
   p.wait_seconds =
-      layers * (std::max(compute_l + std::max(through_l, refine_wait_l), read_l) - compute_l);
+      layers * (std::max(cover_l + std::max(through_l, refine_wait_l), read_l) - cover_l);
   p.own_seconds = compute.disk_overhead_seconds + w.requests * compute.disk_seconds_per_request;
   p.step_seconds = p.select_seconds + p.compute_seconds + p.wait_seconds + p.own_seconds;
   p.tokens_per_second = p.step_seconds > 0 ? s.batch / p.step_seconds : 0;
