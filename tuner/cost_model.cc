@@ -489,19 +489,28 @@ Status ChooseThreads(const Model& model, int32_t cores, int32_t max_batch, int32
   if (cores < 1 || max_batch < 1 || steps < 1)
     return Status::InvalidArgument("threads search: cores, batch and steps must be >= 1");
   ThreadsChoice c;
-  double best = INFINITY;
-  for (int32_t t = cores; t >= 1; t /= 2) {
-    double one = 0, many = 0;
-    STRATA_RETURN_IF_ERROR(TimeDecode(model, t, -1, 1, kShortContext, steps, nullptr, &one));
-    if (max_batch > 1)
+  for (int32_t t = cores; t >= 1; t /= 2) c.counts.push_back(t);
+  // Rounds over every count in turn, each count's median kept: a spell of a neighbour's load
+  // on a shared machine then slows one round of each count, not all of one count's timings
+  // (which once chose one thread of two).
+  std::vector<std::vector<double>> rounds(c.counts.size());
+  for (int32_t r = 0; r < kThreadsRounds; ++r)
+    for (size_t i = 0; i < c.counts.size(); ++i) {
+      double one = 0, many = 0;
       STRATA_RETURN_IF_ERROR(
-          TimeDecode(model, t, -1, max_batch, kShortContext, steps, nullptr, &many));
-    const double per_token = one + (max_batch > 1 ? many / max_batch : 0.0);
-    c.counts.push_back(t);
+          TimeDecode(model, c.counts[i], -1, 1, kShortContext, steps, nullptr, &one));
+      if (max_batch > 1)
+        STRATA_RETURN_IF_ERROR(
+            TimeDecode(model, c.counts[i], -1, max_batch, kShortContext, steps, nullptr, &many));
+      rounds[i].push_back(one + (max_batch > 1 ? many / max_batch : 0.0));
+    }
+  double best = INFINITY;
+  for (size_t i = 0; i < c.counts.size(); ++i) {
+    const double per_token = Median(rounds[i]);
     c.seconds_per_token.push_back(per_token);
     if (per_token < best * (1.0 - kThreadsMargin)) {
       best = per_token;
-      c.threads = t;
+      c.threads = c.counts[i];
     }
   }
   *out = std::move(c);

@@ -155,6 +155,7 @@ struct ComputeProfileOptions {
 // idle: it wins where threads contend (SMT siblings, slow cores of a big.LITTLE board, a
 // shared machine), not on noise.
 constexpr double kThreadsMargin = 0.03;
+constexpr int32_t kThreadsRounds = 3;  // each count's timing is the median of these
 struct ThreadsChoice {
   int32_t threads = 0;
   std::vector<int32_t> counts;            // tried, from the most
