@@ -179,6 +179,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
             {"disk_overhead_seconds", r.compute.disk_overhead_seconds},
             {"disk_seconds_per_group", r.compute.disk_seconds_per_group},
             {"disk_seconds_per_request", r.compute.disk_seconds_per_request},
+            {"disk_seconds_per_request_many", r.compute.disk_seconds_per_request_many},
             {"disk_seconds_per_q8_token", r.compute.disk_seconds_per_q8_token},
             {"disk_seconds_per_q8_token_many", r.compute.disk_seconds_per_q8_token_many},
             {"selection_one_sequence", prices(r.compute.select_one)},

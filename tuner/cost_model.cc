@@ -278,6 +278,7 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   ComputeProfile bare = *p;  // the model without the constants being fitted
   bare.select_one = bare.select_many = {};
   bare.disk_overhead_seconds = bare.disk_seconds_per_group = bare.disk_seconds_per_request = 0;
+  bare.disk_seconds_per_request_many = 0;
   bare.disk_seconds_per_q8_token = bare.disk_seconds_per_q8_token_many = 0;
   std::vector<std::vector<double>> x;
   std::vector<double> y;
@@ -379,26 +380,31 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   p->disk_seconds_per_group = c[1];
   p->disk_seconds_per_request = c[2];
   p->disk_seconds_per_q8_token = std::clamp(c[3] - c[4], q8_floor, q8_ceiling);
-  // Several sequences' attention over Q8_0 records is priced on their own runs: the batch's
-  // records of a layer are several times one sequence's, and where one sequence's fit in the
-  // cores' caches theirs need not (measured: batch-8 plans attended at about F16's rate
-  // where one sequence's ran faster). Without such runs, one sequence's price.
+  // Several sequences' attention over Q8_0 records and their read requests are priced on
+  // their own runs: the batch's records of a layer are several times one sequence's, and
+  // where one sequence's fit in the cores' caches theirs need not (measured: batch-8 plans
+  // attended at about F16's rate where one sequence's ran faster); a batch's reads of a layer
+  // outrun the store's queue (kv.queue_depth), and the rest are submitted and waited for in
+  // the layer's path. Without such runs, one sequence's prices.
   p->disk_seconds_per_q8_token_many = p->disk_seconds_per_q8_token;
+  p->disk_seconds_per_request_many = p->disk_seconds_per_request;
   ComputeProfile fitted = *p;
-  fitted.disk_seconds_per_q8_token_many = 0;
+  fitted.disk_seconds_per_q8_token_many = fitted.disk_seconds_per_request_many = 0;
   x.clear();
   y.clear();
   for (const Measured& m : measured) {
     if (m.batch == 1) continue;
-    const double q8 = marginal(fitted, m.shape, &ComputeProfile::disk_seconds_per_q8_token_many,
-                               OwnWork(m.shape).q8_tokens);
-    if (q8 == 0) continue;  // no Q8_0 records, or their work hidden under the reads
-    x.push_back({q8, -q8});
+    const DiskOwnWork w = OwnWork(m.shape);
+    // Zero where there are no Q8_0 records, or their work hides under the reads.
+    const double q8 =
+        marginal(fitted, m.shape, &ComputeProfile::disk_seconds_per_q8_token_many, w.q8_tokens);
+    x.push_back({q8, -q8, w.requests});
     y.push_back(m.step - PredictDiskStep(device, fitted, m.shape).step_seconds);
   }
   if (!x.empty()) {
     const std::vector<double> cm = FitNonNegative(x, y);
     p->disk_seconds_per_q8_token_many = std::clamp(cm[0] - cm[1], q8_floor, q8_ceiling);
+    p->disk_seconds_per_request_many = cm[2];
   }
   p->disk_fit_runs = int32_t(measured.size());
   return Status::OK();
@@ -420,8 +426,8 @@ ComputeProfile ComputeProfile::Scaled(double f) const {
         &s.select_one.per_selection, &s.select_one.per_candidate, &s.select_one.per_group,
         &s.select_one.per_request, &s.select_many.per_selection, &s.select_many.per_candidate,
         &s.select_many.per_group, &s.select_many.per_request, &s.disk_overhead_seconds,
-        &s.disk_seconds_per_group, &s.disk_seconds_per_request, &s.disk_seconds_per_q8_token,
-        &s.disk_seconds_per_q8_token_many, &s.anchor_seconds})
+        &s.disk_seconds_per_group, &s.disk_seconds_per_request, &s.disk_seconds_per_request_many,
+        &s.disk_seconds_per_q8_token, &s.disk_seconds_per_q8_token_many, &s.anchor_seconds})
     *x *= f;
   return s;
 }
@@ -777,13 +783,10 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
     const double share = std::min(1.0, n);
     return share * std::max(0.0, read(std::max(1.0, n)) - cover);
   };
-  // Read-through groups (kv.read_through) are read for the step that attends them and their
-  // slots are shared with the layer two back, which must settle first: measured, their reads
-  // add about one read latency to a compute-bound layer instead of running under the
-  // previous layer's compute (docs/experiments/tuner.md). An I/O-bound layer (eMMC) takes
-  // as long as all its reads either way.
-  const double through_l =
-      path_wait(std::min(requests_l, double(s.batch) * double(std::max(0, s.read_through))), 0);
+  // Read-through groups (kv.read_through) go out with the layer's guess (DiskKv::Prepare)
+  // and hide like the other reads: measured, a compute-bound plan with them waits a small
+  // fraction of the read latency a layer that a wait in the layer's path would add
+  // (docs/experiments/tuner.md).
   // A refinement's reads go out once a layer's input is known, just before the layer
   // attends them: only the next layer's guess (a selection) runs meanwhile, and what of
   // their time that does not cover, the layer waits. Where they are many (large batches,
@@ -796,9 +799,10 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
   // layer attends (its refinement, the next layer's guess). An I/O-bound layer waits only
   // for what all of that leaves of its reads.
   const double cover_l = (p.compute_seconds + p.select_seconds) / layers;
-  p.wait_seconds =
-      layers * (std::max(cover_l + std::max(through_l, refine_wait_l), read_l) - cover_l);
-  p.own_seconds = compute.disk_overhead_seconds + w.requests * compute.disk_seconds_per_request;
+  p.wait_seconds = layers * (std::max(cover_l + refine_wait_l, read_l) - cover_l);
+  p.own_seconds = compute.disk_overhead_seconds +
+                  w.requests * (s.batch >= 2 ? compute.disk_seconds_per_request_many
+                                             : compute.disk_seconds_per_request);
   p.step_seconds = p.select_seconds + p.compute_seconds + p.wait_seconds + p.own_seconds;
   p.tokens_per_second = p.step_seconds > 0 ? s.batch / p.step_seconds : 0;
   return p;

@@ -580,8 +580,9 @@ Status Tune(const Model& model, const TuneOptions& options,
   }
   say(Format("  disk policy besides (fitted on %.0f runs): ", cp.disk_fit_runs) +
       Format("%.2f ms a step, ", cp.disk_overhead_seconds * 1e3) +
-      Format("%.1f ns a group, %.2f us a read, ", cp.disk_seconds_per_group * 1e9,
-             cp.disk_seconds_per_request * 1e6) +
+      Format("%.1f ns a group, %.2f us a read (%.2f for several sequences), ",
+             cp.disk_seconds_per_group * 1e9, cp.disk_seconds_per_request * 1e6,
+             cp.disk_seconds_per_request_many * 1e6) +
       Format("%+.1f ns a Q8_0 token (%+.1f for several sequences)",
              cp.disk_seconds_per_q8_token * 1e9, cp.disk_seconds_per_q8_token_many * 1e9));
 
