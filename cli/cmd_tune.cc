@@ -174,6 +174,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
            {{"threads", r.compute.threads},
             {"dense", dense},
             {"attention_seconds_per_token", r.compute.attention_seconds_per_token},
+            {"attention_seconds_per_token_many", r.compute.attention_seconds_per_token_many},
             {"score", score},
             {"query_seconds", r.compute.query_seconds},
             {"disk_overhead_seconds", r.compute.disk_overhead_seconds},

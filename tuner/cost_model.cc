@@ -422,12 +422,13 @@ ComputeProfile ComputeProfile::Scaled(double f) const {
   for (double& x : s.score_seconds_per_row) x *= f;
   for (double& x : s.score_seconds_per_row_one_core) x *= f;
   for (double* x :
-       {&s.attention_seconds_per_token, &s.query_seconds, &s.query_row_seconds,
-        &s.select_one.per_selection, &s.select_one.per_candidate, &s.select_one.per_group,
-        &s.select_one.per_request, &s.select_many.per_selection, &s.select_many.per_candidate,
-        &s.select_many.per_group, &s.select_many.per_request, &s.disk_overhead_seconds,
-        &s.disk_seconds_per_group, &s.disk_seconds_per_request, &s.disk_seconds_per_request_many,
-        &s.disk_seconds_per_q8_token, &s.disk_seconds_per_q8_token_many, &s.anchor_seconds})
+       {&s.attention_seconds_per_token, &s.attention_seconds_per_token_many, &s.query_seconds,
+        &s.query_row_seconds, &s.select_one.per_selection, &s.select_one.per_candidate,
+        &s.select_one.per_group, &s.select_one.per_request, &s.select_many.per_selection,
+        &s.select_many.per_candidate, &s.select_many.per_group, &s.select_many.per_request,
+        &s.disk_overhead_seconds, &s.disk_seconds_per_group, &s.disk_seconds_per_request,
+        &s.disk_seconds_per_request_many, &s.disk_seconds_per_q8_token,
+        &s.disk_seconds_per_q8_token_many, &s.anchor_seconds})
     *x *= f;
   return s;
 }
@@ -531,7 +532,9 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
   ComputeProfile p;
   p.threads = o.threads;
   // Batches, attention, one scoring point per adapter set, the disk policy's run.
-  const int64_t units = int64_t(o.batches.size() + adapters.sets.size()) + 1 + (disk ? 1 : 0);
+  const int64_t units = int64_t(o.batches.size() + adapters.sets.size()) + 1 +
+                        (*std::max_element(o.batches.begin(), o.batches.end()) >= 2 ? 1 : 0) +
+                        (disk ? 1 : 0);
   int64_t done = 0;
   auto advance = [&] {
     if (o.progress) o.progress(++done, units);
@@ -564,18 +567,20 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
     return Status::OK();
   };
   STRATA_RETURN_IF_ERROR(time_batches(0));
-  Timed attention{0, 0};
-  {
-    // Attention is what a long context adds to a short one's step. The two are timed in
-    // alternation and the median of their differences kept, so that a stall or a neighbour
-    // on a shared machine shifts both sides of a pair rather than deciding the difference.
-    // A difference of two steps is noisier than either, hence more pairs than steps.
+  // Attention is what a long context adds to a short one's step. The two are timed in
+  // alternation and the median of their differences kept, so that a stall or a neighbour on
+  // a shared machine shifts both sides of a pair rather than deciding the difference. A
+  // difference of two steps is noisier than either, hence more pairs than steps. A batch's
+  // sequences hold attention_tokens between them, so its cache takes no more memory than one
+  // sequence's. Per sequence-token.
+  auto time_attention = [&](int32_t batch, Timed* timed) -> Status {
     const int32_t pairs = std::max(o.steps, 3 * kMinSteps);
+    const int32_t context = std::max(4 * kShortContext, o.attention_tokens / batch);
     DecodeTimer short_ctx, long_ctx;
     STRATA_RETURN_IF_ERROR(
-        short_ctx.Init(model, o.threads, 1, kShortContext, pairs, nullptr, o.cuda_device));
+        short_ctx.Init(model, o.threads, batch, kShortContext, pairs, nullptr, o.cuda_device));
     STRATA_RETURN_IF_ERROR(
-        long_ctx.Init(model, o.threads, 1, o.attention_tokens, pairs, nullptr, o.cuda_device));
+        long_ctx.Init(model, o.threads, batch, context, pairs, nullptr, o.cuda_device));
     AnchorTimer anchor;
     STRATA_RETURN_IF_ERROR(anchor.Init(model, o.threads, o.cuda_device, pairs));
     std::vector<double> diffs;
@@ -586,10 +591,14 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
       if (i > 0) diffs.push_back(b - a);
       STRATA_RETURN_IF_ERROR(anchor.Step());
     }
-    attention = {Median(std::move(diffs)) / double(o.attention_tokens - kShortContext),
-                 anchor.Seconds()};
+    *timed = {Median(std::move(diffs)) / double(int64_t(batch) * (context - kShortContext)),
+              anchor.Seconds()};
     advance();
-  }
+    return Status::OK();
+  };
+  Timed attention{0, 0}, attention_many{0, 0};
+  STRATA_RETURN_IF_ERROR(time_attention(1, &attention));
+  if (batches.back() >= 2) STRATA_RETURN_IF_ERROR(time_attention(batches.back(), &attention_many));
 
   // One layer's selection over score_rows summary rows, per adapter set (rank) and rows a
   // group. The rows hold realistic values (a normal key projected, quantized as the policy
@@ -681,6 +690,7 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
   STRATA_RETURN_IF_ERROR(time_batches(1));
   {
     std::vector<double> anchors = {attention.anchor};
+    if (attention_many.anchor > 0) anchors.push_back(attention_many.anchor);
     for (const std::vector<Timed>& pass : dense)
       for (const Timed& t : pass) anchors.push_back(t.anchor);
     p.anchor_seconds = Median(anchors);
@@ -706,6 +716,8 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
     const double kv_bytes = double(hp.n_layer) * 2.0 * hp.n_head_kv * hp.head_dim * 2.0;
     const double floor = o.memory_bytes_per_second > 0 ? kv_bytes / o.memory_bytes_per_second : 0.0;
     p.attention_seconds_per_token = std::max(at_profile_speed(attention), floor);
+    if (attention_many.anchor > 0)
+      p.attention_seconds_per_token_many = std::max(at_profile_speed(attention_many), floor);
   }
   if (disk) {
     STRATA_RETURN_IF_ERROR(FitDiskConstants(model, o, *disk, &p));
@@ -766,7 +778,7 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
                                                         : compute.disk_seconds_per_q8_token);
   p.compute_seconds =
       compute.DenseSeconds(s.batch) +
-      double(s.batch) * double(s.attended_tokens) * compute.attention_seconds_per_token +
+      double(s.batch) * double(s.attended_tokens) * compute.AttentionSecondsPerToken(s.batch) +
       layer_work;
   p.select_seconds = SelectionSeconds(compute, s);
   const double requests_l = double(s.batch) * s.requests / layers;
@@ -912,7 +924,7 @@ std::vector<double> FitNonNegative(const std::vector<std::vector<double>>& x,
 StepPrediction PredictMemoryStep(const ComputeProfile& compute, int32_t batch, int32_t context) {
   StepPrediction p;
   p.compute_seconds = compute.DenseSeconds(batch) +
-                      double(batch) * double(context) * compute.attention_seconds_per_token;
+                      double(batch) * double(context) * compute.AttentionSecondsPerToken(batch);
   p.step_seconds = p.compute_seconds;
   p.tokens_per_second = p.step_seconds > 0 ? batch / p.step_seconds : 0;
   return p;

@@ -62,8 +62,16 @@ struct ComputeProfile {
   // A decode step with a few tokens of context, by batch (ascending).
   std::vector<int32_t> batches;
   std::vector<double> dense_seconds;
-  // One step, one sequence, one attended token (all layers).
+  // One step, one sequence, one attended token (all layers); and the same per sequence
+  // for two or more, measured at the largest batch (0: not measured, one sequence's): one
+  // sequence's attention splits its few KV heads over the pool's threads, a batch's spreads
+  // evenly, so a token of a batch can cost far less than one sequence's.
   double attention_seconds_per_token = 0;
+  double attention_seconds_per_token_many = 0;
+  double AttentionSecondsPerToken(int32_t batch) const {
+    return batch >= 2 && attention_seconds_per_token_many > 0 ? attention_seconds_per_token_many
+                                                              : attention_seconds_per_token;
+  }
   // One selection of one layer for one sequence, per summary row scored, by adapter rank
   // and by summary rows a group (1 for a per-group summary, G for a per-token one):
   // [i * score_group_sizes.size() + j] for ranks[i] and score_group_sizes[j] (ascending;

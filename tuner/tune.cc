@@ -567,8 +567,10 @@ Status Tune(const Model& model, const TuneOptions& options,
   for (size_t i = 0; i < report.compute.batches.size(); ++i)
     say(Format("  decode step at batch %.0f: %.2f ms", report.compute.batches[i],
                report.compute.dense_seconds[i] * 1e3));
-  say(Format("  attention %.3f us a token, low-rank query %.1f us",
-             report.compute.attention_seconds_per_token * 1e6, report.compute.query_seconds * 1e6));
+  say(Format("  attention %.3f us a token (%.3f for several sequences), low-rank query %.1f us",
+             report.compute.attention_seconds_per_token * 1e6,
+             report.compute.AttentionSecondsPerToken(max_batch) * 1e6,
+             report.compute.query_seconds * 1e6));
   const ComputeProfile& cp = report.compute;
   for (bool many : {false, true}) {
     const ComputeProfile::SelectionPrices& sp = many ? cp.select_many : cp.select_one;

@@ -108,6 +108,14 @@ TEST(CostModelTest, ReadsHideUnderComputeUntilTheyDoNot) {
   const StepPrediction mem = PredictMemoryStep(c, 8, 4096);
   EXPECT_NEAR(mem.step_seconds, 0.030 + 8 * 4096 * 1e-7, 1e-12);
   EXPECT_NEAR(mem.tokens_per_second, 8 / mem.step_seconds, 1e-9);
+  // A batch's attention at its own price where one was measured; one sequence's stays.
+  c.attention_seconds_per_token_many = 4e-8;
+  EXPECT_NEAR(PredictMemoryStep(c, 8, 4096).step_seconds, 0.030 + 8 * 4096 * 4e-8, 1e-12);
+  EXPECT_NEAR(PredictMemoryStep(c, 1, 4096).step_seconds, 0.010 + 4096 * 1e-7, 1e-12);
+  s.batch = 8;
+  s.requests = 0;
+  s.bytes = 0;
+  EXPECT_NEAR(PredictDiskStep(d, c, s).compute_seconds, 0.030 + 8 * 1000 * 4e-8, 1e-12);
 }
 
 TEST(CostModelTest, ThePolicysOwnWorkAddsPerStepGroupAndRead) {
