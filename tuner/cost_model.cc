@@ -798,7 +798,7 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
   // Read-through groups (kv.read_through) go out with the layer's guess (DiskKv::Prepare)
   // and hide like the other reads: measured, a compute-bound plan with them waits a small
   // fraction of the read latency a layer that a wait in the layer's path would add
-  // (docs/experiments/tuner.md).
+  // (docs/experiments/tuner.md). They count among the requests; no term of their own.
   // A refinement's reads go out once a layer's input is known, just before the layer
   // attends them: only the next layer's guess (a selection) runs meanwhile, and what of
   // their time that does not cover, the layer waits. Where they are many (large batches,
@@ -861,7 +861,6 @@ DiskStepShape ShapeOfPlan(const DiskKvPlan& plan, const DiskKvOptions& o, int32_
   s.requests = requests;
   s.bytes = bytes;
   s.queue_depth = uint32_t(o.queue_depth);
-  s.read_through = plan.transient_groups;
   return s;
 }
 

@@ -65,7 +65,7 @@ struct ComputeProfile {
   // One step, one sequence, one attended token (all layers); and the same per sequence
   // for two or more, measured at the largest batch (0: not measured, one sequence's): one
   // sequence's attention splits its few KV heads over the pool's threads, a batch's spreads
-  // evenly, so a token of a batch can cost far less than one sequence's.
+  // evenly, so a token of a batch can cost less than one sequence's.
   double attention_seconds_per_token = 0;
   double attention_seconds_per_token_many = 0;
   double AttentionSecondsPerToken(int32_t batch) const {
@@ -222,7 +222,6 @@ struct DiskStepShape {
   double refine_requests = 0;
   double bytes = 0;  // bytes read per step
   uint32_t queue_depth = 64;
-  int32_t read_through = 0;  // read-through slots a layer (kv.read_through, T)
 };
 
 struct StepPrediction {

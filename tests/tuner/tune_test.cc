@@ -256,32 +256,6 @@ TEST(CostModelTest, ABatchsSelectionsShareTheCores) {
   EXPECT_NEAR(selection(2, 1), per_sequence, 1e-12);
 }
 
-// Read-through groups go out with the layer's guess: hidden under the compute like the
-// other reads, and an I/O-bound step takes as long as its reads either way.
-TEST(CostModelTest, ReadThroughReadsHideLikeTheGuess) {
-  const DeviceProfile d = Curve();
-  ComputeProfile c;
-  c.batches = {1};
-  c.dense_seconds = {0.010};  // 1 ms a layer
-  DiskStepShape s;
-  s.n_layer = 10;
-  s.queue_depth = 16;
-  s.bytes = 4096.0 * 10 * 10;
-  s.requests = 10 * 10;  // 10 a layer: under a millisecond, hidden behind the compute
-  const double hidden = PredictDiskStep(d, c, s).step_seconds;
-  EXPECT_NEAR(hidden, 0.010, 1e-12);
-  s.read_through = 2;
-  EXPECT_NEAR(PredictDiskStep(d, c, s).step_seconds, hidden, 1e-12);
-  // I/O-bound: 2000 reads a layer take 25 ms against 1 ms of compute, with or without
-  // read-through.
-  s.requests = 2000 * 10;
-  s.bytes = 4096.0 * s.requests;
-  const double io = 10 * d.ReadSeconds(2000, 4096, 16);
-  EXPECT_NEAR(PredictDiskStep(d, c, s).step_seconds, io, 1e-12);
-  s.read_through = 0;
-  EXPECT_NEAR(PredictDiskStep(d, c, s).step_seconds, io, 1e-12);
-}
-
 TEST(CostModelTest, ARefinementsReadsWaitBeyondTheNextGuessSelection) {
   const DeviceProfile d = Curve();
   ComputeProfile c;
