@@ -106,10 +106,17 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
                           {"seconds_per_request", p.per_request},
                           {"score_scale", p.score_scale}};
   };
+  // Where a predicted step's time goes: the same parts for a candidate and a choice.
+  auto step_parts = [](const StepPrediction& p) {
+    return nlohmann::json{{"predicted_compute_seconds", p.compute_seconds},
+                          {"predicted_read_seconds", p.read_seconds},
+                          {"predicted_wait_seconds", p.wait_seconds},
+                          {"predicted_own_seconds", p.own_seconds}};
+  };
   nlohmann::json choices = nlohmann::json::array();
   for (const TunedChoice& c : r.choices) {
     nlohmann::json cands = nlohmann::json::array();
-    for (const TunedCandidate& k : c.candidates)
+    for (const TunedCandidate& k : c.candidates) {
       cands.push_back({{"settings", k.key},
                        {"predicted_tokens_per_second", k.predicted_tokens_per_second},
                        {"ppl_loss", k.ppl_loss},
@@ -130,13 +137,11 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
                        {"measured_select_seconds", k.measured_select_seconds},
                        {"measured_wait_seconds", k.measured_wait_seconds},
                        {"predicted_select_seconds", k.predicted_select_seconds},
-                       {"predicted_compute_seconds", k.predicted.compute_seconds},
-                       {"predicted_read_seconds", k.predicted.read_seconds},
-                       {"predicted_wait_seconds", k.predicted.wait_seconds},
-                       {"predicted_own_seconds", k.predicted.own_seconds},
                        {"attended_tokens", k.shape.attended_tokens},
                        {"selections", k.shape.selections},
                        {"summary_rows", k.shape.summary_rows}});
+      cands.back().update(step_parts(k.predicted));
+    }
     choices.push_back({{"batch", c.batch},
                        {"context", c.context},
                        {"policy", c.disk ? "disk" : "memory"},
@@ -145,11 +150,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
                        {"predicted_best", c.predicted_best},
                        {"predicted_tokens_per_second", c.predicted.tokens_per_second},
                        {"predicted_step_seconds", c.predicted.step_seconds},
-                       {"predicted_compute_seconds", c.predicted.compute_seconds},
                        {"predicted_select_seconds", c.predicted.select_seconds},
-                       {"predicted_read_seconds", c.predicted.read_seconds},
-                       {"predicted_wait_seconds", c.predicted.wait_seconds},
-                       {"predicted_own_seconds", c.predicted.own_seconds},
                        {"measured_tokens_per_second", c.measured_tokens_per_second},
                        {"anchor_seconds", c.anchor_seconds},
                        {"anchor_disk_factor", c.anchor_disk_factor},
@@ -159,6 +160,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
                        {"ppl_loss_upper", c.ppl_loss_upper},
                        {"agreement", c.agreement},
                        {"candidates", cands}});
+    choices.back().update(step_parts(c.predicted));
   }
   return {{"kind", "strata.tune_report"},
           {"version", 1},
