@@ -48,7 +48,10 @@ Status SolveEntry(const SolverSpace& space, const SolverEvaluate& evaluate, Solv
 
   // 1. The budget: the smallest at which the automatic plan keeps the bound. lo: the
   // smallest known to keep it (or not worth measuring: it cannot beat the best, and a
-  // larger budget is slower); hi: the largest known not to, or past the end.
+  // larger budget is slower), or the largest budget before that is known; hi: the largest
+  // known not to, or past the end. The largest budget is measured only when every smaller
+  // one the bisection asked about lost the bound: its plans attend the most groups, so
+  // they are the slowest to measure and the least likely to win.
   auto keeps = [&](size_t i, bool* ok) -> Status {
     *ok = false;
     const int64_t j = automatic(i);
@@ -63,12 +66,14 @@ Status SolveEntry(const SolverSpace& space, const SolverEvaluate& evaluate, Solv
   size_t lo = 0, hi = n;
   if (n > 0) {
     bool ok = false;
-    STRATA_RETURN_IF_ERROR(keeps(0, &ok));
-    if (!ok) hi = 0;
     while (hi > lo + 1) {
       const size_t mid = lo + (hi - lo) / 2;
       STRATA_RETURN_IF_ERROR(keeps(mid, &ok));
       (ok ? lo : hi) = mid;
+    }
+    if (lo == 0) {
+      STRATA_RETURN_IF_ERROR(keeps(0, &ok));
+      if (!ok) hi = 0;
     }
   }
 

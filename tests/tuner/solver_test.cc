@@ -178,11 +178,21 @@ TEST(SolverTest, HandMadeTables) {
   EXPECT_EQ(r.plan, 1);
   EXPECT_EQ(r.predicted_tokens_per_second, 22);
 
-  // Nothing keeps the bound: not found, and it says how many it measured.
+  // Nothing keeps the bound: not found, and it says how many it measured (the smaller
+  // budget's plan first, then the larger budget's two).
   w.truth = {{{false, 18}, {false, 22}}, {{false, 28}}};
   ASSERT_TRUE(SolveWorld(w, &r, &asked).ok());
   EXPECT_FALSE(r.found);
-  EXPECT_EQ(r.evaluations, 2);
+  EXPECT_EQ(r.evaluations, 3);
+
+  // The smaller budget keeps the bound: the largest budget's own plan, slower than it could
+  // ever be, is never measured.
+  w.truth = {{{true, 18}, {true, 22}}, {{true, 28}}};
+  ASSERT_TRUE(SolveWorld(w, &r, &asked).ok());
+  EXPECT_EQ(r.budget, 1);
+  EXPECT_EQ(asked[0][0], 0);
+  EXPECT_EQ(asked[0][1], 0);
+  EXPECT_EQ(r.evaluations, 1);
 
   // Variants: one of a plan that lost the bound is never measured; one of a plan that kept
   // it is, and wins when its fewer reads make it the fastest; the cap of variants holds.
