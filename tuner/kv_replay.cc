@@ -35,6 +35,11 @@ Status EvaluationTokens(const Model& model, const std::string& text_path, double
   return model.tokenizer().Encode(std::string_view(all).substr(start), false, false, out);
 }
 
+uint64_t FullKvBytes(const HParams& hp, int32_t context) {
+  return uint64_t(hp.n_layer) * uint64_t(context) * uint64_t(hp.n_head_kv) * uint64_t(hp.head_dim) *
+         2 * sizeof(uint16_t);
+}
+
 Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
                      const std::string& cache_dir, int32_t threads, KvCapture* out,
                      bool* computed) {

@@ -43,6 +43,9 @@ struct KvCapture {
   const uint16_t* v(int32_t layer) const { return k(layer) + size_t(n_tokens) * row; }
 };
 
+// Full KV of one sequence at `context` tokens, in bytes (F16 K and V of every layer).
+uint64_t FullKvBytes(const HParams& hp, int32_t context);
+
 // Loads the capture of `tokens` from cache_dir, or computes it (memory policy, `threads`
 // workers) and stores it there. *computed tells which.
 Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,

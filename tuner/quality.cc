@@ -201,83 +201,120 @@ Status QualityProfiler::Capture(int32_t context, int32_t w,
   return Status::OK();
 }
 
-Status QualityProfiler::Window(int32_t context, int32_t w, const DiskKvOptions* disk,
-                               WindowQuality* out) {
+Status QualityProfiler::Windows(int32_t context, std::span<const int32_t> ws,
+                                const DiskKvOptions* disk, std::vector<WindowQuality>* out) {
   const int32_t prefix = context - options_.scored - 1;
   if (prefix < 1)
     return Status::InvalidArgument("tune: a context of " + std::to_string(context) +
                                    " tokens leaves no prefix before " +
                                    std::to_string(options_.scored) + " scored positions");
-  std::shared_ptr<const KvCapture> cap;
-  STRATA_RETURN_IF_ERROR(Capture(context, w, &cap));
-  const size_t begin = WindowBegin(context, w);
-  const std::vector<int32_t> win(tokens_.begin() + ptrdiff_t(begin),
-                                 tokens_.begin() + ptrdiff_t(begin + size_t(context)));
+  const int32_t n = int32_t(ws.size());
   std::unique_ptr<Engine> e;
-  STRATA_RETURN_IF_ERROR(CreateRunEngine(model_, options_.threads, context, 1, disk, &e));
-  SeqId seq;
-  STRATA_RETURN_IF_ERROR(e->NewSequence(&seq));
-  STRATA_RETURN_IF_ERROR(ReplayPrefix(e->kv(), seq, *cap, prefix));
+  STRATA_RETURN_IF_ERROR(CreateRunEngine(model_, options_.threads, context, n, disk, &e));
+  // A policy whose budget stages a pass in few tokens takes fewer windows at once.
+  const int32_t most = std::max(1, std::min(e->forward().max_tokens(), e->kv().max_pass_tokens()));
+  if (n > most) {
+    e.reset();
+    out->clear();
+    for (int32_t i = 0; i < n; i += most) {
+      std::vector<WindowQuality> part;
+      STRATA_RETURN_IF_ERROR(
+          Windows(context, ws.subspan(size_t(i), size_t(std::min(most, n - i))), disk, &part));
+      for (WindowQuality& q : part) out->push_back(std::move(q));
+    }
+    return Status::OK();
+  }
+  std::vector<SeqId> seqs(ws.size());
+  std::vector<size_t> begins(ws.size());
+  for (size_t j = 0; j < ws.size(); ++j) {
+    std::shared_ptr<const KvCapture> cap;
+    STRATA_RETURN_IF_ERROR(Capture(context, ws[j], &cap));
+    begins[j] = WindowBegin(context, ws[j]);
+    STRATA_RETURN_IF_ERROR(e->NewSequence(&seqs[j]));
+    STRATA_RETURN_IF_ERROR(ReplayPrefix(e->kv(), seqs[j], *cap, prefix));
+  }
   const KvCounters c0 = e->kv().counters();
-  WindowQuality q;
+  out->assign(ws.size(), WindowQuality{});
   std::vector<float> logits;
   ForwardBatch b;
   const int32_t n_vocab = model_.hparams().n_vocab;
   for (int32_t i = 0; i < options_.scored; ++i) {
     b.Clear();
-    b.Add(seq, prefix + i, std::span<const int32_t>(&win[size_t(prefix + i)], 1));
+    for (size_t j = 0; j < ws.size(); ++j)
+      b.Add(seqs[j], prefix + i,
+            std::span<const int32_t>(&tokens_[begins[j] + size_t(prefix + i)], 1));
     STRATA_RETURN_IF_ERROR(e->Evaluate(b, &logits));
-    Accumulate(logits.data(), n_vocab, win[size_t(prefix + i + 1)], &q);
+    for (size_t j = 0; j < ws.size(); ++j)
+      Accumulate(logits.data() + j * size_t(n_vocab), n_vocab,
+                 tokens_[begins[j] + size_t(prefix + i + 1)], &(*out)[j]);
   }
+  // The policy counts for the whole batch: each window gets its share of what the passes
+  // read (the remainder to the first), and every pass as one of its steps, so a summary's
+  // reads per step stay reads per sequence and step.
   const KvCounters c = e->kv().counters();
-  q.steps = int64_t(c.steps - c0.steps);
-  q.reads = int64_t(c.reads_issued - c0.reads_issued);
-  q.refine_reads = int64_t(c.refine_reads_issued - c0.refine_reads_issued);
-  q.bytes_read = int64_t(c.bytes_read - c0.bytes_read);
-  q.groups_selected = int64_t(c.groups_selected - c0.groups_selected);
-  q.reuse_hits = int64_t(c.reuse_hits - c0.reuse_hits);
-  q.resident_attended = int64_t(c.resident_attended - c0.resident_attended);
-  *out = std::move(q);
+  auto share = [n](uint64_t total, int32_t j) {
+    return int64_t(total / uint64_t(n) + (uint64_t(j) < total % uint64_t(n) ? 1 : 0));
+  };
+  for (int32_t j = 0; j < n; ++j) {
+    WindowQuality& q = (*out)[size_t(j)];
+    q.steps = int64_t(c.steps - c0.steps);
+    q.reads = share(c.reads_issued - c0.reads_issued, j);
+    q.refine_reads = share(c.refine_reads_issued - c0.refine_reads_issued, j);
+    q.bytes_read = share(c.bytes_read - c0.bytes_read, j);
+    q.groups_selected = share(c.groups_selected - c0.groups_selected, j);
+    q.reuse_hits = share(c.reuse_hits - c0.reuse_hits, j);
+    q.resident_attended = share(c.resident_attended - c0.resident_attended, j);
+  }
   return Status::OK();
 }
 
-Status QualityProfiler::Cached(const std::string& key, int32_t context, int32_t w,
-                               const DiskKvOptions* disk, WindowQuality* out, bool* measured) {
-  *measured = false;
-  auto it = results_.find(key);
-  if (it != results_.end()) {
-    *out = it->second;
-    return Status::OK();
+Status QualityProfiler::Missing(const std::string& config, int32_t context,
+                                const DiskKvOptions* disk) {
+  std::vector<int32_t> ws;
+  for (int32_t w = 0; w < options_.windows; ++w)
+    if (!results_.count(LineKey(config, context, w))) ws.push_back(w);
+  if (ws.empty()) return Status::OK();
+  // Windows run side by side, as one batch of sequences, while their KV fits in what the
+  // captures may hold: the pass's weights are read once for all of them.
+  const uint64_t kv = disk ? uint64_t(std::max<int64_t>(1, disk->budget_bytes))
+                           : FullKvBytes(model_.hparams(), context);
+  const size_t together =
+      std::max<size_t>(1, std::min<uint64_t>(ws.size(), options_.capture_memory_bytes / kv));
+  for (size_t i = 0; i < ws.size(); i += together) {
+    const std::span<const int32_t> part(ws.data() + i, std::min(together, ws.size() - i));
+    std::vector<WindowQuality> qs;
+    STRATA_RETURN_IF_ERROR(Windows(context, part, disk, &qs));
+    for (size_t j = 0; j < part.size(); ++j) {
+      WindowQuality& q = qs[j];
+      if (disk) {
+        // Agreement with full KV's top-1 token (measured before any configuration's).
+        const WindowQuality& ref = results_.at(LineKey(kFullKey, context, part[j]));
+        for (int32_t k = 0; k < q.positions && k < ref.positions; ++k) {
+          const bool same = q.argmax[size_t(k)] == ref.argmax[size_t(k)];
+          q.agree += same;
+          if (ref.margin[size_t(k)] >= kClearMargin) {
+            ++q.clear;
+            q.clear_agree += same;
+          }
+        }
+      }
+      STRATA_RETURN_IF_ERROR(Record(LineKey(config, context, part[j]), q));
+    }
   }
-  STRATA_RETURN_IF_ERROR(Window(context, w, disk, out));
-  *measured = true;
   return Status::OK();
 }
 
 Status QualityProfiler::Measure(const DiskKvOptions& disk, const std::string& key, int32_t context,
                                 QualitySummary* out, int32_t* measured) {
+  int32_t cached = 0;
+  for (int32_t w = 0; w < options_.windows; ++w)
+    cached += int32_t(results_.count(LineKey(key, context, w)));
+  STRATA_RETURN_IF_ERROR(Missing(kFullKey, context, nullptr));
+  STRATA_RETURN_IF_ERROR(Missing(key, context, &disk));
   QualitySummary s;
-  int32_t ran = 0;
   for (int32_t w = 0; w < options_.windows; ++w) {
-    WindowQuality ref, q;
-    bool fresh = false;
-    const std::string ref_key = LineKey(kFullKey, context, w);
-    STRATA_RETURN_IF_ERROR(Cached(ref_key, context, w, nullptr, &ref, &fresh));
-    if (fresh) STRATA_RETURN_IF_ERROR(Record(ref_key, ref));
-    const std::string cfg_key = LineKey(key, context, w);
-    STRATA_RETURN_IF_ERROR(Cached(cfg_key, context, w, &disk, &q, &fresh));
-    if (fresh) {
-      ++ran;
-      for (int32_t i = 0; i < q.positions && i < ref.positions; ++i) {
-        const bool same = q.argmax[size_t(i)] == ref.argmax[size_t(i)];
-        q.agree += same;
-        if (ref.margin[size_t(i)] >= kClearMargin) {
-          ++q.clear;
-          q.clear_agree += same;
-        }
-      }
-      STRATA_RETURN_IF_ERROR(Record(cfg_key, q));
-    }
+    const WindowQuality& ref = results_.at(LineKey(kFullKey, context, w));
+    const WindowQuality& q = results_.at(LineKey(key, context, w));
     s.full_nll += ref.nll;
     for (size_t i = 0; i < q.nlls.size() && i < ref.nlls.size(); ++i) {
       const double d = double(q.nlls[i]) - double(ref.nlls[i]);
@@ -298,7 +335,7 @@ Status QualityProfiler::Measure(const DiskKvOptions& disk, const std::string& ke
     ++s.windows;
   }
   *out = s;
-  if (measured) *measured = ran;
+  if (measured) *measured = options_.windows - cached;
   return Status::OK();
 }
 

@@ -6,10 +6,14 @@
 // the policy (tuner/kv_replay.h), the last `scored` are decoded one per pass, teacher-forced,
 // as generation would; each position's next-token log-likelihood and top-1 token are
 // compared with full KV's on the same window. Perplexity loss = exp(mean NLL difference) - 1.
+// A configuration's windows decode side by side, one sequence each in one engine: a token's
+// result does not depend on who shares its pass, and the pass reads the weights once for
+// all of them and selects for them side by side, a fraction of one after another.
 //
 // Results are kept in a JSON-lines file, one line per (model, configuration, context,
 // window), so an interrupted tune resumes where it stopped and a rerun measures nothing
-// twice. A line is appended and flushed as soon as its window is done.
+// twice. A line is appended and flushed as soon as its window is done (windows decoded side
+// by side: as soon as they are).
 //
 // Runs engines on the caller's thread plus their pools.
 #pragma once
@@ -18,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -94,7 +99,9 @@ struct QualityOptions {
   int32_t window_stride = 0;
   // Captures kept loaded between windows, in bytes: every plan replays the same few, and
   // reading one back from the work directory costs about as much as replaying it. 0 keeps
-  // none (each window reads its capture); captures past the limit are read each time.
+  // none (each window reads its capture); captures past the limit are read each time. The
+  // same bound holds the KV of windows decoded side by side (full KV, or a plan's budget,
+  // a window): past it they run a few at a time.
   uint64_t capture_memory_bytes = 0;
 };
 
@@ -128,12 +135,11 @@ class QualityProfiler {
       : model_(model), options_(options) {}
   size_t Stride(int32_t context) const { return size_t(std::max(context, options_.window_stride)); }
   std::string LineKey(const std::string& config, int32_t context, int32_t window) const;
-  // Window w of `context` under `disk`, or full KV (disk null).
-  Status Window(int32_t context, int32_t w, const DiskKvOptions* disk, WindowQuality* out);
-  // The cached result of `key`, or the window measured now and recorded.
-  Status Cached(const std::string& key, int32_t context, int32_t w, const DiskKvOptions* disk,
-                WindowQuality* out, bool* measured);
-  // Keeps a result and appends it to the results file, flushed.
+  // Windows ws of `context` under `disk`, or full KV (disk null), decoded side by side.
+  Status Windows(int32_t context, std::span<const int32_t> ws, const DiskKvOptions* disk,
+                 std::vector<WindowQuality>* out);
+  // Measures and records the windows of `config` not in the results file.
+  Status Missing(const std::string& config, int32_t context, const DiskKvOptions* disk);
   Status Record(const std::string& key, const WindowQuality& q);
 
   const Model& model_;

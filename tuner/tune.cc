@@ -55,11 +55,6 @@ std::string KeyOf(const DiskKvOptions& o) {
 // a fast disk it saves little, and its cost is quality, which the search measures.
 constexpr double kGroupShares[] = {0.75, 0.5};
 
-uint64_t FullKvBytes(const HParams& hp, int32_t context) {
-  return uint64_t(hp.n_layer) * uint64_t(context) * uint64_t(hp.n_head_kv) * uint64_t(hp.head_dim) *
-         2 * sizeof(uint16_t);
-}
-
 // The largest file the device profile reads from (see ProfileDevice's caller).
 constexpr uint64_t kMaxProbeBytes = uint64_t(8) << 30;
 

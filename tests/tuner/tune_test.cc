@@ -639,6 +639,40 @@ TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
   EXPECT_EQ(old_lines.sum.refine_reads, again.sum.refine_reads);
 }
 
+// A configuration's windows decoded side by side (memory for both) give what they give
+// one at a time (no memory for a second): full KV to the bit, a token's result not
+// depending on who shares its pass; the disk policy selects, reads and scores each
+// sequence on its own, so its windows too.
+TEST_F(TuneTest, WindowsSideBySideGiveWhatTheyGiveOneAtATime) {
+  DiskKvOptions d = EveryGroup();
+  d.groups_per_step = 2;
+  QualitySummary alone[2], together[2];
+  for (bool side_by_side : {false, true}) {
+    QualityOptions qo = Quality();
+    qo.cache_dir += side_by_side ? "/together" : "/alone";
+    qo.capture_memory_bytes = side_by_side ? uint64_t(1) << 30 : 0;
+    std::unique_ptr<QualityProfiler> q;
+    STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
+    QualitySummary* out = side_by_side ? together : alone;
+    int32_t ran = 0;
+    STRATA_ASSERT_OK(q->Measure(EveryGroup(), "all", 512, &out[0], &ran));
+    EXPECT_EQ(ran, 2);
+    STRATA_ASSERT_OK(q->Measure(d, "two", 512, &out[1], &ran));
+    EXPECT_EQ(ran, 2);
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(together[i].full_nll, alone[i].full_nll);
+    EXPECT_EQ(together[i].sum.positions, alone[i].sum.positions);
+    EXPECT_EQ(together[i].sum.nll, alone[i].sum.nll) << i;
+    EXPECT_EQ(together[i].sum.agree, alone[i].sum.agree) << i;
+    // Reads a step stay a sequence's: the pass's reads shared among its windows.
+    EXPECT_EQ(together[i].sum.steps, alone[i].sum.steps);
+    EXPECT_EQ(together[i].sum.reads, alone[i].sum.reads) << i;
+    EXPECT_EQ(together[i].sum.bytes_read, alone[i].sum.bytes_read) << i;
+  }
+  EXPECT_GT(together[1].sum.reads, 0);
+}
+
 TEST_F(TuneTest, ShorterContextsReplayTheLongestContextsCaptures) {
   QualityOptions qo = Quality();
   qo.window_stride = 1024;
