@@ -762,8 +762,11 @@ TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFi
     EXPECT_LE(m.ppl_loss, o.max_ppl_loss);
   }
 
-  // Full KV of 1024 tokens takes 2 layers x 1024 x 32 x 2 x 2 bytes = 256 KiB.
+  // Full KV of 1024 tokens takes 3 layers x 1024 x 32 x 2 x 2 bytes = 384 KiB. The small
+  // model's loss sits near the bound at every budget (16 positions, two windows), so the
+  // search may need more than a few quality runs to find a plan within it.
   o.max_ppl_loss = 0.03;
+  o.max_candidates = 8;
   o.kv_memory_bytes = 240 << 10;
   TuneReport disk;
   STRATA_ASSERT_OK(Tune(*model_, o, nullptr, &disk));
