@@ -357,7 +357,8 @@ void AddTuneCommand(CLI::App* app) {
                   "~/.cache/strata/tune/MODEL_IDENTITY)");
   cmd->add_option("--windows", f->options.windows, "quality windows per context");
   cmd->add_option("--scored", f->options.scored, "scored positions per window");
-  cmd->add_option("--verify-steps", f->options.verify_steps, "decode steps of each check run");
+  CLI::Option* verify =
+      cmd->add_option("--verify-steps", f->options.verify_steps, "decode steps of each check run");
   CLI::Option* runners =
       cmd->add_option("--runners-up", f->options.runners_up,
                       "besides the plan predicted fastest, run this many of the next ones and "
@@ -377,8 +378,8 @@ void AddTuneCommand(CLI::App* app) {
                   "where decode speed is measured: cpu, cuda or cuda:N (quality runs on the CPU)");
   cmd->add_flag("--quick", f->options.quick,
                 "shorter device and compute profiles, and unless given --max-candidates 8 "
-                "--max-variants 3 --runners-up 1");
-  cmd->callback([f, candidates, variants, runners] {
+                "--max-variants 3 --runners-up 1, and --verify-steps 16 without --validate");
+  cmd->callback([f, candidates, variants, runners, verify] {
     // Not fewer windows: the upper loss estimate counts positions as independent, and
     // windows of one text differ by more than that allows (two windows let through a plan
     // that lost more than the bound on unseen text; docs/experiments/tuner.md).
@@ -386,6 +387,10 @@ void AddTuneCommand(CLI::App* app) {
       if (candidates->count() == 0) f->options.max_candidates = 8;
       if (variants->count() == 0) f->options.max_variants = 3;
       if (runners->count() == 0) f->options.runners_up = 1;
+      // Half as many steps a check: the median of 16 still passes over a stall, and the
+      // checks are a sixth of a quick tune. A tune that validates the cost model keeps the
+      // full runs, whose error it reports.
+      if (verify->count() == 0 && f->options.validate == 0) f->options.verify_steps = 16;
     }
     Status s = Tune(*f);
     if (!s.ok()) ExitCode() = ReportError("tune", s);
