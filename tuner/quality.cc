@@ -211,19 +211,9 @@ Status QualityProfiler::Windows(int32_t context, std::span<const int32_t> ws,
   const int32_t n = int32_t(ws.size());
   std::unique_ptr<Engine> e;
   STRATA_RETURN_IF_ERROR(CreateRunEngine(model_, options_.threads, context, n, disk, &e));
-  // A policy whose budget stages a pass in few tokens takes fewer windows at once.
-  const int32_t most = std::max(1, std::min(e->forward().max_tokens(), e->kv().max_pass_tokens()));
-  if (n > most) {
-    e.reset();
-    out->clear();
-    for (int32_t i = 0; i < n; i += most) {
-      std::vector<WindowQuality> part;
-      STRATA_RETURN_IF_ERROR(
-          Windows(context, ws.subspan(size_t(i), size_t(std::min(most, n - i))), disk, &part));
-      for (WindowQuality& q : part) out->push_back(std::move(q));
-    }
-    return Status::OK();
-  }
+  // A policy whose budget stages a pass in few tokens decodes the windows in as many passes.
+  const size_t most =
+      size_t(std::max(1, std::min(e->forward().max_tokens(), e->kv().max_pass_tokens())));
   std::vector<SeqId> seqs(ws.size());
   std::vector<size_t> begins(ws.size());
   for (size_t j = 0; j < ws.size(); ++j) {
@@ -238,26 +228,28 @@ Status QualityProfiler::Windows(int32_t context, std::span<const int32_t> ws,
   std::vector<float> logits;
   ForwardBatch b;
   const int32_t n_vocab = model_.hparams().n_vocab;
-  for (int32_t i = 0; i < options_.scored; ++i) {
-    b.Clear();
-    for (size_t j = 0; j < ws.size(); ++j)
-      b.Add(seqs[j], prefix + i,
-            std::span<const int32_t>(&tokens_[begins[j] + size_t(prefix + i)], 1));
-    STRATA_RETURN_IF_ERROR(e->Evaluate(b, &logits));
-    for (size_t j = 0; j < ws.size(); ++j)
-      Accumulate(logits.data() + j * size_t(n_vocab), n_vocab,
-                 tokens_[begins[j] + size_t(prefix + i + 1)], &(*out)[j]);
-  }
-  // The policy counts for the whole batch: each window gets its share of what the passes
-  // read (the remainder to the first), and every pass as one of its steps, so a summary's
-  // reads per step stay reads per sequence and step.
+  for (int32_t i = 0; i < options_.scored; ++i)
+    for (size_t j0 = 0; j0 < ws.size(); j0 += most) {
+      const size_t j1 = std::min(ws.size(), j0 + most);
+      b.Clear();
+      for (size_t j = j0; j < j1; ++j)
+        b.Add(seqs[j], prefix + i,
+              std::span<const int32_t>(&tokens_[begins[j] + size_t(prefix + i)], 1));
+      STRATA_RETURN_IF_ERROR(e->Evaluate(b, &logits));
+      for (size_t j = j0; j < j1; ++j)
+        Accumulate(logits.data() + (j - j0) * size_t(n_vocab), n_vocab,
+                   tokens_[begins[j] + size_t(prefix + i + 1)], &(*out)[j]);
+    }
+  // The policy counts for all the windows: each gets its share of what the passes read (the
+  // remainder to the first) and its own scored positions as steps, so a summary's reads per
+  // step stay reads per sequence and step.
   const KvCounters c = e->kv().counters();
   auto share = [n](uint64_t total, int32_t j) {
     return int64_t(total / uint64_t(n) + (uint64_t(j) < total % uint64_t(n) ? 1 : 0));
   };
   for (int32_t j = 0; j < n; ++j) {
     WindowQuality& q = (*out)[size_t(j)];
-    q.steps = int64_t(c.steps - c0.steps);
+    q.steps = options_.scored;
     q.reads = share(c.reads_issued - c0.reads_issued, j);
     q.refine_reads = share(c.refine_reads_issued - c0.refine_reads_issued, j);
     q.bytes_read = share(c.bytes_read - c0.bytes_read, j);

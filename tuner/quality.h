@@ -140,6 +140,7 @@ class QualityProfiler {
                  std::vector<WindowQuality>* out);
   // Measures and records the windows of `config` not in the results file.
   Status Missing(const std::string& config, int32_t context, const DiskKvOptions* disk);
+  // Keeps a result and appends it to the results file, flushed.
   Status Record(const std::string& key, const WindowQuality& q);
 
   const Model& model_;
