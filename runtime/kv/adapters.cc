@@ -319,15 +319,22 @@ Status Adapters::Parse(const std::vector<uint8_t>& b, const std::string& path, A
     set.rank = int32_t(rank);
   }
   // The matrices the header promises must fit in what is left of the file before any of
-  // them is allocated.
+  // them is allocated. Dimensions at their limits multiply past 64 bits, so the sum is
+  // checked for overflow: a wrapped total could otherwise look small enough to allocate.
   uint64_t promised = 0;
-  for (uint32_t si = 0; si < n_sets; ++si)
-    promised +=
-        (1 + has_queries[si]) * uint64_t(n_layer) * row * uint64_t(a.sets[si].rank) * sizeof(float);
-  if (promised > r.left())
-    return Status::Corruption("adapters " + path + ": the header promises " +
-                              std::to_string(promised) + " bytes of matrices; the file has " +
-                              std::to_string(r.left()) + " left (truncated or damaged)");
+  bool overflow = false;
+  for (uint32_t si = 0; si < n_sets && !overflow; ++si) {
+    uint64_t bytes = (1 + has_queries[si]) * uint64_t(n_layer) * sizeof(float);
+    overflow = __builtin_mul_overflow(bytes, row, &bytes) ||
+               __builtin_mul_overflow(bytes, uint64_t(a.sets[si].rank), &bytes) ||
+               __builtin_add_overflow(promised, bytes, &promised);
+  }
+  if (overflow || promised > r.left())
+    return Status::Corruption(
+        "adapters " + path + ": the header promises " +
+        (overflow ? std::string("more than 2^64") : std::to_string(promised)) +
+        " bytes of matrices; the file has " + std::to_string(r.left()) +
+        " left (truncated or damaged)");
   for (uint32_t si = 0; si < n_sets; ++si) {
     AdapterSet& set = a.sets[si];
     set.layers.resize(n_layer);
