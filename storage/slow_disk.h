@@ -29,7 +29,7 @@ struct SlowDiskOptions {
   double requests_per_second = 0;         // 0: no request-rate (IOPS) cap
   std::chrono::microseconds latency{0};   // added to every request
 
-  // The eMMC class of issue #3: 250 MB/s and 11000 IOPS, the sequential and random 4 KiB
+  // The eMMC class the design targets: 250 MB/s and 11000 IOPS, the sequential and random 4 KiB
   // read figures of the first eMMC 5.1 parts (Samsung, 2015). The per-request latency is
   // left at 0; give one measured on the device being studied.
   static SlowDiskOptions Emmc();
