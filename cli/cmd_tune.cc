@@ -139,7 +139,8 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
                        {"predicted_select_seconds", k.predicted_select_seconds},
                        {"attended_tokens", k.shape.attended_tokens},
                        {"selections", k.shape.selections},
-                       {"summary_rows", k.shape.summary_rows}});
+                       {"summary_rows", k.shape.summary_rows},
+                       {"queue_depth", k.shape.queue_depth}});
       cands.back().update(step_parts(k.predicted));
     }
     choices.push_back({{"batch", c.batch},
@@ -147,6 +148,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
                        {"policy", c.disk ? "disk" : "memory"},
                        {"plan", c.description},
                        {"settings", c.key},
+                       {"queue_depth", c.disk ? c.disk_options.queue_depth : 0},
                        {"predicted_best", c.predicted_best},
                        {"predicted_tokens_per_second", c.predicted.tokens_per_second},
                        {"predicted_step_seconds", c.predicted.step_seconds},

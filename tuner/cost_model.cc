@@ -820,6 +820,28 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
   return p;
 }
 
+uint32_t ChooseQueueDepth(const DeviceProfile& device, const ComputeProfile& compute,
+                          const DiskStepShape& shape) {
+  std::vector<uint32_t> depths;
+  for (const ReadCurvePoint& p : device.reads)
+    if (p.depth > shape.queue_depth) depths.push_back(p.depth);
+  std::sort(depths.begin(), depths.end());
+  depths.erase(std::unique(depths.begin(), depths.end()), depths.end());
+  const double base = PredictDiskStep(device, compute, shape).step_seconds;
+  std::vector<double> steps;
+  double fastest = base;
+  for (uint32_t d : depths) {
+    DiskStepShape at = shape;
+    at.queue_depth = d;
+    steps.push_back(PredictDiskStep(device, compute, at).step_seconds);
+    fastest = std::min(fastest, steps.back());
+  }
+  if (!(fastest < base * (1 - kMinQueueDepthGain))) return shape.queue_depth;
+  for (size_t i = 0; i < depths.size(); ++i)
+    if (steps[i] <= fastest * 1.01) return depths[i];
+  return shape.queue_depth;
+}
+
 DiskStepShape ShapeOfPlan(const DiskKvPlan& plan, const DiskKvOptions& o, int32_t batch,
                           int32_t context, int32_t n_layer, double requests, double bytes,
                           double attended_groups) {

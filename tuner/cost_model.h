@@ -262,6 +262,17 @@ DiskStepShape ShapeOfPlan(const DiskKvPlan& plan, const DiskKvOptions& options, 
                           double attended_groups = -1);
 StepPrediction PredictMemoryStep(const ComputeProfile& compute, int32_t batch, int32_t context);
 
+// The queue depth (kv.queue_depth) the tuner gives `shape`: a depth of the device's curve
+// deeper than shape.queue_depth where the step is predicted at least kMinQueueDepthGain
+// faster there (the shallowest such depth within 1% of the fastest), else shape.queue_depth.
+// A batch's layer can issue more reads at once than the default queue holds, and a device
+// that serves more at once (NVMe, a virtual disk) finishes them sooner in a deeper queue;
+// one that does not (eMMC) keeps the default. The tuner never makes a queue shallower: that
+// saves a few KiB of ring, and a curve's noise could make it slower.
+constexpr double kMinQueueDepthGain = 0.05;
+uint32_t ChooseQueueDepth(const DeviceProfile& device, const ComputeProfile& compute,
+                          const DiskStepShape& shape);
+
 // Least squares of y on the columns of x (a row per run) with every coefficient >= 0: the
 // best of the fits on the subsets of columns whose solution is non-negative (meant for a
 // handful of columns: the subsets are 2^columns).

@@ -52,7 +52,7 @@ struct DeviceProfileOptions {
   bool emulate_emmc = false;
   std::string backend = "auto";
   std::vector<uint32_t> blocks = {4096, 16384, 65536, 262144};
-  std::vector<uint32_t> depths = {1, 4, 16, 64};
+  std::vector<uint32_t> depths = {1, 4, 16, 64, 256};
   double seconds_per_point = 0.25;
   // Each point is read this many times, the rounds interleaved, and its median kept: a
   // virtual disk's rate swings over seconds, and one pass could catch all its points in one

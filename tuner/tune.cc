@@ -318,6 +318,7 @@ struct Search {
           ShapeOfPlan(c.plan, c.options, batch, context, hp.n_layer, q.requests_per_step(),
                       q.bytes_per_step(), q.attended_groups_per_step());
       shape.refine_requests = q.refine_requests_per_step();
+      shape.queue_depth = ChooseQueueDepth(report.device, report.compute, shape);
       const StepPrediction p = PredictDiskStep(report.device, report.compute, shape);
       say(Format("  budget %.0f KiB, sigma %.0f, ", double(c.options.budget_bytes >> 10),
                  c.options.ratio) +
@@ -338,6 +339,7 @@ struct Search {
       TunedCandidate tc;
       tc.key = c.key;
       tc.options = c.options;
+      tc.options.queue_depth = int32_t(shape.queue_depth);
       tc.predicted_tokens_per_second = p.tokens_per_second;
       tc.ppl_loss = q.ppl_loss();
       tc.ppl_loss_upper = q.ppl_loss_upper();
@@ -369,6 +371,7 @@ struct Search {
       choice->predicted = m.predicted;
       choice->shape = m.shape;
       choice->disk_options = best.options;
+      choice->disk_options.queue_depth = int32_t(m.shape.queue_depth);
       choice->description = best.plan.Describe();
       choice->key = best.key;
       choice->ppl_loss = m.quality.ppl_loss();
@@ -486,9 +489,10 @@ Status Tune(const Model& model, const TuneOptions& options,
   dpo.progress = phase("device profile");
   if (o.quick) {
     dpo.blocks = {4096, 65536};
-    // A batch's layer issues more reads than 16 at once, up to kv.queue_depth (64 by
-    // default): without the deepest point the curve is taken flat beyond 16.
-    dpo.depths = {1, 16, 64};
+    // A batch's layer issues more reads than 16 at once: without deeper points the curve is
+    // taken flat beyond 16, and without one past kv.queue_depth's default (64) no deeper
+    // queue can be chosen (ChooseQueueDepth).
+    dpo.depths = {1, 16, 64, 256};
     dpo.seconds_per_point = 0.1;
     dpo.file_bytes = uint64_t(64) << 20;
     dpo.stream_bytes = uint64_t(64) << 20;
@@ -627,7 +631,9 @@ Status Tune(const Model& model, const TuneOptions& options,
       choice.anchored_tokens_per_second =
           AnchoredTokensPerSecond(report, batch, context, choice.disk, choice.shape,
                                   choice.anchor_seconds, choice.anchor_disk_factor);
-      say(std::string("  chose the ") + (choice.disk ? "disk" : "memory") + " policy: " +
+      say(std::string("  chose the ") + (choice.disk ? "disk" : "memory") + " policy" +
+          (choice.disk ? Format(" (queue depth %.0f)", choice.disk_options.queue_depth) : "") +
+          ": " +
           Format("%.1f tok/s predicted, %.1f measured", choice.predicted.tokens_per_second,
                  choice.measured_tokens_per_second) +
           Format(" (anchor step %.2f ms, disk %.2fx slower, %.1f predicted at those speeds)",

@@ -294,6 +294,41 @@ TEST(CostModelTest, ARefinementsReadsWaitBeyondTheNextGuessSelection) {
   EXPECT_NEAR(PredictDiskStep(d, c, s).step_seconds, 10 * d.ReadSeconds(16000, 4096, 16), 1e-12);
 }
 
+TEST(CostModelTest, AQueueDeepensOnlyWhereTheCurveServesMoreReadsAtOnce) {
+  ComputeProfile c;
+  c.batches = {8};
+  c.dense_seconds = {0.010};
+  DiskStepShape s;
+  s.batch = 8;
+  s.n_layer = 10;
+  s.queue_depth = 64;
+  s.requests = 100;  // 80 a layer for the batch, past the queue of 64
+  s.bytes = 4096.0 * s.requests;
+  // A device that serves twice the reads at 256 in flight as at 64: the layer's 80 reads
+  // finish sooner in a deeper queue, and the step is bound by them.
+  DeviceProfile deep;
+  deep.reads = {{4096, 1, 2000, 500}, {4096, 64, 20000, 3200}, {4096, 256, 40000, 6400}};
+  const uint32_t chosen = ChooseQueueDepth(deep, c, s);
+  EXPECT_EQ(chosen, 256u);
+  DiskStepShape at = s;
+  at.queue_depth = chosen;
+  EXPECT_LT(PredictDiskStep(deep, c, at).step_seconds,
+            (1 - kMinQueueDepthGain) * PredictDiskStep(deep, c, s).step_seconds);
+  // One whose rate is flat past 64 (an eMMC's request rate): the default stays.
+  DeviceProfile flat = deep;
+  flat.reads[2].iops = 20000;
+  EXPECT_EQ(ChooseQueueDepth(flat, c, s), 64u);
+  // Reads hidden under compute gain nothing from a deeper queue.
+  DiskStepShape few = s;
+  few.requests = 10;
+  few.bytes = 4096.0 * few.requests;
+  EXPECT_EQ(ChooseQueueDepth(deep, c, few), 64u);
+  // Never shallower than asked, even where the curve is fastest at a shallow depth.
+  DeviceProfile shallow;
+  shallow.reads = {{4096, 16, 40000, 400}, {4096, 64, 20000, 3200}};
+  EXPECT_EQ(ChooseQueueDepth(shallow, c, s), 64u);
+}
+
 TEST(CostModelTest, AScaledProfileIsTheSameMachineSlowerButNotItsDevice) {
   const DeviceProfile d = Curve();
   ComputeProfile c;
