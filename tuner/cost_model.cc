@@ -617,75 +617,91 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
   // are read once a call).
   const int32_t rows = std::max(2, *std::max_element(o.batches.begin(), o.batches.end()));
   const int32_t reps = std::max(o.steps, kMinSteps);
+  // Every point (a rank's queries, its selections by rows a group, over the pool and on one
+  // worker) is timed in kScoreRounds rounds, interleaved, and its median kept: the points of
+  // one rank run back to back in milliseconds, so a neighbour that takes a core for longer
+  // than that would otherwise decide all of them (seen: a rank's pool points slower than its
+  // one-core ones), where now it decides a share of their samples.
+  constexpr int32_t kScoreRounds = 3;
+  const int32_t reps_a_round = std::max(1, (reps + kScoreRounds - 1) / kScoreRounds);
   struct RankScores {
-    int32_t rank;
-    std::vector<double> pool, one_core;  // by group size
-  };
-  std::vector<RankScores> by_rank;
-  for (const AdapterSet& set : adapters.sets) {
     std::unique_ptr<GroupPredictor> gp;
+    std::vector<uint8_t> klr;
+    std::vector<float> x, q;
+    std::vector<double> one_query, all_query;
+    std::vector<std::vector<double>> pool, one_core;  // samples by group size
+  };
+  std::vector<RankScores> by_set;
+  for (const AdapterSet& set : adapters.sets) {
+    RankScores r;
     STRATA_RETURN_IF_ERROR(GroupPredictor::Create(model, set, GroupScoring::kSoftmax,
                                                   kernels::ScoreType::kQ4, o.score_rows, rows,
-                                                  &pool, &gp));
-    gp->ReserveGroupSize(sizes.back());
-    const int32_t rank = gp->rank();
-    std::vector<uint8_t> klr(
-        size_t(GroupPredictor::KlrBytes(o.score_rows, rank, kernels::ScoreType::kQ4)));
-    {
-      std::normal_distribution<float> dist(0.f, 1.f);
-      std::vector<float> row(static_cast<size_t>(rank));
-      for (int32_t t = 0; t < o.score_rows; ++t) {
-        for (float& v : row) v = dist(rng);
-        kernels::StoreScoreRow(kernels::ScoreType::kQ4, row.data(), rank, t, klr.data());
+                                                  &pool, &r.gp));
+    r.gp->ReserveGroupSize(sizes.back());
+    const int32_t rank = r.gp->rank();
+    r.klr.resize(size_t(GroupPredictor::KlrBytes(o.score_rows, rank, kernels::ScoreType::kQ4)));
+    std::normal_distribution<float> dist(0.f, 1.f);
+    std::vector<float> row(static_cast<size_t>(rank));
+    for (int32_t t = 0; t < o.score_rows; ++t) {
+      for (float& v : row) v = dist(rng);
+      kernels::StoreScoreRow(kernels::ScoreType::kQ4, row.data(), rank, t, r.klr.data());
+    }
+    r.x.resize(size_t(hp.n_embd) * size_t(rows));
+    r.q.resize(size_t(hp.n_head) * size_t(rank) * size_t(rows));
+    for (float& v : r.x) v = float(int32_t(rng() % 200) - 100) / 100.f;
+    r.pool.resize(sizes.size());
+    r.one_core.resize(sizes.size());
+    by_set.push_back(std::move(r));
+  }
+  const std::vector<int32_t> pos(size_t(rows), o.score_rows);
+  std::vector<int32_t> chosen;
+  for (int32_t round = 0; round < kScoreRounds; ++round) {
+    for (RankScores& r : by_set) {
+      // The first call of a round warms what the previous point left cold: not kept.
+      for (int32_t i = 0; i <= reps_a_round; ++i) {
+        auto t0 = Clock::now();
+        r.gp->LowRankQueries(0, r.x.data(), 1, pos.data(), r.q.data());
+        if (i > 0) r.one_query.push_back(Since(t0));
+        t0 = Clock::now();
+        r.gp->LowRankQueries(0, r.x.data(), rows, pos.data(), r.q.data());
+        if (i > 0) r.all_query.push_back(Since(t0));
       }
+      for (size_t gi = 0; gi < sizes.size(); ++gi) {
+        const int32_t g = sizes[gi];
+        const int32_t groups = o.score_rows / g;
+        // Over the pool (worker -1), as one sequence selects; on one worker, as each of two
+        // or more does.
+        for (int worker : {-1, 0}) {
+          std::vector<double>& t = worker < 0 ? r.pool[gi] : r.one_core[gi];
+          for (int32_t i = 0; i <= reps_a_round; ++i) {
+            const auto t0 = Clock::now();
+            r.gp->SelectGroups(r.q.data(), r.klr.data(), 0, groups, g, std::max(1, groups / 13),
+                               &chosen, {}, 0.0f, {}, nullptr, worker);
+            if (i > 0) t.push_back(Since(t0) / double(int64_t(groups) * g));
+          }
+        }
+      }
+      if (round + 1 == kScoreRounds) advance();
     }
-    std::vector<float> x(size_t(hp.n_embd) * size_t(rows)),
-        q(size_t(hp.n_head) * size_t(rank) * size_t(rows));
-    for (float& v : x) v = float(int32_t(rng() % 200) - 100) / 100.f;
-    const std::vector<int32_t> pos(size_t(rows), o.score_rows);
-    std::vector<double> one, all;
-    for (int32_t i = 0; i <= reps; ++i) {
-      auto t0 = Clock::now();
-      gp->LowRankQueries(0, x.data(), 1, pos.data(), q.data());
-      if (i > 0) one.push_back(Since(t0));
-      t0 = Clock::now();
-      gp->LowRankQueries(0, x.data(), rows, pos.data(), q.data());
-      if (i > 0) all.push_back(Since(t0));
-    }
-    const double one_s = Median(std::move(one)), all_s = Median(std::move(all));
+  }
+  std::vector<std::pair<int32_t, const RankScores*>> by_rank;
+  for (const RankScores& r : by_set) {
+    const double one_s = Median(r.one_query), all_s = Median(r.all_query);
     if (one_s > p.query_seconds) {
       p.query_seconds = one_s;
       p.query_row_seconds = std::max(0.0, all_s - one_s) / double(rows - 1);
     }
-    RankScores r{rank, {}, {}};
-    std::vector<int32_t> chosen;
-    for (int32_t g : sizes) {
-      const int32_t groups = o.score_rows / g;
-      // Over the pool (worker -1), as one sequence selects; on one worker, as each of two or
-      // more does.
-      for (int worker : {-1, 0}) {
-        std::vector<double> t;
-        for (int32_t i = 0; i <= reps; ++i) {
-          const auto t0 = Clock::now();
-          gp->SelectGroups(q.data(), klr.data(), 0, groups, g, std::max(1, groups / 13), &chosen,
-                           {}, 0.0f, {}, nullptr, worker);
-          if (i > 0) t.push_back(Since(t0));
-        }
-        (worker < 0 ? r.pool : r.one_core)
-            .push_back(Median(std::move(t)) / double(int64_t(groups) * g));
-      }
-    }
-    by_rank.push_back(std::move(r));
-    advance();
+    by_rank.emplace_back(r.gp->rank(), &r);
   }
   // Ranks ascending for interpolation.
   std::sort(by_rank.begin(), by_rank.end(),
-            [](const RankScores& a, const RankScores& b) { return a.rank < b.rank; });
-  for (const RankScores& r : by_rank) {
-    p.ranks.push_back(r.rank);
-    p.score_seconds_per_row.insert(p.score_seconds_per_row.end(), r.pool.begin(), r.pool.end());
-    p.score_seconds_per_row_one_core.insert(p.score_seconds_per_row_one_core.end(),
-                                            r.one_core.begin(), r.one_core.end());
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [rank, r] : by_rank) {
+    p.ranks.push_back(rank);
+    for (size_t gi = 0; gi < sizes.size(); ++gi) {
+      p.score_seconds_per_row.push_back(Median(r->pool[gi]));
+      p.score_seconds_per_row_one_core.push_back(Median(r->one_core[gi]));
+    }
   }
   STRATA_RETURN_IF_ERROR(time_batches(1));
   {
