@@ -314,6 +314,19 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
       y.push_back(m.select - (many ? rest : rest + scoring.back()));
     }
     if (x.empty()) return false;
+    // Several sequences' runs are weighted by their selection time: in absolute terms the
+    // plans of many candidates a group (per-token summaries) decide the fit, and those of few
+    // (per-group summaries) were priced at a third of what they took, while what the cost
+    // model is held to is each plan's relative error.
+    if (many)
+      for (size_t i = 0, r = 0; i < measured.size(); ++i) {
+        if ((measured[i].batch > 1) != many) continue;
+        const double w = 1.0 / std::max(measured[i].select, 1e-6);
+        for (double& v : x[r]) v *= w;
+        y[r] *= w;
+        scoring[r] *= w;
+        ++r;
+      }
     std::vector<double> c = FitNonNegative(x, y);
     if (many && (c[2] < kScoreScale[0] || c[2] > kScoreScale[1])) {
       const double scale = std::clamp(c[2], kScoreScale[0], kScoreScale[1]);
