@@ -561,6 +561,9 @@ Status Tune(const Model& model, const TuneOptions& options,
     DiskKvOptions overhead_run;
     overhead_run.dir = o.kv_dir;
     overhead_run.adapters = adapters_path;
+    // On the device being tuned for: its completions cost the CPU something too (the store
+    // reaps each), which runs on a faster device would not price.
+    overhead_run.emulate_emmc = o.emulate_emmc;
     STRATA_RETURN_IF_ERROR(ProfileCompute(model, adapters, cpo, &overhead_run, &report.compute));
   }
   for (size_t i = 0; i < report.compute.batches.size(); ++i)
