@@ -305,28 +305,22 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
       const double rest = SelectionSeconds(table, m.shape);
       scoring.push_back(SelectionSeconds(bare, m.shape) - rest);
       const double ranked = selections * CandidateGroups(m.shape);
+      y.push_back(m.select - (many ? rest : rest + scoring.back()));
+      // Several sequences' runs are weighted by their selection time: in absolute terms the
+      // plans of many candidates a group (per-token summaries) decide the fit, and those of
+      // few (per-group summaries) were priced at a third of what they took, while what the
+      // cost model is held to is each plan's relative error.
+      const double wt = many ? 1.0 / std::max(m.select, 1e-6) : 1.0;
+      scoring.back() *= wt;
+      y.back() *= wt;
       if (many)
-        x.push_back(
-            {shaped ? selections * one.per_selection + ranked * one.per_candidate : selections,
-             w.requests, scoring.back()});
+        x.push_back({wt * (shaped ? selections * one.per_selection + ranked * one.per_candidate
+                                  : selections),
+                     wt * w.requests, scoring.back()});
       else
         x.push_back({selections, ranked, w.groups / cores, w.requests});
-      y.push_back(m.select - (many ? rest : rest + scoring.back()));
     }
     if (x.empty()) return false;
-    // Several sequences' runs are weighted by their selection time: in absolute terms the
-    // plans of many candidates a group (per-token summaries) decide the fit, and those of few
-    // (per-group summaries) were priced at a third of what they took, while what the cost
-    // model is held to is each plan's relative error.
-    if (many)
-      for (size_t i = 0, r = 0; i < measured.size(); ++i) {
-        if ((measured[i].batch > 1) != many) continue;
-        const double w = 1.0 / std::max(measured[i].select, 1e-6);
-        for (double& v : x[r]) v *= w;
-        y[r] *= w;
-        scoring[r] *= w;
-        ++r;
-      }
     std::vector<double> c = FitNonNegative(x, y);
     if (many && (c[2] < kScoreScale[0] || c[2] > kScoreScale[1])) {
       const double scale = std::clamp(c[2], kScoreScale[0], kScoreScale[1]);
@@ -697,23 +691,19 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
       if (round + 1 == kScoreRounds) advance();
     }
   }
-  std::vector<std::pair<int32_t, const RankScores*>> by_rank;
+  // Ranks ascending for interpolation.
+  std::sort(by_set.begin(), by_set.end(),
+            [](const RankScores& a, const RankScores& b) { return a.gp->rank() < b.gp->rank(); });
   for (const RankScores& r : by_set) {
     const double one_s = Median(r.one_query), all_s = Median(r.all_query);
     if (one_s > p.query_seconds) {
       p.query_seconds = one_s;
       p.query_row_seconds = std::max(0.0, all_s - one_s) / double(rows - 1);
     }
-    by_rank.emplace_back(r.gp->rank(), &r);
-  }
-  // Ranks ascending for interpolation.
-  std::sort(by_rank.begin(), by_rank.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& [rank, r] : by_rank) {
-    p.ranks.push_back(rank);
+    p.ranks.push_back(r.gp->rank());
     for (size_t gi = 0; gi < sizes.size(); ++gi) {
-      p.score_seconds_per_row.push_back(Median(r->pool[gi]));
-      p.score_seconds_per_row_one_core.push_back(Median(r->one_core[gi]));
+      p.score_seconds_per_row.push_back(Median(r.pool[gi]));
+      p.score_seconds_per_row_one_core.push_back(Median(r.one_core[gi]));
     }
   }
   STRATA_RETURN_IF_ERROR(time_batches(1));
