@@ -99,6 +99,15 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
                                                           : c.score_seconds_per_row[k]}});
       }
   }
+  nlohmann::json q8 = nlohmann::json::array();
+  for (size_t i = 0; i < r.compute.q8_group_sizes.size(); ++i) {
+    const ComputeProfile& c = r.compute;
+    nlohmann::json e = {{"group_size", c.q8_group_sizes[i]}};
+    if (i < c.q8_seconds_per_token.size()) e["seconds_per_token"] = c.q8_seconds_per_token[i];
+    if (i < c.q8_seconds_per_token_many.size())
+      e["seconds_per_token_many"] = c.q8_seconds_per_token_many[i];
+    q8.push_back(std::move(e));
+  }
   auto prices = [](const ComputeProfile::SelectionPrices& p) {
     return nlohmann::json{{"seconds_per_selection", p.per_selection},
                           {"seconds_per_candidate", p.per_candidate},
@@ -117,51 +126,57 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
   for (const TunedChoice& c : r.choices) {
     nlohmann::json cands = nlohmann::json::array();
     for (const TunedCandidate& k : c.candidates) {
-      cands.push_back({{"settings", k.key},
-                       {"predicted_tokens_per_second", k.predicted_tokens_per_second},
-                       {"ppl_loss", k.ppl_loss},
-                       {"ppl_loss_upper", k.ppl_loss_upper},
-                       {"agreement", k.agreement},
-                       {"requests_per_step", k.requests_per_step},
-                       {"refine_requests_per_step", k.refine_requests_per_step},
-                       {"bytes_per_step", k.bytes_per_step},
-                       {"within_bound", k.within_bound},
-                       {"measured_tokens_per_second", k.measured_tokens_per_second},
-                       {"anchor_seconds", k.anchor_seconds},
-                       {"anchor_disk_factor", k.anchor_disk_factor},
-                       {"anchored_tokens_per_second", k.anchored_tokens_per_second},
-                       {"measured_requests_per_step", k.measured_requests_per_step},
-                       {"measured_refine_requests_per_step", k.measured_refine_requests_per_step},
-                       {"measured_bytes_per_step", k.measured_bytes_per_step},
-                       {"predicted_at_measured_reads", k.predicted_at_measured_reads},
-                       {"measured_select_seconds", k.measured_select_seconds},
-                       {"measured_wait_seconds", k.measured_wait_seconds},
-                       {"predicted_select_seconds", k.predicted_select_seconds},
-                       {"attended_tokens", k.shape.attended_tokens},
-                       {"selections", k.shape.selections},
-                       {"summary_rows", k.shape.summary_rows},
-                       {"queue_depth", k.shape.queue_depth}});
+      cands.push_back(
+          {{"settings", k.key},
+           {"predicted_tokens_per_second", k.predicted_tokens_per_second},
+           {"ppl_loss", k.ppl_loss},
+           {"ppl_loss_upper", k.ppl_loss_upper},
+           {"agreement", k.agreement},
+           {"requests_per_step", k.requests_per_step},
+           {"refine_requests_per_step", k.refine_requests_per_step},
+           {"bytes_per_step", k.bytes_per_step},
+           {"within_bound", k.within_bound},
+           {"measured_tokens_per_second", k.measured_tokens_per_second},
+           {"anchor_seconds", k.anchor_seconds},
+           {"anchor_disk_factor", k.anchor_disk_factor},
+           {"anchored_tokens_per_second", k.anchored_tokens_per_second},
+           {"remeasured_tokens_per_second", k.remeasured_tokens_per_second},
+           {"remeasured_anchored_tokens_per_second", k.remeasured_anchored_tokens_per_second},
+           {"measured_requests_per_step", k.measured_requests_per_step},
+           {"measured_refine_requests_per_step", k.measured_refine_requests_per_step},
+           {"measured_bytes_per_step", k.measured_bytes_per_step},
+           {"predicted_at_measured_reads", k.predicted_at_measured_reads},
+           {"measured_select_seconds", k.measured_select_seconds},
+           {"measured_wait_seconds", k.measured_wait_seconds},
+           {"predicted_select_seconds", k.predicted_select_seconds},
+           {"attended_tokens", k.shape.attended_tokens},
+           {"selections", k.shape.selections},
+           {"summary_rows", k.shape.summary_rows},
+           {"queue_depth", k.shape.queue_depth}});
       cands.back().update(step_parts(k.predicted));
     }
-    choices.push_back({{"batch", c.batch},
-                       {"context", c.context},
-                       {"policy", c.disk ? "disk" : "memory"},
-                       {"plan", c.description},
-                       {"settings", c.key},
-                       {"queue_depth", c.disk ? c.disk_options.queue_depth : 0},
-                       {"predicted_best", c.predicted_best},
-                       {"predicted_tokens_per_second", c.predicted.tokens_per_second},
-                       {"predicted_step_seconds", c.predicted.step_seconds},
-                       {"predicted_select_seconds", c.predicted.select_seconds},
-                       {"measured_tokens_per_second", c.measured_tokens_per_second},
-                       {"anchor_seconds", c.anchor_seconds},
-                       {"anchor_disk_factor", c.anchor_disk_factor},
-                       {"anchored_tokens_per_second", c.anchored_tokens_per_second},
-                       {"default_tokens_per_second", c.default_tokens_per_second},
-                       {"ppl_loss", c.ppl_loss},
-                       {"ppl_loss_upper", c.ppl_loss_upper},
-                       {"agreement", c.agreement},
-                       {"candidates", cands}});
+    choices.push_back(
+        {{"batch", c.batch},
+         {"context", c.context},
+         {"policy", c.disk ? "disk" : "memory"},
+         {"plan", c.description},
+         {"settings", c.key},
+         {"queue_depth", c.disk ? c.disk_options.queue_depth : 0},
+         {"predicted_best", c.predicted_best},
+         {"predicted_tokens_per_second", c.predicted.tokens_per_second},
+         {"predicted_step_seconds", c.predicted.step_seconds},
+         {"predicted_select_seconds", c.predicted.select_seconds},
+         {"measured_tokens_per_second", c.measured_tokens_per_second},
+         {"anchor_seconds", c.anchor_seconds},
+         {"anchor_disk_factor", c.anchor_disk_factor},
+         {"anchored_tokens_per_second", c.anchored_tokens_per_second},
+         {"remeasured_tokens_per_second", c.remeasured_tokens_per_second},
+         {"remeasured_anchored_tokens_per_second", c.remeasured_anchored_tokens_per_second},
+         {"default_tokens_per_second", c.default_tokens_per_second},
+         {"ppl_loss", c.ppl_loss},
+         {"ppl_loss_upper", c.ppl_loss_upper},
+         {"agreement", c.agreement},
+         {"candidates", cands}});
     choices.back().update(step_parts(c.predicted));
   }
   return {{"kind", "strata.tune_report"},
@@ -185,8 +200,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
             {"disk_seconds_per_group", r.compute.disk_seconds_per_group},
             {"disk_seconds_per_request", r.compute.disk_seconds_per_request},
             {"disk_seconds_per_request_many", r.compute.disk_seconds_per_request_many},
-            {"disk_seconds_per_q8_token", r.compute.disk_seconds_per_q8_token},
-            {"disk_seconds_per_q8_token_many", r.compute.disk_seconds_per_q8_token_many},
+            {"q8_records", q8},
             {"selection_one_sequence", prices(r.compute.select_one)},
             {"selection_several_sequences", prices(r.compute.select_many)},
             {"disk_fit_runs", r.compute.disk_fit_runs},
@@ -296,29 +310,69 @@ Status Tune(TuneFlags& f) {
   // predicted from the profile, and with the profile scaled to the machine's speed during
   // each run (its anchor steps and disk anchors against the profile's).
   std::vector<std::pair<double, double>> runs, anchored;  // predicted, measured tok/s
-  auto add = [&](double predicted, double at_anchor, double measured) {
+  // With --repeat-checks: each run's two measurements (first, again), its prediction, and
+  // the prediction at each measurement's speeds.
+  struct Twice {
+    double predicted, first, again, anchored_first, anchored_again;
+  };
+  std::vector<Twice> twice;
+  auto add = [&](double predicted, double at_anchor, double measured, double again,
+                 double at_anchor_again) {
     if (!(measured > 0)) return;
     runs.push_back({predicted, measured});
     if (at_anchor > 0) anchored.push_back({at_anchor, measured});
+    if (again > 0) twice.push_back({predicted, measured, again, at_anchor, at_anchor_again});
   };
   for (const TunedChoice& c : report.choices) {
-    add(c.predicted.tokens_per_second, c.anchored_tokens_per_second, c.measured_tokens_per_second);
+    add(c.predicted.tokens_per_second, c.anchored_tokens_per_second, c.measured_tokens_per_second,
+        c.remeasured_tokens_per_second, c.remeasured_anchored_tokens_per_second);
     for (const TunedCandidate& k : c.candidates)
       if (k.key != c.key)  // the choice, counted above
         add(k.predicted_tokens_per_second, k.anchored_tokens_per_second,
-            k.measured_tokens_per_second);
+            k.measured_tokens_per_second, k.remeasured_tokens_per_second,
+            k.remeasured_anchored_tokens_per_second);
   }
-  auto summary = [](const std::vector<std::pair<double, double>>& v, const char* what) {
-    if (v.empty()) return;
-    // Step time is batch / tokens per second: |predicted step / measured step - 1|.
-    std::vector<double> e;
-    for (const auto& [pred, meas] : v) e.push_back(std::fabs(meas / pred - 1.0));
+  // Step time is batch / tokens per second: |predicted step / measured step - 1|.
+  auto error = [](double pred, double meas) { return std::fabs(meas / pred - 1.0); };
+  auto summary = [](std::vector<double> e, const std::string& what) {
+    if (e.empty()) return;
     std::sort(e.begin(), e.end());
-    std::printf("cost model over %zu runs%s: step time error median %.1f%%, worst %.1f%%\n",
-                e.size(), what, 100 * e[e.size() / 2], 100 * e.back());
+    std::printf("%s: median %.1f%%, worst %.1f%%\n", what.c_str(), 100 * e[e.size() / 2],
+                100 * e.back());
   };
-  summary(runs, "");
-  summary(anchored, " at the machine's and the KV device's speeds during each run");
+  auto errors = [&](const std::vector<std::pair<double, double>>& v) {
+    std::vector<double> e;
+    for (const auto& [pred, meas] : v) e.push_back(error(pred, meas));
+    return e;
+  };
+  summary(errors(runs),
+          "cost model over " + std::to_string(runs.size()) + " runs: step time error");
+  summary(errors(anchored), "cost model over " + std::to_string(anchored.size()) +
+                                " runs at the machine's and the KV device's speeds during each "
+                                "run: step time error");
+  if (!twice.empty()) {
+    // The step time closest to both of a run's measurements misses each by |a - b| / (a + b)
+    // (step times a and b): what no prediction can beat on this machine.
+    std::vector<double> apart, bound, both, mean, both_anchored;
+    for (const Twice& t : twice) {
+      const double a = 1 / t.first, b = 1 / t.again;
+      apart.push_back(std::fabs(a - b) / std::min(a, b));
+      bound.push_back(std::fabs(a - b) / (a + b));
+      both.push_back(error(t.predicted, t.first));
+      both.push_back(error(t.predicted, t.again));
+      mean.push_back(error(t.predicted, 2 / (a + b)));
+      if (t.anchored_first > 0 && t.anchored_again > 0) {
+        both_anchored.push_back(error(t.anchored_first, t.first));
+        both_anchored.push_back(error(t.anchored_again, t.again));
+      }
+    }
+    const std::string n = std::to_string(twice.size());
+    summary(apart, "the " + n + " runs measured twice: the two step times apart by");
+    summary(bound, "the least error any prediction can have against both measurements");
+    summary(both, "cost model over both measurements of the " + n + " runs: step time error");
+    summary(mean, "cost model against the mean of each run's two step times: error");
+    summary(both_anchored, "cost model over both measurements at their speeds: step time error");
+  }
   std::printf("wrote %s\n", f.output.c_str());
   return Status::OK();
 }
@@ -368,6 +422,9 @@ void AddTuneCommand(CLI::App* app) {
   cmd->add_option("--validate", f->options.validate,
                   "also run up to this many other measured plans per entry, to check the cost "
                   "model (their speed goes in the report)");
+  cmd->add_flag("--repeat-checks", f->options.repeat_checks,
+                "after every entry, measure each run again and report how far the two "
+                "measurements lie apart beside the cost model's error");
   CLI::Option* candidates =
       cmd->add_option("--max-candidates", f->options.max_candidates,
                       "disk plans whose quality is measured per (batch, context), at most");

@@ -2,14 +2,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <thread>
 
+#include "common/thread_pool.h"
 #include "runtime/engine/engine.h"
 #include "runtime/kv/disk_kv.h"
 #include "runtime/kv/disk_kv_plan.h"
+#include "runtime/kv/disk_kv_store.h"
 #include "runtime/kv/group_predictor.h"
+#include "runtime/kv/kv_record_layout.h"
 #include "tuner/kv_replay.h"
 
 namespace strata {
@@ -103,6 +108,12 @@ constexpr int32_t kFitSteps = 32;
 // The batch of the fitting runs that price the selection of several sequences: the
 // largest profiled.
 constexpr int32_t kFitBatch = -1;
+
+// Tokens a layer of the views Q8_0 records are priced on (TimeQ8Attention): the disk
+// policy's plans attend some hundreds to thousands of tokens a layer.
+constexpr int32_t kQ8Tokens = 512;
+// The records' block where no disk options say which device (the smallest a store uses).
+constexpr uint32_t kDefaultBlock = 512;
 
 // Context of the steps that time the dense part of a decode step (and the anchor step).
 constexpr int32_t kShortContext = 16;
@@ -278,8 +289,7 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   ComputeProfile bare = *p;  // the model without the constants being fitted
   bare.select_one = bare.select_many = {};
   bare.disk_overhead_seconds = bare.disk_seconds_per_group = bare.disk_seconds_per_request = 0;
-  bare.disk_seconds_per_request_many = 0;
-  bare.disk_seconds_per_q8_token = bare.disk_seconds_per_q8_token_many = 0;
+  bare.disk_seconds_per_request_many = 0;  // Q8_0 records' prices are profiled (kept)
   std::vector<std::vector<double>> x;
   std::vector<double> y;
   // The prices of one sequence's selection or of several's, fitted on the runs of that kind.
@@ -363,56 +373,33 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
                      kUnit;
     return m > 1e-3 * count ? m : 0.0;
   };
-  // Q8_0 records are still read and expanded for attention: at most half the F16 rate is
-  // saved (half the bytes), and expanding one costs at most attending it again, whatever a
-  // noisy fit says.
-  const double q8_floor = -0.5 * p->attention_seconds_per_token / std::max(1, hp.n_layer);
-  const double q8_ceiling = p->attention_seconds_per_token / std::max(1, hp.n_layer);
   x.clear();
   y.clear();
   for (const Measured& m : measured) {
     if (m.batch != 1) continue;
     const DiskOwnWork w = OwnWork(m.shape);
-    const double q8 =
-        marginal(bare, m.shape, &ComputeProfile::disk_seconds_per_q8_token, w.q8_tokens);
-    // Q8_0 records change attention's cost per token either way (their expansion against
-    // half the bytes to read): a column for each sign keeps the fit non-negative while
-    // letting the difference have either.
     x.push_back({1.0, marginal(bare, m.shape, &ComputeProfile::disk_seconds_per_group, w.groups),
-                 w.requests, q8, -q8});
+                 w.requests});
     y.push_back(m.step - PredictDiskStep(device, bare, m.shape).step_seconds);
   }
   const std::vector<double> c = FitNonNegative(x, y);
   p->disk_overhead_seconds = c[0];
   p->disk_seconds_per_group = c[1];
   p->disk_seconds_per_request = c[2];
-  p->disk_seconds_per_q8_token = std::clamp(c[3] - c[4], q8_floor, q8_ceiling);
-  // Several sequences' attention over Q8_0 records and their read requests are priced on
-  // their own runs: the batch's records of a layer are several times one sequence's, and
-  // where one sequence's fit in the cores' caches theirs need not (measured: batch-8 plans
-  // attended at about F16's rate where one sequence's ran faster); a batch's reads of a layer
-  // outrun the store's queue (kv.queue_depth), and the rest are submitted and waited for in
-  // the layer's path. Without such runs, one sequence's prices.
-  p->disk_seconds_per_q8_token_many = p->disk_seconds_per_q8_token;
+  // Several sequences' read requests are priced on their own runs: a batch's reads of a
+  // layer outrun the store's queue (kv.queue_depth), and the rest are submitted and waited
+  // for in the layer's path. Without such runs, one sequence's price.
   p->disk_seconds_per_request_many = p->disk_seconds_per_request;
   ComputeProfile fitted = *p;
-  fitted.disk_seconds_per_q8_token_many = fitted.disk_seconds_per_request_many = 0;
+  fitted.disk_seconds_per_request_many = 0;
   x.clear();
   y.clear();
   for (const Measured& m : measured) {
     if (m.batch == 1) continue;
-    const DiskOwnWork w = OwnWork(m.shape);
-    // Zero where there are no Q8_0 records, or their work hides under the reads.
-    const double q8 =
-        marginal(fitted, m.shape, &ComputeProfile::disk_seconds_per_q8_token_many, w.q8_tokens);
-    x.push_back({q8, -q8, w.requests});
+    x.push_back({OwnWork(m.shape).requests});
     y.push_back(m.step - PredictDiskStep(device, fitted, m.shape).step_seconds);
   }
-  if (!x.empty()) {
-    const std::vector<double> cm = FitNonNegative(x, y);
-    p->disk_seconds_per_q8_token_many = std::clamp(cm[0] - cm[1], q8_floor, q8_ceiling);
-    p->disk_seconds_per_request_many = cm[2];
-  }
+  if (!x.empty()) p->disk_seconds_per_request_many = FitNonNegative(x, y)[0];
   p->disk_fit_runs = int32_t(measured.size());
   return Status::OK();
 }
@@ -428,14 +415,15 @@ ComputeProfile ComputeProfile::Scaled(double f) const {
   for (double& x : s.dense_seconds) x *= f;
   for (double& x : s.score_seconds_per_row) x *= f;
   for (double& x : s.score_seconds_per_row_one_core) x *= f;
+  for (double& x : s.q8_seconds_per_token) x *= f;
+  for (double& x : s.q8_seconds_per_token_many) x *= f;
   for (double* x :
        {&s.attention_seconds_per_token, &s.attention_seconds_per_token_many, &s.query_seconds,
         &s.query_row_seconds, &s.select_one.per_selection, &s.select_one.per_candidate,
         &s.select_one.per_group, &s.select_one.per_request, &s.select_many.per_selection,
         &s.select_many.per_candidate, &s.select_many.per_group, &s.select_many.per_request,
         &s.disk_overhead_seconds, &s.disk_seconds_per_group, &s.disk_seconds_per_request,
-        &s.disk_seconds_per_request_many, &s.disk_seconds_per_q8_token,
-        &s.disk_seconds_per_q8_token_many, &s.anchor_seconds})
+        &s.disk_seconds_per_request_many, &s.anchor_seconds})
     *x *= f;
   return s;
 }
@@ -469,6 +457,16 @@ Status AnchorTimer::Step() {
 }
 
 double AnchorTimer::Seconds() const { return Median(times_); }
+
+double ComputeProfile::Q8SecondsPerToken(int32_t group_size, bool many) const {
+  const std::vector<double>& table =
+      many && !q8_seconds_per_token_many.empty() ? q8_seconds_per_token_many : q8_seconds_per_token;
+  size_t best = 0;
+  for (size_t i = 1; i < q8_group_sizes.size() && i < table.size(); ++i)
+    if (std::abs(q8_group_sizes[i] - group_size) < std::abs(q8_group_sizes[best] - group_size))
+      best = i;
+  return best < table.size() ? table[best] : 0.0;
+}
 
 double ComputeProfile::ScoreSecondsPerRow(int32_t rank, int32_t group_rows, bool one_core) const {
   if (ranks.empty()) return 0;
@@ -531,6 +529,113 @@ Status ChooseThreads(const Model& model, int32_t cores, int32_t max_batch, int32
   return Status::OK();
 }
 
+namespace {
+
+// What attending a token of a layer in Q8_0 records costs beyond the same token in F16
+// records (negative where it saves), for `batch` sequences side by side on the pool, the
+// median of `pairs` steps of each timed in alternation, at the profile's speed (`anchor`
+// beside each pair). The views are what the disk policy hands attention: records of
+// `group` tokens in slot memory, `tokens` a layer, every layer its own. A Q8_0 record is
+// expanded before the F16 kernel runs over it, so it costs arithmetic and saves half the
+// bytes; which wins depends on where the records are, and in a decode step they are cold
+// (the weights of the other layers sweep the caches between a layer's steps), so a buffer
+// larger than the caches is swept before each timed step. A fit of this price on the disk
+// policy's runs, confounded with their reads, moved by more than the price itself from one
+// tune to the next.
+Status TimeQ8Attention(const Model& model, const ComputeProfileOptions& o, ThreadPool* pool,
+                       int32_t batch, int32_t tokens, int32_t group, uint32_t block, int32_t pairs,
+                       double* price, double* anchor_seconds) {
+  const HParams& hp = model.hparams();
+  const KvShape shape{hp.n_layer, hp.n_head_kv, hp.head_dim, tokens};
+  const int32_t hd = hp.head_dim, n_rep = hp.n_rep();
+  const int32_t records = (tokens + group - 1) / group;
+  const KvRecordLayout layouts[2] = {
+      KvRecordLayout::Make(shape, group, block, kernels::KvType::kF16),
+      KvRecordLayout::Make(shape, group, block, kernels::KvType::kQ8_0)};
+  const size_t views = size_t(batch) * size_t(hp.n_layer);
+  std::vector<std::vector<std::byte>> slots(2);
+  std::vector<std::vector<kernels::KvSpan>> spans[2];
+  std::mt19937 rng(13);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<float> k(size_t(group) * size_t(shape.row())), v(k.size());
+  // A few distinct records (normal values), copied over every slot: what attention costs
+  // does not depend on the values, and drawing each would take longer than the timing.
+  constexpr int32_t kDistinct = 16;
+  for (int t = 0; t < 2; ++t) {
+    const KvRecordLayout& l = layouts[t];
+    std::vector<std::byte> distinct(size_t(kDistinct) * l.record_bytes);
+    for (int32_t r = 0; r < kDistinct; ++r) {
+      for (float& x : k) x = dist(rng);
+      for (float& x : v) x = dist(rng);
+      l.PutF32(distinct.data() + size_t(r) * l.record_bytes, 0, k.data(), v.data(), group);
+    }
+    slots[size_t(t)].resize(views * size_t(records) * l.record_bytes);
+    spans[t].resize(views);
+    for (size_t i = 0; i < views; ++i)
+      for (int32_t r = 0; r < records; ++r) {
+        std::byte* rec =
+            slots[size_t(t)].data() + (i * size_t(records) + size_t(r)) * l.record_bytes;
+        std::memcpy(rec, distinct.data() + ((i + size_t(r)) % kDistinct) * l.record_bytes,
+                    l.record_bytes);
+        spans[t][i].push_back(l.Span(rec, r, std::min(group, tokens - r * group)));
+      }
+  }
+  // Split into parts as the forward pass splits a decoding sequence's view.
+  const int32_t parts = std::clamp(tokens / 256, 1, 8);
+  const int32_t per_part = (records + parts - 1) / parts;
+  const int64_t tasks = int64_t(batch) * hp.n_head_kv * parts;
+  std::vector<float> q(size_t(hp.n_head) * size_t(hd));
+  for (float& x : q) x = dist(rng);
+  std::vector<float> out(size_t(tasks) * size_t(n_rep) * size_t(hd)), lse(size_t(tasks) * n_rep);
+  std::vector<std::vector<float>> scratch(
+      size_t(pool->size()), std::vector<float>(kernels::AttentionScratchFloats(1, n_rep, hd)));
+  // Larger than a last-level cache of this class of machine.
+  std::vector<uint8_t> sweep(size_t(64) << 20, 1);
+  auto step = [&](int t, int32_t layer) {
+    pool->Run(tasks, [&](int64_t i, int worker) {
+      const int32_t part = int32_t(i % parts), h = int32_t(i / parts % hp.n_head_kv);
+      const size_t seq = size_t(i / parts / hp.n_head_kv);
+      const std::vector<kernels::KvSpan>& view = spans[t][seq * size_t(hp.n_layer) + size_t(layer)];
+      const int32_t first = part * per_part;
+      kernels::AttentionArgs a;
+      a.q = q.data() + size_t(h) * n_rep * hd;
+      a.n_q = 1;
+      a.q_stride = hp.n_head * hd;
+      a.q_pos0 = tokens;
+      a.n_rep = n_rep;
+      a.head_dim = hd;
+      a.kv_head = h;
+      a.spans = view.data() + first;
+      a.n_spans = std::max(0, std::min(per_part, records - first));
+      a.scale = 1.0f / std::sqrt(float(hd));
+      a.out = out.data() + size_t(i) * n_rep * hd;
+      a.out_stride = n_rep * hd;
+      a.scratch = scratch[size_t(worker)].data();
+      a.lse = lse.data() + size_t(i) * n_rep;
+      kernels::AttentionOverSpans(a);
+    });
+  };
+  auto timed = [&](int t) {
+    for (size_t i = 0; i < sweep.size(); i += 64) ++sweep[i];  // through the caches
+    const auto t0 = Clock::now();
+    for (int32_t layer = 0; layer < hp.n_layer; ++layer) step(t, layer);
+    return Since(t0);
+  };
+  AnchorTimer anchor;
+  STRATA_RETURN_IF_ERROR(anchor.Init(model, o.threads, o.cuda_device, pairs));
+  std::vector<double> diffs;
+  for (int32_t i = 0; i <= pairs; ++i) {
+    const double f16 = timed(0), q8 = timed(1);
+    if (i > 0) diffs.push_back(q8 - f16);  // the first pair warms the code and the pages
+    STRATA_RETURN_IF_ERROR(anchor.Step());
+  }
+  *price = Median(std::move(diffs)) / (double(batch) * hp.n_layer * tokens);
+  *anchor_seconds = anchor.Seconds();
+  return Status::OK();
+}
+
+}  // namespace
+
 Status ProfileCompute(const Model& model, const Adapters& adapters, const ComputeProfileOptions& o,
                       const DiskKvOptions* disk, ComputeProfile* out) {
   if (o.batches.empty() || o.steps < 1 || o.attention_tokens < 64 || o.score_rows < 64)
@@ -538,8 +643,8 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
   const HParams& hp = model.hparams();
   ComputeProfile p;
   p.threads = o.threads;
-  // Batches, attention, one scoring point per adapter set, the disk policy's run.
-  const int64_t units = int64_t(o.batches.size() + adapters.sets.size()) + 1 +
+  // Batches, attention, one scoring point per adapter set, Q8_0 records, the disk policy's run.
+  const int64_t units = int64_t(o.batches.size() + adapters.sets.size()) + 2 +
                         (*std::max_element(o.batches.begin(), o.batches.end()) >= 2 ? 1 : 0) +
                         (disk ? 1 : 0);
   int64_t done = 0;
@@ -706,10 +811,41 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
       p.score_seconds_per_row_one_core.push_back(Median(r.one_core[gi]));
     }
   }
+  // Q8_0 records' price against F16 ones, for one sequence and for the largest batch
+  // (where head_dim holds whole Q8_0 blocks; else the policy stores F16 alone).
+  // What decides it is the bytes a token of each type takes, records padded to the device
+  // block, so it is timed at each group size the plans may take (the runtime's own among
+  // them).
+  std::vector<Timed> q8, q8_many;
+  if (hp.head_dim % 32 == 0) {
+    uint32_t block = kDefaultBlock;
+    if (disk) STRATA_RETURN_IF_ERROR(DiskKvStore::ProbeBlockSize(*disk, &block));
+    std::vector<int32_t> groups = o.record_group_sizes;
+    groups.push_back(AutoGroupSize({hp.n_layer, hp.n_head_kv, hp.head_dim, kQ8Tokens}, block,
+                                   kernels::KvType::kQ8_0));
+    std::sort(groups.begin(), groups.end());
+    groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+    const int32_t pairs = std::max(o.steps, kMinSteps);
+    for (int32_t g : groups) {
+      if (g < 1) return Status::InvalidArgument("compute profile: tokens a group must be >= 1");
+      p.q8_group_sizes.push_back(g);
+      q8.push_back({0, 0});
+      STRATA_RETURN_IF_ERROR(TimeQ8Attention(model, o, &pool, 1, kQ8Tokens, g, block, pairs,
+                                             &q8.back().seconds, &q8.back().anchor));
+      if (batches.back() < 2) continue;
+      q8_many.push_back({0, 0});
+      STRATA_RETURN_IF_ERROR(TimeQ8Attention(model, o, &pool, batches.back(), kQ8Tokens, g, block,
+                                             pairs, &q8_many.back().seconds,
+                                             &q8_many.back().anchor));
+    }
+  }
+  advance();
   STRATA_RETURN_IF_ERROR(time_batches(1));
   {
     std::vector<double> anchors = {attention.anchor};
     if (attention_many.anchor > 0) anchors.push_back(attention_many.anchor);
+    for (const std::vector<Timed>* v : {&q8, &q8_many})
+      for (const Timed& t : *v) anchors.push_back(t.anchor);
     for (const std::vector<Timed>& pass : dense)
       for (const Timed& t : pass) anchors.push_back(t.anchor);
     p.anchor_seconds = Median(anchors);
@@ -737,6 +873,14 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
     p.attention_seconds_per_token = std::max(at_profile_speed(attention), floor);
     if (attention_many.anchor > 0)
       p.attention_seconds_per_token_many = std::max(at_profile_speed(attention_many), floor);
+    // A Q8_0 record saves at most half of F16 attention (half the bytes) and its expansion
+    // costs at most attending it again: beyond those, the difference of two timings is noise.
+    const double per_layer = p.attention_seconds_per_token / std::max(1, hp.n_layer);
+    auto bounded = [&](const Timed& t) {
+      return std::clamp(at_profile_speed(t), -0.5 * per_layer, per_layer);
+    };
+    for (const Timed& t : q8) p.q8_seconds_per_token.push_back(bounded(t));
+    for (const Timed& t : q8_many) p.q8_seconds_per_token_many.push_back(bounded(t));
   }
   if (disk) {
     STRATA_RETURN_IF_ERROR(FitDiskConstants(model, o, *disk, &p));
@@ -793,8 +937,7 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
   // saving against F16 (a negative price) is likewise hidden there when reads bound the
   // layer. What is done once a step or per request is not overlapped.
   const double layer_work = w.groups * compute.disk_seconds_per_group +
-                            w.q8_tokens * (s.batch >= 2 ? compute.disk_seconds_per_q8_token_many
-                                                        : compute.disk_seconds_per_q8_token);
+                            w.q8_tokens * compute.Q8SecondsPerToken(s.group_size, s.batch >= 2);
   p.compute_seconds =
       compute.DenseSeconds(s.batch) +
       double(s.batch) * double(s.attended_tokens) * compute.AttentionSecondsPerToken(s.batch) +

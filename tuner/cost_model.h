@@ -111,10 +111,13 @@ struct ComputeProfile {
   double disk_seconds_per_group = 0;
   double disk_seconds_per_request = 0;
   double disk_seconds_per_request_many = 0;
-  // Per attended token and layer of Q8_0 records, against F16 ones: negative where their
-  // attention is cheaper: for one sequence, and for two or more (fitted on their runs).
-  double disk_seconds_per_q8_token = 0;
-  double disk_seconds_per_q8_token_many = 0;
+  // Per attended token and layer of Q8_0 records, against F16 ones (negative where their
+  // attention is cheaper), by tokens a group (the bytes a token takes, its record padded to
+  // the device block, decide it): for one sequence, and for the largest batch. Timed on cold
+  // record views, not fitted (TimeQ8Attention in cost_model.cc).
+  std::vector<int32_t> q8_group_sizes;
+  std::vector<double> q8_seconds_per_token;
+  std::vector<double> q8_seconds_per_token_many;
   int32_t disk_fit_runs = 0;  // real runs these were fitted on
   // The machine's speed these constants are at: a batch-1 step at a short context, full KV,
   // timed beside every profile measurement (AnchorTimer), the median; each measurement is
@@ -127,6 +130,8 @@ struct ComputeProfile {
   // Every compute time above times `factor` (the reads are the device profile's): the
   // profile of the same machine running `factor` times slower.
   ComputeProfile Scaled(double factor) const;
+  // At the nearest measured group size; `many`: two or more sequences. 0 without a table.
+  double Q8SecondsPerToken(int32_t group_size, bool many) const;
   // Linear in rank between measured ranks, proportional beyond them; linear in 1 / rows a
   // group between measured group sizes, the nearest beyond them.
   double ScoreSecondsPerRow(int32_t rank, int32_t group_rows = 1, bool one_core = false) const;
@@ -147,6 +152,9 @@ struct ComputeProfileOptions {
   // Summary rows a group the scoring is measured at: 1 (a per-group summary) and the
   // group sizes a per-token summary may have.
   std::vector<int32_t> score_group_sizes = {1, 4, 5, 8, 16};
+  // Tokens a group Q8_0 records are priced at (with the runtime's own group size): the
+  // group sizes the tuner's plans take.
+  std::vector<int32_t> record_group_sizes = {4, 8, 16};
   double memory_bytes_per_second = 0;  // floors attention per token; 0 = no floor
   // The device the disk policy's fitting runs read from (their reads are modelled with it);
   // null: reads are taken as free.

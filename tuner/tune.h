@@ -62,6 +62,9 @@ struct TuneOptions {
   // Besides the chosen plan, run up to this many other measured plans per entry and record
   // their speed beside the prediction: a check of the cost model on plans it did not pick.
   int32_t validate = 0;
+  // After every entry, measure each run once more (TunedCandidate::remeasured_*): how far
+  // two measurements of one plan lie apart on this machine.
+  bool repeat_checks = false;
   // Besides the plan predicted fastest, run this many of the next ones by prediction (within
   // the bound) and keep whichever measured fastest: the prediction of the plan picked out of
   // many is the one most likely to be too high (its errors are what made it stand out).
@@ -98,6 +101,9 @@ struct TunedCandidate {
   double anchor_seconds = 0;
   double anchor_disk_factor = 1;
   double anchored_tokens_per_second = 0;
+  // The same run measured again after every entry's (TuneOptions::repeat_checks), and the
+  // prediction at that run's speeds; 0 where not run.
+  double remeasured_tokens_per_second = 0, remeasured_anchored_tokens_per_second = 0;
   // What the check run read, per sequence and step (0 where none ran), and the prediction
   // again with those reads in place of the quality windows' (requests_per_step): the part of
   // a check's error that the windows' estimate of the reads explains is the difference
@@ -125,6 +131,7 @@ struct TunedChoice {
   double measured_tokens_per_second = 0;
   double anchor_seconds = 0, anchor_disk_factor = 1;  // as TunedCandidate's
   double anchored_tokens_per_second = 0;
+  double remeasured_tokens_per_second = 0, remeasured_anchored_tokens_per_second = 0;
   // The runtime's defaults at the same memory (full KV where it fits a sequence's share,
   // else the disk policy at that budget with every setting automatic), measured the same way.
   double default_tokens_per_second = 0;

@@ -16,7 +16,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$strata" tune -m "$model" --adapters "$tmp/m.adapters" --text "$text" --quick \
   --contexts 512 --batches 1 --windows 1 --scored 16 --verify-steps 4 --max-candidates 3 --max-variants 2 \
   --max-ppl-loss 0.5 --kv-memory 4M --kv-dir "$tmp" --work-dir "$tmp/work" -t 2 \
-  --validate 1 -o "$tmp/strata.yaml" --report "$tmp/report.json" --plot "$tmp/plot.svg" \
+  --validate 1 --repeat-checks -o "$tmp/strata.yaml" --report "$tmp/report.json" --plot "$tmp/plot.svg" \
   >"$tmp/out.txt" 2>"$tmp/err.txt" ||
   { tail -5 "$tmp/err.txt"; fail "tune"; }
 grep -q "wrote $tmp/strata.yaml" "$tmp/out.txt" || fail "no 'wrote' line: $(cat "$tmp/out.txt")"
@@ -33,7 +33,21 @@ assert all(k["ppl_loss_upper"] >= k["ppl_loss"] for k in c["candidates"]), c
 assert all(k["within_bound"] == (k["ppl_loss_upper"] <= 0.5) for k in c["candidates"]), c
 assert c["default_tokens_per_second"] > 0, c
 assert len(r["device"]["reads"]) > 0 and r["compute"]["attention_seconds_per_token"] > 0
+# Q8_0 records priced at the plans' group sizes (the runtime's own, 5 here, among them), for
+# one sequence only (batch 1), within their bounds: at most half of F16 attention saved.
+q8 = r["compute"]["q8_records"]
+assert [e["group_size"] for e in q8] == [4, 5, 8, 16], q8
+per_layer = r["compute"]["attention_seconds_per_token"] / 30  # the model's 30 layers
+assert all(-0.5 * per_layer <= e["seconds_per_token"] <= per_layer for e in q8), q8
+assert all("seconds_per_token_many" not in e for e in q8), q8
+# --repeat-checks: every run measured a second time, and only those.
+assert c["remeasured_tokens_per_second"] > 0, c
+for k in c["candidates"]:
+    if k["settings"] != c["settings"]:
+        assert (k["remeasured_tokens_per_second"] > 0) == (k["measured_tokens_per_second"] > 0), k
 PY
+grep -q "^the .* runs measured twice: the two step times apart by: median" "$tmp/out.txt" ||
+  fail "no repeat line: $(cat "$tmp/out.txt")"
 # The plot is an SVG with the chosen plan and the other plans that ran on the speed panel
 # and every measured plan on the quality panel.
 python3 - "$tmp/plot.svg" "$tmp/report.json" <<'PY' || fail "plot"

@@ -97,7 +97,8 @@ TEST(CostModelTest, ReadsHideUnderComputeUntilTheyDoNot) {
   // hidden under the reads of a device-bound layer, added to a compute-bound one.
   ComputeProfile own = c;
   own.disk_seconds_per_group = 1e-8;
-  own.disk_seconds_per_q8_token = 2e-9;
+  own.q8_group_sizes = {1};
+  own.q8_seconds_per_token = {2e-9};
   s.q8_records = true;
   EXPECT_NEAR(PredictDiskStep(d, own, s).step_seconds, many.step_seconds, 1e-12);
   s.requests = 0;
@@ -138,20 +139,29 @@ TEST(CostModelTest, ThePolicysOwnWorkAddsPerStepGroupAndRead) {
   EXPECT_NEAR(PredictDiskStep(DeviceProfile(), c, s).step_seconds - bare,
               1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 3e-6), 1e-12);
   // Q8_0 records: their tokens' own term may be a saving, priced for several sequences
-  // apart from one.
+  // apart from one, at the measured group size nearest the plan's.
   s.q8_records = true;
-  c.disk_seconds_per_q8_token = -2e-8;
-  c.disk_seconds_per_q8_token_many = -1e-8;
+  c.q8_group_sizes = {4, 16};
+  c.q8_seconds_per_token = {-5e-8, -2e-8};
+  c.q8_seconds_per_token_many = {-4e-8, -1e-8};
   EXPECT_NEAR(PredictDiskStep(DeviceProfile(), c, s).step_seconds - bare,
-              1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 3e-6 - 10 * 800 * 1e-8), 1e-12);
+              1e-3 + 2 * (10 * 100 * 1e-7 + 50 * 3e-6 - 10 * 800 * 4e-8), 1e-12);
+  s.group_size = 12;  // nearer 16 than 4
+  const double with_q8 = PredictDiskStep(DeviceProfile(), c, s).step_seconds;
+  s.q8_records = false;
+  EXPECT_NEAR(with_q8 - PredictDiskStep(DeviceProfile(), c, s).step_seconds, -2 * 10 * 800 * 1e-8,
+              1e-12);
+  s.q8_records = true;
+  s.group_size = 8;
   s.batch = 1;
   ComputeProfile none = c;
   none.disk_overhead_seconds = none.disk_seconds_per_group = none.disk_seconds_per_request = 0;
   none.disk_seconds_per_request_many = 0;
-  none.disk_seconds_per_q8_token = none.disk_seconds_per_q8_token_many = 0;
+  none.q8_seconds_per_token.clear();
+  none.q8_seconds_per_token_many.clear();
   EXPECT_NEAR(PredictDiskStep(DeviceProfile(), c, s).step_seconds -
                   PredictDiskStep(DeviceProfile(), none, s).step_seconds,
-              1e-3 + 10 * 100 * 1e-7 + 50 * 2e-6 - 10 * 800 * 2e-8, 1e-12);
+              1e-3 + 10 * 100 * 1e-7 + 50 * 2e-6 - 10 * 800 * 5e-8, 1e-12);
 }
 
 // The selection's own work: per layer selection, candidate group and attended group shared by
@@ -803,6 +813,7 @@ TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFi
   o.max_ppl_loss = 0.03;
   o.max_candidates = 8;
   o.kv_memory_bytes = 240 << 10;
+  o.repeat_checks = true;
   TuneReport disk;
   STRATA_ASSERT_OK(Tune(*model_, o, nullptr, &disk));
   ASSERT_EQ(disk.choices.size(), 1u);
@@ -821,6 +832,18 @@ TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFi
   EXPECT_GT(disk.compute.anchor_seconds, 0);
   EXPECT_GT(c.anchor_seconds, 0);
   EXPECT_GT(c.anchored_tokens_per_second, 0);
+  // Every run was measured a second time (repeat_checks), and only those.
+  EXPECT_GT(c.remeasured_tokens_per_second, 0);
+  EXPECT_GT(c.remeasured_anchored_tokens_per_second, 0);
+  for (const TunedCandidate& k : c.candidates)
+    if (k.key != c.key) {
+      EXPECT_EQ(k.remeasured_tokens_per_second > 0, k.measured_tokens_per_second > 0) << k.key;
+    }
+  // A head of 16 values holds no whole Q8_0 block: the policy stores F16 alone, and the
+  // profile times no Q8_0 prices (the real model's are checked in tests/cli/tune_test.sh).
+  ASSERT_EQ(model_->hparams().head_dim, 16);
+  EXPECT_TRUE(disk.compute.q8_group_sizes.empty());
+  EXPECT_EQ(disk.compute.Q8SecondsPerToken(4, false), 0.0);
   // The runners-up by prediction ran beside the plan predicted fastest, and the choice is
   // whichever of them measured fastest (no --validate runs here).
   int ran = 0;
