@@ -973,7 +973,28 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
   // layer attends (its refinement, the next layer's guess). An I/O-bound layer waits only
   // for what all of that leaves of its reads.
   const double cover_l = (p.compute_seconds + p.select_seconds) / layers;
-  p.wait_seconds = layers * (std::max(cover_l + refine_wait_l, read_l) - cover_l);
+  // A layer's reads vary about their mean from layer to layer and step to step (the groups
+  // each selection misses), and each layer waits for its own: where reads and the work that
+  // covers them balance, a layer with more than the mean waits and one with fewer gives
+  // nothing back, so the mean's wait is too small. The count is taken as Poisson about the
+  // mean (independent misses: the least spread a count has) and the wait as its expectation.
+  const double bound_l = cover_l + refine_wait_l;
+  auto layer_wait = [&] {
+    const double mean = requests_l;
+    if (!(mean > 0)) return refine_wait_l;
+    const double spread = 8 * std::sqrt(mean) + 8;
+    const double lo = std::max(1.0, std::floor(mean - spread)), hi = std::ceil(mean + spread);
+    if (read(hi) <= bound_l) return refine_wait_l;  // covered whatever the count
+    if (mean - spread >= 1 && read(lo) >= bound_l) return read_l - cover_l;  // never covered
+    double expected = 0, mass = 0;
+    for (double k = mean - spread >= 1 ? lo : 0; k <= hi; k += 1) {
+      const double pk = std::exp(k * std::log(mean) - mean - std::lgamma(k + 1));
+      expected += pk * std::max(bound_l, k >= 1 ? read(k) : 0.0);
+      mass += pk;
+    }
+    return expected / mass - cover_l;
+  };
+  p.wait_seconds = layers * layer_wait();
   p.own_seconds = compute.disk_overhead_seconds +
                   w.requests * (s.batch >= 2 ? compute.disk_seconds_per_request_many
                                              : compute.disk_seconds_per_request);

@@ -119,6 +119,39 @@ TEST(CostModelTest, ReadsHideUnderComputeUntilTheyDoNot) {
   EXPECT_NEAR(PredictDiskStep(d, c, s).compute_seconds, 0.030 + 8 * 1000 * 4e-8, 1e-12);
 }
 
+// A layer's reads vary about their mean: where their time and the compute that covers them
+// balance, the layers that read more than the mean wait, and the step does with them.
+TEST(CostModelTest, ReadsThatBalanceTheirCoverWaitForTheLayersAboveTheMean) {
+  const DeviceProfile d = Curve();  // 80,000 reads a second at depth 16 and beyond
+  ComputeProfile c;
+  c.batches = {1};
+  c.dense_seconds = {0.010};
+  c.attention_seconds_per_token = 1e-7;
+  DiskStepShape s;
+  s.n_layer = 10;
+  s.attended_tokens = 1000;
+  s.queue_depth = 16;
+  auto at = [&](double reads_a_layer) {
+    s.requests = 10 * reads_a_layer;
+    s.bytes = s.requests * 4096.0;
+    return PredictDiskStep(d, c, s);
+  };
+  // 1.01 ms of compute a layer; 80.8 reads take as long at 80,000 a second.
+  const StepPrediction balanced = at(80.8);
+  EXPECT_NEAR(balanced.read_seconds, balanced.compute_seconds, 1e-9);
+  // Poisson about 80.8 (a spread of 9): about 0.4 of a spread of reads beyond the mean, a
+  // layer, at 12.5 us each; far less than three spreads' worth.
+  EXPECT_GT(balanced.wait_seconds, 10 * 0.2 * 9 / 80000.0);
+  EXPECT_LT(balanced.wait_seconds, 10 * 3 * 9 / 80000.0);
+  // Less wait with fewer reads, more with more, and none or all of it far from the balance.
+  EXPECT_LT(at(75).wait_seconds, balanced.wait_seconds);
+  EXPECT_GT(at(75).wait_seconds, 0);
+  EXPECT_GT(at(86).wait_seconds, balanced.wait_seconds);
+  EXPECT_EQ(at(20).wait_seconds, 0);
+  const StepPrediction bound = at(400);
+  EXPECT_NEAR(bound.wait_seconds, bound.read_seconds - bound.compute_seconds, 1e-12);
+}
+
 TEST(CostModelTest, ThePolicysOwnWorkAddsPerStepGroupAndRead) {
   ComputeProfile c;
   c.batches = {1};
