@@ -10,6 +10,7 @@
 
 #include "common/thread_pool.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/forward.h"
 #include "runtime/kv/disk_kv.h"
 #include "runtime/kv/disk_kv_plan.h"
 #include "runtime/kv/disk_kv_store.h"
@@ -581,7 +582,7 @@ Status TimeQ8Attention(const Model& model, const ComputeProfileOptions& o, Threa
       }
   }
   // Split into parts as the forward pass splits a decoding sequence's view.
-  const int32_t parts = std::clamp(tokens / 256, 1, 8);
+  const int32_t parts = DecodeAttentionParts(tokens);
   const int32_t per_part = (records + parts - 1) / parts;
   const int64_t tasks = int64_t(batch) * hp.n_head_kv * parts;
   std::vector<float> q(size_t(hp.n_head) * size_t(hd));

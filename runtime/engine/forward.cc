@@ -42,6 +42,10 @@ constexpr int64_t kAttentionMaxParts = 8;
 
 }  // namespace
 
+int32_t DecodeAttentionParts(int64_t view_tokens) {
+  return int32_t(std::clamp<int64_t>(view_tokens / kAttentionPartTokens, 1, kAttentionMaxParts));
+}
+
 void ForwardBatch::Add(SeqId seq, int32_t pos0, std::span<const int32_t> ids, bool all_logits) {
   seqs.push_back({seq, pos0, int32_t(ids.size())});
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -246,7 +250,7 @@ void Forward::Attention(const ForwardBatch& batch, int32_t layer,
     if (bs.n_new == 1 && !pass_invariant_) {
       int64_t n = 0;
       for (const kernels::KvSpan& sp : views[s]) n += sp.n_tokens;
-      n_parts = int32_t(std::clamp<int64_t>(n / kAttentionPartTokens, 1, kAttentionMaxParts));
+      n_parts = DecodeAttentionParts(n);
       if (n_parts > 1) SplitView(views[s], n_parts, &split_spans_[s], &split_cuts_[s]);
     }
     for (int32_t c = 0; c < bs.n_new; c += query_chunk) {

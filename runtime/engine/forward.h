@@ -67,6 +67,11 @@ class ForwardPass {
 // the vocabulary, sequence counts consistent.
 Status CheckForwardBatch(const ForwardBatch& batch, int64_t max_tokens, int32_t n_vocab);
 
+// How many parts the CPU pass splits one decoding sequence's attention over a view of
+// view_tokens tokens into (parts run on separate threads and are merged by their
+// log-sum-exp): enough to keep threads busy at batch 1, few enough that merging stays cheap.
+int32_t DecodeAttentionParts(int64_t view_tokens);
+
 class Forward final : public ForwardPass {
  public:
   // pass_invariant: see EngineOptions.

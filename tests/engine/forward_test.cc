@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/engine/engine.h"
+#include "runtime/engine/forward.h"
 #include "runtime/engine/session.h"
 #include "runtime/kv/prefix_tree_kv.h"
 #include "runtime/model/synthetic_model.h"
@@ -170,6 +171,8 @@ TEST_P(ForwardTest, DecodeTokenByTokenEqualsPrefill) {
 // the sequence decodes alone or beside another one.
 TEST_P(ForwardTest, DecodeSplitIntoPartsEqualsPrefill) {
   const int n = 560, n_prompt = 556;
+  // The context is long enough to be split, or this test would check nothing.
+  ASSERT_GT(DecodeAttentionParts(n_prompt), 1);
   auto tokens = RandomTokens(n, 7);
   const size_t V = size_t(model_->hparams().n_vocab);
   std::vector<float> all;
@@ -222,6 +225,23 @@ TEST_P(ForwardTest, DecodeSplitIntoPartsEqualsPrefill) {
   }
   ASSERT_EQ(alone.size(), V);
   for (size_t i = 0; i < V; ++i) ASSERT_EQ(alone[i], together[i]) << i;
+}
+
+// A view is split into more parts as it grows, never fewer than one and never unboundedly
+// many (the merge over parts runs on one thread); the tuner's attention timing uses the same
+// rule, so it times the tasks the pass runs.
+TEST(DecodeAttentionPartsTest, GrowsWithTheViewAndIsBounded) {
+  EXPECT_EQ(DecodeAttentionParts(0), 1);
+  EXPECT_EQ(DecodeAttentionParts(1), 1);
+  int32_t last = 1;
+  for (int64_t n = 1; n <= (int64_t(1) << 20); n = n * 3 / 2 + 1) {
+    const int32_t p = DecodeAttentionParts(n);
+    EXPECT_GE(p, last) << n;
+    EXPECT_GE(p, 1) << n;
+    last = p;
+  }
+  EXPECT_GT(last, 1);
+  EXPECT_EQ(DecodeAttentionParts(int64_t(1) << 40), last);
 }
 
 // With pass_invariant a token's logits are the same bits whether its pass begins at the
