@@ -99,6 +99,13 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
                                                           : c.score_seconds_per_row[k]}});
       }
   }
+  nlohmann::json query = nlohmann::json::array();
+  for (size_t i = 0; i < r.compute.ranks.size() && i < r.compute.query_seconds.size() &&
+                     i < r.compute.query_row_seconds.size();
+       ++i)
+    query.push_back({{"rank", r.compute.ranks[i]},
+                     {"seconds", r.compute.query_seconds[i]},
+                     {"row_seconds", r.compute.query_row_seconds[i]}});
   nlohmann::json q8 = nlohmann::json::array();
   for (size_t i = 0; i < r.compute.q8_group_sizes.size(); ++i) {
     const ComputeProfile& c = r.compute;
@@ -195,7 +202,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
             {"attention_seconds_per_token", r.compute.attention_seconds_per_token},
             {"attention_seconds_per_token_many", r.compute.attention_seconds_per_token_many},
             {"score", score},
-            {"query_seconds", r.compute.query_seconds},
+            {"low_rank_query", query},
             {"disk_overhead_seconds", r.compute.disk_overhead_seconds},
             {"disk_seconds_per_group", r.compute.disk_seconds_per_group},
             {"disk_seconds_per_request", r.compute.disk_seconds_per_request},
@@ -204,7 +211,6 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
             {"selection_one_sequence", prices(r.compute.select_one)},
             {"selection_several_sequences", prices(r.compute.select_many)},
             {"disk_fit_runs", r.compute.disk_fit_runs},
-            {"query_row_seconds", r.compute.query_row_seconds},
             {"anchor_seconds", r.compute.anchor_seconds}}},
           {"max_ppl_loss", o.max_ppl_loss},
           {"process_base_bytes", r.process_base_bytes},

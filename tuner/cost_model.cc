@@ -418,13 +418,15 @@ ComputeProfile ComputeProfile::Scaled(double f) const {
   for (double& x : s.score_seconds_per_row_one_core) x *= f;
   for (double& x : s.q8_seconds_per_token) x *= f;
   for (double& x : s.q8_seconds_per_token_many) x *= f;
+  for (double& x : s.query_seconds) x *= f;
+  for (double& x : s.query_row_seconds) x *= f;
   for (double* x :
-       {&s.attention_seconds_per_token, &s.attention_seconds_per_token_many, &s.query_seconds,
-        &s.query_row_seconds, &s.select_one.per_selection, &s.select_one.per_candidate,
-        &s.select_one.per_group, &s.select_one.per_request, &s.select_many.per_selection,
-        &s.select_many.per_candidate, &s.select_many.per_group, &s.select_many.per_request,
-        &s.disk_overhead_seconds, &s.disk_seconds_per_group, &s.disk_seconds_per_request,
-        &s.disk_seconds_per_request_many, &s.anchor_seconds})
+       {&s.attention_seconds_per_token, &s.attention_seconds_per_token_many,
+        &s.select_one.per_selection, &s.select_one.per_candidate, &s.select_one.per_group,
+        &s.select_one.per_request, &s.select_many.per_selection, &s.select_many.per_candidate,
+        &s.select_many.per_group, &s.select_many.per_request, &s.disk_overhead_seconds,
+        &s.disk_seconds_per_group, &s.disk_seconds_per_request, &s.disk_seconds_per_request_many,
+        &s.anchor_seconds})
     *x *= f;
   return s;
 }
@@ -467,6 +469,21 @@ double ComputeProfile::Q8SecondsPerToken(int32_t group_size, bool many) const {
     if (std::abs(q8_group_sizes[i] - group_size) < std::abs(q8_group_sizes[best] - group_size))
       best = i;
   return best < table.size() ? table[best] : 0.0;
+}
+
+double ComputeProfile::QuerySeconds(int32_t rank, int32_t rows) const {
+  if (ranks.empty() || query_seconds.size() != ranks.size() ||
+      query_row_seconds.size() != ranks.size())
+    return 0;
+  auto at = [&](size_t i) {
+    return query_seconds[i] + double(std::max(0, rows - 1)) * query_row_seconds[i];
+  };
+  if (rank <= ranks.front()) return at(0);
+  if (rank >= ranks.back()) return at(ranks.size() - 1);
+  size_t i = 1;
+  while (ranks[i] < rank) ++i;
+  const double t = double(rank - ranks[i - 1]) / double(ranks[i] - ranks[i - 1]);
+  return std::max(0.0, at(i - 1) + t * (at(i) - at(i - 1)));
 }
 
 double ComputeProfile::ScoreSecondsPerRow(int32_t rank, int32_t group_rows, bool one_core) const {
@@ -802,10 +819,8 @@ Status ProfileCompute(const Model& model, const Adapters& adapters, const Comput
             [](const RankScores& a, const RankScores& b) { return a.gp->rank() < b.gp->rank(); });
   for (const RankScores& r : by_set) {
     const double one_s = Median(r.one_query), all_s = Median(r.all_query);
-    if (one_s > p.query_seconds) {
-      p.query_seconds = one_s;
-      p.query_row_seconds = std::max(0.0, all_s - one_s) / double(rows - 1);
-    }
+    p.query_seconds.push_back(one_s);
+    p.query_row_seconds.push_back(std::max(0.0, all_s - one_s) / double(rows - 1));
     p.ranks.push_back(r.gp->rank());
     for (size_t gi = 0; gi < sizes.size(); ++gi) {
       p.score_seconds_per_row.push_back(Median(r.pool[gi]));
@@ -923,8 +938,7 @@ double SelectionSeconds(const ComputeProfile& compute, const DiskStepShape& s) {
              (selections * (double(s.summary_rows) * per_row * price.score_scale +
                             CandidateGroups(s) * price.per_candidate + price.per_selection)) +
          w.groups / cores * price.per_group + w.requests * price.per_request +
-         selections *
-             (compute.query_seconds + double(std::max(0, s.batch - 1)) * compute.query_row_seconds);
+         selections * compute.QuerySeconds(s.rank, s.batch);
 }
 
 StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile& compute,

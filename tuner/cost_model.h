@@ -81,9 +81,12 @@ struct ComputeProfile {
   std::vector<int32_t> score_group_sizes;
   std::vector<double> score_seconds_per_row;
   std::vector<double> score_seconds_per_row_one_core;
-  // The low-rank query a selection scores with (norm, Wq, RoPE, adapters).
-  double query_seconds = 0;      // one call for one row
-  double query_row_seconds = 0;  // each further row of the same call (a batch)
+  // The low-rank query a selection scores with (norm, Wq, RoPE, adapters), by rank (ranks):
+  // the adapters' product grows with the rank, and at small ranks the call's fixed part
+  // (the norm, Wq over the pool) is most of it, so one price for every rank over-priced the
+  // selections of small ranks by what the largest rank's adapters take.
+  std::vector<double> query_seconds;      // one call for one row
+  std::vector<double> query_row_seconds;  // each further row of the same call (a batch)
   // The selection's work beyond scoring and the queries (see the top of this file), fitted
   // to the policy's own clock of it, for one sequence (on the engine's thread, its scoring
   // over the pool) and for two or more (side by side on the workers, their reads queued
@@ -135,6 +138,9 @@ struct ComputeProfile {
   // Linear in rank between measured ranks, proportional beyond them; linear in 1 / rows a
   // group between measured group sizes, the nearest beyond them.
   double ScoreSecondsPerRow(int32_t rank, int32_t group_rows = 1, bool one_core = false) const;
+  // One call of the low-rank queries for `rows` rows at `rank`: linear in rank between
+  // measured ranks, the nearest beyond them (the fixed part does not shrink with the rank).
+  double QuerySeconds(int32_t rank, int32_t rows = 1) const;
 };
 
 struct ComputeProfileOptions {

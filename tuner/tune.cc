@@ -569,11 +569,17 @@ Status Tune(const Model& model, const TuneOptions& options,
   for (size_t i = 0; i < report.compute.batches.size(); ++i)
     say(Format("  decode step at batch %.0f: %.2f ms", report.compute.batches[i],
                report.compute.dense_seconds[i] * 1e3));
-  say(Format("  attention %.3f us a token (%.3f for several sequences), low-rank query %.1f us",
+  say(Format("  attention %.3f us a token (%.3f for several sequences)",
              report.compute.attention_seconds_per_token * 1e6,
-             report.compute.AttentionSecondsPerToken(max_batch) * 1e6,
-             report.compute.query_seconds * 1e6));
+             report.compute.AttentionSecondsPerToken(max_batch) * 1e6));
   const ComputeProfile& cp = report.compute;
+  if (!cp.ranks.empty()) {
+    std::string q = "  low-rank query, one row:";
+    for (size_t i = 0; i < cp.ranks.size(); ++i)
+      q += (i ? "," : "") +
+           Format(" rank %.0f %.1f us", double(cp.ranks[i]), cp.QuerySeconds(cp.ranks[i]) * 1e6);
+    say(q);
+  }
   for (bool many : {false, true}) {
     const ComputeProfile::SelectionPrices& sp = many ? cp.select_many : cp.select_one;
     say(std::string(many ? "  selection of several sequences: " : "  selection of one sequence: ") +

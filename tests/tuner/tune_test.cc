@@ -268,6 +268,40 @@ TEST(CostModelTest, ScoringIsPricedByRankAndRowsAGroup) {
   EXPECT_NEAR(SelectionSeconds(c, s), 8.0 / 2 * 18 * 4096 * 16e-9, 1e-12);
 }
 
+// The low-rank query is priced at the plan's rank: linear between measured ranks, the
+// nearest beyond them (its norm and Wq do not shrink with the rank), each further row of a
+// batch's call at that rank's price a row; a selection pays it once a layer selection.
+TEST(CostModelTest, TheLowRankQueryIsPricedAtThePlansRank) {
+  ComputeProfile c;
+  c.ranks = {8, 32};
+  c.query_seconds = {10e-6, 30e-6};
+  c.query_row_seconds = {1e-6, 3e-6};
+  EXPECT_NEAR(c.QuerySeconds(8), 10e-6, 1e-15);
+  EXPECT_NEAR(c.QuerySeconds(32), 30e-6, 1e-15);
+  EXPECT_NEAR(c.QuerySeconds(20), 20e-6, 1e-15);
+  EXPECT_NEAR(c.QuerySeconds(4), 10e-6, 1e-15);
+  EXPECT_NEAR(c.QuerySeconds(64), 30e-6, 1e-15);
+  EXPECT_NEAR(c.QuerySeconds(8, 3), 12e-6, 1e-15);
+  EXPECT_NEAR(c.QuerySeconds(20, 5), 20e-6 + 4 * 2e-6, 1e-15);
+  EXPECT_NEAR(c.Scaled(2.0).QuerySeconds(20, 5), 2 * c.QuerySeconds(20, 5), 1e-15);
+  // A table that does not match the ranks prices nothing rather than another rank's.
+  ComputeProfile bad = c;
+  bad.query_seconds.pop_back();
+  EXPECT_EQ(bad.QuerySeconds(8), 0);
+  // In the step: with no scoring table, a selection of rank 8 costs a third of rank 32's.
+  c.threads = 2;
+  DiskStepShape s;
+  s.n_layer = 10;
+  s.selections = 18;
+  s.rank = 8;
+  const double small = SelectionSeconds(c, s);
+  s.rank = 32;
+  EXPECT_NEAR(small, 18 * 10e-6, 1e-12);
+  EXPECT_NEAR(SelectionSeconds(c, s), 18 * 30e-6, 1e-12);
+  s.batch = 4;
+  EXPECT_NEAR(SelectionSeconds(c, s), 18 * (30e-6 + 3 * 3e-6), 1e-12);
+}
+
 // Sequences of a batch select side by side, each whole on one worker: from two sequences
 // on, their scoring and the selection's per-layer work spread over min(batch, threads)
 // cores.
@@ -380,7 +414,8 @@ TEST(CostModelTest, AScaledProfileIsTheSameMachineSlowerButNotItsDevice) {
   c.attention_seconds_per_token = 1e-7;
   c.ranks = {16};
   c.score_seconds_per_row = {1e-9};
-  c.query_seconds = 1e-5;
+  c.query_seconds = {1e-5};
+  c.query_row_seconds = {1e-6};
   c.disk_overhead_seconds = 1e-3;
   c.disk_seconds_per_request = 2e-6;
   c.anchor_seconds = 0.004;
