@@ -42,6 +42,7 @@ nlohmann::json ToJson(const std::string& key, const WindowQuality& q) {
           {"clear", q.clear},
           {"clear_agree", q.clear_agree},
           {"steps", q.steps},
+          {"counted_from", q.counted_from},
           {"reads", q.reads},
           {"refine_reads", q.refine_reads},
           {"bytes_read", q.bytes_read},
@@ -62,6 +63,9 @@ bool FromJson(const nlohmann::json& j, std::string* key, WindowQuality* q) {
     q->clear = j.at("clear").get<int32_t>();
     q->clear_agree = j.at("clear_agree").get<int32_t>();
     q->steps = j.at("steps").get<int64_t>();
+    // Lines whose reads counted the slots' first fill (written before this field) are
+    // measured again: their reads per step are not the checks'.
+    q->counted_from = j.at("counted_from").get<int32_t>();
     q->reads = j.at("reads").get<int64_t>();
     q->refine_reads = j.at("refine_reads").get<int64_t>();  // lines before it: measured again
     q->bytes_read = j.at("bytes_read").get<int64_t>();
@@ -223,12 +227,18 @@ Status QualityProfiler::Windows(int32_t context, std::span<const int32_t> ws,
     STRATA_RETURN_IF_ERROR(e->NewSequence(&seqs[j]));
     STRATA_RETURN_IF_ERROR(ReplayPrefix(e->kv(), seqs[j], *cap, prefix));
   }
-  const KvCounters c0 = e->kv().counters();
+  // The reads are counted from the second pass on, where there is one: the first fills the
+  // slots a replayed prefix left empty, which a long generation pays once, and the checks
+  // (MeasureSpeed) time and count the steps after it. Counted with it, the fill weighed most
+  // on plans that read few groups a step, whose reads it overstated most.
+  const int32_t uncounted = options_.scored >= 2 ? 1 : 0;
+  KvCounters c0 = e->kv().counters();
   out->assign(ws.size(), WindowQuality{});
   std::vector<float> logits;
   ForwardBatch b;
   const int32_t n_vocab = model_.hparams().n_vocab;
-  for (int32_t i = 0; i < options_.scored; ++i)
+  for (int32_t i = 0; i < options_.scored; ++i) {
+    if (i == uncounted) c0 = e->kv().counters();
     for (size_t j0 = 0; j0 < ws.size(); j0 += most) {
       const size_t j1 = std::min(ws.size(), j0 + most);
       b.Clear();
@@ -240,16 +250,18 @@ Status QualityProfiler::Windows(int32_t context, std::span<const int32_t> ws,
         Accumulate(logits.data() + (j - j0) * size_t(n_vocab), n_vocab,
                    tokens_[begins[j] + size_t(prefix + i + 1)], &(*out)[j]);
     }
-  // The policy counts for all the windows: each gets its share of what the passes read (the
-  // remainder to the first) and its own scored positions as steps, so a summary's reads per
-  // step stay reads per sequence and step.
+  }
+  // The policy counts for all the windows: each gets its share of what the counted passes
+  // read (the remainder to the first) and their number as its steps, so a summary's reads
+  // per step stay reads per sequence and step.
   const KvCounters c = e->kv().counters();
   auto share = [n](uint64_t total, int32_t j) {
     return int64_t(total / uint64_t(n) + (uint64_t(j) < total % uint64_t(n) ? 1 : 0));
   };
   for (int32_t j = 0; j < n; ++j) {
     WindowQuality& q = (*out)[size_t(j)];
-    q.steps = options_.scored;
+    q.steps = options_.scored - uncounted;
+    q.counted_from = uncounted;
     q.reads = share(c.reads_issued - c0.reads_issued, j);
     q.refine_reads = share(c.refine_reads_issued - c0.refine_reads_issued, j);
     q.bytes_read = share(c.bytes_read - c0.bytes_read, j);

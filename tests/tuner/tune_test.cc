@@ -13,10 +13,12 @@
 #include <gtest/gtest.h>
 
 #include "runtime/config/config.h"
+#include "runtime/engine/engine.h"
 #include "tests/kv/disk_kv_test_util.h"
 #include "tests/testing/test_model.h"
 #include "tuner/cost_model.h"
 #include "tuner/device_profile.h"
+#include "tuner/kv_replay.h"
 #include "tuner/quality.h"
 
 namespace strata {
@@ -659,6 +661,8 @@ class TuneTest : public ::testing::Test {
     return d;
   }
 
+  void WindowsSideBySide(int32_t scored);
+
   KvTempDir dir_, kv_dir_;
   std::unique_ptr<Model> model_;
   std::string adapters_, text_;
@@ -724,45 +728,135 @@ TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
   EXPECT_EQ(again.sum.refine_reads, first.sum.refine_reads);
   EXPECT_EQ(again.attended_groups_per_step(), first.attended_groups_per_step());
   EXPECT_EQ(again.full_nll, first.full_nll);
-  // Another configuration is measured. Two groups a step of 128 read, and the refinements
-  // (exact queries) read some of what the guesses missed.
+  // Another configuration is measured, in windows of one position, whose only step (the
+  // slots' fill: on this model later steps read nothing) is counted. Two groups a step of
+  // 128 read, and the refinements (exact queries) read some of what the guesses missed.
+  QualityOptions one = qo;
+  one.scored = 1;
+  STRATA_ASSERT_OK(QualityProfiler::Open(*model_, one, &q));
   d.groups_per_step = 2;
   STRATA_ASSERT_OK(q->Measure(d, "two", 512, &again, &ran));
   EXPECT_EQ(ran, 2);
+  EXPECT_EQ(again.sum.steps, 2);
   EXPECT_GT(again.sum.reads, 0);
   EXPECT_GT(again.refine_requests_per_step(), 0);
   EXPECT_LT(again.refine_requests_per_step(), again.requests_per_step());
-  // A line written before the refinements' reads were counted is measured again.
+  // A line written before the refinements' reads were counted is measured again; the
+  // other lines are kept.
   {
     std::ifstream in(qo.cache_dir + "/quality.jsonl");
     std::string line, kept;
-    while (std::getline(in, line))
-      if (line.find("\"two") != std::string::npos) {
-        const size_t at = line.find("\"refine_reads\"");
-        ASSERT_NE(at, std::string::npos);
-        kept += line.substr(0, at) + line.substr(line.find(',', at) + 1) + "\n";
+    int32_t stripped = 0;
+    while (std::getline(in, line)) {
+      if (line.find("/two\"") == std::string::npos) {
+        kept += line + "\n";
+        continue;
       }
+      const size_t at = line.find("\"refine_reads\"");
+      ASSERT_NE(at, std::string::npos);
+      kept += line.substr(0, at) + line.substr(line.find(',', at) + 1) + "\n";
+      ++stripped;
+    }
+    EXPECT_EQ(stripped, 2);
     in.close();
     std::ofstream(qo.cache_dir + "/quality.jsonl", std::ios::trunc) << kept;
   }
-  STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
+  STRATA_ASSERT_OK(QualityProfiler::Open(*model_, one, &q));
   QualitySummary old_lines;
   STRATA_ASSERT_OK(q->Measure(d, "two", 512, &old_lines, &ran));
   EXPECT_EQ(ran, 2);
   EXPECT_EQ(old_lines.sum.refine_reads, again.sum.refine_reads);
+  STRATA_ASSERT_OK(q->Measure(EveryGroup(), "all", 512, &again, &ran));
+  EXPECT_EQ(ran, 2);  // one position a window is another line than eight
+  STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
+  STRATA_ASSERT_OK(q->Measure(EveryGroup(), "all", 512, &again, &ran));
+  EXPECT_EQ(ran, 0);  // the eight-position lines were kept
+}
+
+// A window's reads are those of its decode from the second step on, as a check run counts
+// them: the first step fills the slots the replayed prefix left empty. Lines written when
+// the fill was counted are measured again.
+TEST_F(TuneTest, QualityWindowsCountTheirReadsFromTheSecondStep) {
+  QualityOptions qo = Quality();
+  qo.windows = 1;
+  DiskKvOptions d = EveryGroup();
+  d.groups_per_step = 2;
+  std::unique_ptr<QualityProfiler> q;
+  STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
+  QualitySummary s;
+  int32_t ran = 0;
+  STRATA_ASSERT_OK(q->Measure(d, "two", 512, &s, &ran));
+  EXPECT_EQ(ran, 1);
+  EXPECT_EQ(s.sum.positions, qo.scored);
+  EXPECT_EQ(s.sum.steps, qo.scored - 1);
+
+  // The same decode, counted by hand.
+  std::shared_ptr<const KvCapture> cap;
+  STRATA_ASSERT_OK(q->Capture(512, 0, &cap));
+  std::unique_ptr<Engine> e;
+  STRATA_ASSERT_OK(CreateRunEngine(*model_, qo.threads, 512, 1, &d, &e));
+  SeqId seq;
+  STRATA_ASSERT_OK(e->NewSequence(&seq));
+  const int32_t prefix = 512 - qo.scored - 1;
+  STRATA_ASSERT_OK(ReplayPrefix(e->kv(), seq, *cap, prefix));
+  const KvCounters before = e->kv().counters();
+  KvCounters after_first;
+  std::vector<float> logits;
+  ForwardBatch b;
+  for (int32_t i = 0; i < qo.scored; ++i) {
+    b.Clear();
+    b.Add(seq, prefix + i, std::span<const int32_t>(&q->tokens()[size_t(prefix + i)], 1));
+    STRATA_ASSERT_OK(e->Evaluate(b, &logits));
+    if (i == 0) after_first = e->kv().counters();
+  }
+  const KvCounters end = e->kv().counters();
+  EXPECT_EQ(s.sum.reads, int64_t(end.reads_issued - after_first.reads_issued));
+  EXPECT_EQ(s.sum.bytes_read, int64_t(end.bytes_read - after_first.bytes_read));
+  // The first step fills the slots: it reads more than the later ones do on average (on
+  // this model, whose selections barely move, they read nothing).
+  const double first = double(after_first.reads_issued - before.reads_issued);
+  EXPECT_GT(first, s.requests_per_step());
+
+  // A line without the field is measured again.
+  {
+    std::ifstream in(qo.cache_dir + "/quality.jsonl");
+    std::string line, kept;
+    while (std::getline(in, line)) {
+      const size_t at = line.find("\"counted_from\"");
+      ASSERT_NE(at, std::string::npos);
+      kept += line.substr(0, at) + line.substr(line.find(',', at) + 1) + "\n";
+    }
+    in.close();
+    std::ofstream(qo.cache_dir + "/quality.jsonl", std::ios::trunc) << kept;
+  }
+  STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
+  QualitySummary again;
+  STRATA_ASSERT_OK(q->Measure(d, "two", 512, &again, &ran));
+  EXPECT_EQ(ran, 1);
+  EXPECT_EQ(again.sum.reads, s.sum.reads);
 }
 
 // A configuration's windows decoded side by side (memory for both) give what they give
 // one at a time (no memory for a second): full KV to the bit, a token's result not
 // depending on who shares its pass; the disk policy selects, reads and scores each
 // sequence on its own, so its windows too.
+// With one scored position a window counts its only step, the slots' fill, which reads;
+// on this model the later steps, whose selections barely move, read nothing.
 TEST_F(TuneTest, WindowsSideBySideGiveWhatTheyGiveOneAtATime) {
+  for (int32_t scored : {8, 1}) {
+    SCOPED_TRACE(scored);
+    WindowsSideBySide(scored);
+  }
+}
+
+void TuneTest::WindowsSideBySide(int32_t scored) {
   DiskKvOptions d = EveryGroup();
   d.groups_per_step = 2;
   QualitySummary alone[2], together[2];
   for (bool side_by_side : {false, true}) {
     QualityOptions qo = Quality();
-    qo.cache_dir += side_by_side ? "/together" : "/alone";
+    qo.scored = scored;
+    qo.cache_dir += (side_by_side ? "/together" : "/alone") + std::to_string(scored);
     qo.capture_memory_bytes = side_by_side ? uint64_t(1) << 30 : 0;
     std::unique_ptr<QualityProfiler> q;
     STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
@@ -783,7 +877,9 @@ TEST_F(TuneTest, WindowsSideBySideGiveWhatTheyGiveOneAtATime) {
     EXPECT_EQ(together[i].sum.reads, alone[i].sum.reads) << i;
     EXPECT_EQ(together[i].sum.bytes_read, alone[i].sum.bytes_read) << i;
   }
-  EXPECT_GT(together[1].sum.reads, 0);
+  if (scored == 1) {
+    EXPECT_GT(together[1].sum.reads, 0);
+  }
 }
 
 TEST_F(TuneTest, ShorterContextsReplayTheLongestContextsCaptures) {
