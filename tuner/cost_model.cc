@@ -223,13 +223,15 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   // constants are small parts of a step, and the median of fewer steps moves by as much as
   // they add. A shorter profile (fewer steps a point) takes fewer.
   const int32_t steps = std::max(kMinSteps, std::min(kFitSteps, 4 * o.steps));
-  // A run at context c replays c - steps - 2 tokens and decodes steps + 1 more.
-  if (o.real.capture && (!o.real.tokens || o.real.capture->n_tokens < long_ctx - steps - 2 ||
+  // A run at context c replays c - kSettleSteps - steps - 1 tokens and decodes
+  // kSettleSteps + steps more, timing the last `steps`, as a check run does.
+  const int32_t unreplayed = kSettleSteps + steps + 1;
+  if (o.real.capture && (!o.real.tokens || o.real.capture->n_tokens < long_ctx - unreplayed ||
                          o.real.tokens->size() < size_t(long_ctx - 1)))
     return Status::InvalidArgument(
         "compute profile: the capture for the disk policy's fitting runs holds " +
         std::to_string(o.real.capture->n_tokens) + " tokens, fewer than the " +
-        std::to_string(long_ctx - steps - 2) + " a run at context " + std::to_string(long_ctx) +
+        std::to_string(long_ctx - unreplayed) + " a run at context " + std::to_string(long_ctx) +
         " replays");
   for (const Run& r : runs) {
     const int32_t context = r.context;
@@ -244,16 +246,19 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
     const int32_t batch =
         r.batch == kFitBatch ? *std::max_element(o.batches.begin(), o.batches.end()) : r.batch;
     if (r.batch == kFitBatch && batch < 2) continue;
-    if (!t.Init(model, o.threads, batch, context - steps - 2, steps, &d, o.cuda_device, &o.real)
+    if (!t.Init(model, o.threads, batch, context - unreplayed, kSettleSteps + steps - 1, &d,
+                o.cuda_device, &o.real)
              .ok())
       continue;
     const auto* kv = dynamic_cast<const DiskKv*>(&t.engine().kv());
-    if (!kv) continue;
+    // A budget whose slot pool stages fewer tokens a pass than the batch cannot step it at
+    // once; the other runs price what this one would.
+    if (!kv || t.engine().forward().max_tokens() < batch) continue;
     AnchorTimer anchor;
     STRATA_RETURN_IF_ERROR(anchor.Init(model, o.threads, o.cuda_device, steps));
     double sec = 0;
-    STRATA_RETURN_IF_ERROR(t.Step(&sec));  // warm-up
-    STRATA_RETURN_IF_ERROR(anchor.Step());
+    STRATA_RETURN_IF_ERROR(anchor.Step());  // its warm-up
+    for (int32_t i = 0; i < kSettleSteps; ++i) STRATA_RETURN_IF_ERROR(t.Step(&sec));
     const KvCounters c0 = kv->counters();
     std::vector<double> times, selects;
     double clock = c0.predict_seconds;

@@ -58,6 +58,14 @@ Status CreateRunEngine(const Model& model, int32_t threads, int32_t n_ctx, int32
                        const DiskKvOptions* disk, std::unique_ptr<Engine>* out,
                        int32_t cuda_device = -1);
 
+// Decode steps after a replayed prefix before a disk plan's reads settle: the first loads
+// the slots the replay left empty, and where a plan re-selects fewer groups a step (M) than
+// its slots hold, the stale picks of that load are replaced over the next several steps,
+// each reading more than a long generation's steps do. The quality windows count a plan's
+// reads after them, and the check and fitting runs time and count the steps after them, so
+// the cost model is fitted, fed and judged on the reads a long generation makes.
+constexpr int32_t kSettleSteps = 8;
+
 // Appends the first n tokens of cap to the empty sequence seq through Append calls, in as
 // few passes as the policy takes (KvPolicy::max_pass_tokens).
 Status ReplayPrefix(KvPolicy& kv, SeqId seq, const KvCapture& cap, int32_t n);

@@ -63,9 +63,10 @@ bool FromJson(const nlohmann::json& j, std::string* key, WindowQuality* q) {
     q->clear = j.at("clear").get<int32_t>();
     q->clear_agree = j.at("clear_agree").get<int32_t>();
     q->steps = j.at("steps").get<int64_t>();
-    // Lines whose reads counted the slots' first fill (written before this field) are
-    // measured again: their reads per step are not the checks'.
+    // Lines whose reads counted the steps before the plan's reads settle (written before this
+    // field, or with another kSettleSteps) are measured again: theirs are not the checks'.
     q->counted_from = j.at("counted_from").get<int32_t>();
+    if (q->counted_from != std::min(kSettleSteps, q->positions - 1)) return false;
     q->reads = j.at("reads").get<int64_t>();
     q->refine_reads = j.at("refine_reads").get<int64_t>();  // lines before it: measured again
     q->bytes_read = j.at("bytes_read").get<int64_t>();
@@ -227,11 +228,12 @@ Status QualityProfiler::Windows(int32_t context, std::span<const int32_t> ws,
     STRATA_RETURN_IF_ERROR(e->NewSequence(&seqs[j]));
     STRATA_RETURN_IF_ERROR(ReplayPrefix(e->kv(), seqs[j], *cap, prefix));
   }
-  // The reads are counted from the second pass on, where there is one: the first fills the
-  // slots a replayed prefix left empty, which a long generation pays once, and the checks
-  // (MeasureSpeed) time and count the steps after it. Counted with it, the fill weighed most
-  // on plans that read few groups a step, whose reads it overstated most.
-  const int32_t uncounted = options_.scored >= 2 ? 1 : 0;
+  // The reads are counted once the plan's reads have settled (kSettleSteps), keeping at
+  // least the last pass: a long generation pays the settling once, and the checks
+  // (MeasureSpeed) time and count the steps after it. Counted with it, the first load
+  // overstated the reads of plans that read few groups a step, and the stale picks' turnover
+  // those of plans whose M is below their slots.
+  const int32_t uncounted = std::min(kSettleSteps, options_.scored - 1);
   KvCounters c0 = e->kv().counters();
   out->assign(ws.size(), WindowQuality{});
   std::vector<float> logits;

@@ -40,8 +40,8 @@ struct WindowQuality {
   int32_t clear = 0;        // positions where full KV's best two logits differ by >= 0.5
   int32_t clear_agree = 0;  // ... and the configuration agrees
   // Decode steps of the window (disk policy): what they read and reused, counted from the
-  // scored pass `counted_from` on (1: the first pass, which fills the slots a replayed
-  // prefix leaves empty, is not counted).
+  // scored pass `counted_from` on (kSettleSteps, or all but the last pass of a shorter
+  // window: the passes before the plan's reads settle are not counted).
   int32_t counted_from = 0;
   int64_t steps = 0, reads = 0, bytes_read = 0, groups_selected = 0, reuse_hits = 0;
   int64_t refine_reads = 0;  // of reads: the refinements' (KvCounters::refine_reads_issued)

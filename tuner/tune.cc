@@ -67,47 +67,64 @@ struct MeasuredReads {
 };
 
 // Decode speed of a configuration: `batch` sequences hold a replayed prefix of the
-// evaluation text (the start of the first quality window, whose capture it shares), then
-// decode `steps` teacher-forced tokens together (one warm-up step first, not timed); the
-// speed of the median step.
+// evaluation text (sequence i the start of quality window i mod o.windows, whose capture it
+// shares: a batch's reads are then those of the windows' text, which the quality runs
+// average, rather than one window's, which can read several percent more or less), then
+// decode kSettleSteps teacher-forced tokens together, not timed (the first warms the caches
+// and loads the slots, the rest let the plan's reads settle), and `steps` more; the speed
+// of the median of those.
 Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfiler& quality,
                     int32_t batch, int32_t context, const DiskKvOptions* disk,
                     double* tokens_per_second, double* anchor_seconds = nullptr,
                     MeasuredReads* reads = nullptr, DiskAnchor* disk_anchor = nullptr) {
   const std::vector<int32_t>& tokens = quality.tokens();
   const int32_t steps = std::max(1, o.verify_steps);
-  const int32_t prefix = context - steps - 2;
+  const int32_t prefix = context - kSettleSteps - steps - 1;
   if (prefix < 1)
-    return Status::InvalidArgument("tune: a context of " + std::to_string(context) +
-                                   " tokens leaves no prefix before " + std::to_string(steps) +
-                                   " timed steps");
+    return Status::InvalidArgument(
+        "tune: a context of " + std::to_string(context) + " tokens leaves no prefix before " +
+        std::to_string(kSettleSteps) + " settling and " + std::to_string(steps) + " timed steps");
   // An anchor step after each of the run's: how fast the machine is while the run runs.
   AnchorTimer anchor;
   if (anchor_seconds) STRATA_RETURN_IF_ERROR(anchor.Init(model, o.threads, o.cuda_device, steps));
-  std::shared_ptr<const KvCapture> cap;
-  STRATA_RETURN_IF_ERROR(quality.Capture(context, 0, &cap));
   std::unique_ptr<Engine> e;
   STRATA_RETURN_IF_ERROR(
       CreateRunEngine(model, o.threads, context, batch, disk, &e, o.cuda_device));
   std::vector<SeqId> seqs(static_cast<size_t>(batch));
-  for (SeqId& s : seqs) {
-    STRATA_RETURN_IF_ERROR(e->NewSequence(&s));
-    STRATA_RETURN_IF_ERROR(ReplayPrefix(e->kv(), s, *cap, prefix));
+  std::vector<size_t> begins(seqs.size());
+  const int32_t windows = std::max(1, std::min(batch, o.windows));
+  for (int32_t w = 0; w < windows; ++w) {
+    // One capture loaded at a time: the sequences of a window replay it, then it goes.
+    std::shared_ptr<const KvCapture> cap;
+    STRATA_RETURN_IF_ERROR(quality.Capture(context, w, &cap));
+    for (int32_t i = w; i < batch; i += windows) {
+      begins[size_t(i)] = quality.WindowBegin(context, w);
+      STRATA_RETURN_IF_ERROR(e->NewSequence(&seqs[size_t(i)]));
+      STRATA_RETURN_IF_ERROR(ReplayPrefix(e->kv(), seqs[size_t(i)], *cap, prefix));
+    }
   }
   std::vector<float> logits;
   ForwardBatch fb;
   std::vector<double> times;
   KvCounters c0;
-  for (int32_t i = 0; i <= steps; ++i) {
-    if (i == 1) c0 = e->kv().counters();  // after the warm-up step
-    fb.Clear();
-    for (SeqId s : seqs)
-      fb.Add(s, prefix + i, std::span<const int32_t>(&tokens[size_t(prefix + i)], 1));
+  // A plan whose budget stages fewer tokens a pass than the batch steps it in as many passes.
+  const size_t most =
+      size_t(std::max(1, std::min(e->forward().max_tokens(), e->kv().max_pass_tokens())));
+  for (int32_t i = 0; i < kSettleSteps + steps; ++i) {
+    const bool timed = i >= kSettleSteps;
+    if (i == kSettleSteps) c0 = e->kv().counters();
     const auto t0 = Clock::now();
-    STRATA_RETURN_IF_ERROR(e->Evaluate(fb, &logits));
-    if (i > 0) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-    if (anchor_seconds) STRATA_RETURN_IF_ERROR(anchor.Step());
-    if (disk_anchor && disk) STRATA_RETURN_IF_ERROR(disk_anchor->Step());
+    for (size_t j0 = 0; j0 < seqs.size(); j0 += most) {
+      fb.Clear();
+      for (size_t j = j0; j < std::min(seqs.size(), j0 + most); ++j)
+        fb.Add(seqs[j], prefix + i,
+               std::span<const int32_t>(&tokens[begins[j] + size_t(prefix + i)], 1));
+      STRATA_RETURN_IF_ERROR(e->Evaluate(fb, &logits));
+    }
+    if (timed) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    // The anchor step warms up beside the first step and is timed beside the timed ones.
+    if (anchor_seconds && (timed || i == 0)) STRATA_RETURN_IF_ERROR(anchor.Step());
+    if (disk_anchor && disk && timed) STRATA_RETURN_IF_ERROR(disk_anchor->Step());
   }
   // The median step, as the profile times its steps: one stall of a shared machine would
   // otherwise move a short run's mean by more than the cost model's error.

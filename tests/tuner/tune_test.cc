@@ -773,12 +773,13 @@ TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
   EXPECT_EQ(ran, 0);  // the eight-position lines were kept
 }
 
-// A window's reads are those of its decode from the second step on, as a check run counts
-// them: the first step fills the slots the replayed prefix left empty. Lines written when
-// the fill was counted are measured again.
-TEST_F(TuneTest, QualityWindowsCountTheirReadsFromTheSecondStep) {
+// A window's reads are those of its decode once the plan's reads settle (kSettleSteps), as
+// a check run counts them: the first step loads the slots the replayed prefix left empty.
+// Lines written with another rule are measured again.
+TEST_F(TuneTest, QualityWindowsCountTheirReadsOnceTheySettle) {
   QualityOptions qo = Quality();
   qo.windows = 1;
+  qo.scored = kSettleSteps + 4;
   DiskKvOptions d = EveryGroup();
   d.groups_per_step = 2;
   std::unique_ptr<QualityProfiler> q;
@@ -788,7 +789,7 @@ TEST_F(TuneTest, QualityWindowsCountTheirReadsFromTheSecondStep) {
   STRATA_ASSERT_OK(q->Measure(d, "two", 512, &s, &ran));
   EXPECT_EQ(ran, 1);
   EXPECT_EQ(s.sum.positions, qo.scored);
-  EXPECT_EQ(s.sum.steps, qo.scored - 1);
+  EXPECT_EQ(s.sum.steps, 4);
 
   // The same decode, counted by hand.
   std::shared_ptr<const KvCapture> cap;
@@ -800,40 +801,41 @@ TEST_F(TuneTest, QualityWindowsCountTheirReadsFromTheSecondStep) {
   const int32_t prefix = 512 - qo.scored - 1;
   STRATA_ASSERT_OK(ReplayPrefix(e->kv(), seq, *cap, prefix));
   const KvCounters before = e->kv().counters();
-  KvCounters after_first;
+  KvCounters after_first, settled;
   std::vector<float> logits;
   ForwardBatch b;
   for (int32_t i = 0; i < qo.scored; ++i) {
+    if (i == kSettleSteps) settled = e->kv().counters();
     b.Clear();
     b.Add(seq, prefix + i, std::span<const int32_t>(&q->tokens()[size_t(prefix + i)], 1));
     STRATA_ASSERT_OK(e->Evaluate(b, &logits));
     if (i == 0) after_first = e->kv().counters();
   }
   const KvCounters end = e->kv().counters();
-  EXPECT_EQ(s.sum.reads, int64_t(end.reads_issued - after_first.reads_issued));
-  EXPECT_EQ(s.sum.bytes_read, int64_t(end.bytes_read - after_first.bytes_read));
+  EXPECT_EQ(s.sum.reads, int64_t(end.reads_issued - settled.reads_issued));
+  EXPECT_EQ(s.sum.bytes_read, int64_t(end.bytes_read - settled.bytes_read));
   // The first step fills the slots: it reads more than the later ones do on average (on
   // this model, whose selections barely move, they read nothing).
   const double first = double(after_first.reads_issued - before.reads_issued);
   EXPECT_GT(first, s.requests_per_step());
 
-  // A line without the field is measured again.
-  {
+  // A line without the field, or counted from another step, is measured again.
+  for (const std::string field : {"", "\"counted_from\":1,"}) {
     std::ifstream in(qo.cache_dir + "/quality.jsonl");
     std::string line, kept;
     while (std::getline(in, line)) {
       const size_t at = line.find("\"counted_from\"");
-      ASSERT_NE(at, std::string::npos);
-      kept += line.substr(0, at) + line.substr(line.find(',', at) + 1) + "\n";
+      if (at == std::string::npos) continue;  // stripped in the round before
+      kept += line.substr(0, at) + field + line.substr(line.find(',', at) + 1) + "\n";
     }
     in.close();
     std::ofstream(qo.cache_dir + "/quality.jsonl", std::ios::trunc) << kept;
+    STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
+    QualitySummary again;
+    STRATA_ASSERT_OK(q->Measure(d, "two", 512, &again, &ran));
+    EXPECT_EQ(ran, 1) << field;
+    EXPECT_EQ(again.sum.reads, s.sum.reads);
   }
-  STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
-  QualitySummary again;
-  STRATA_ASSERT_OK(q->Measure(d, "two", 512, &again, &ran));
-  EXPECT_EQ(ran, 1);
-  EXPECT_EQ(again.sum.reads, s.sum.reads);
 }
 
 // A configuration's windows decoded side by side (memory for both) give what they give
@@ -1065,6 +1067,27 @@ TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFi
     ++cached;
   }
   EXPECT_GT(cached, 0);
+}
+
+// A batch larger than a plan's pass (on this small model, a budget below full KV stages one
+// token a pass): the fitting runs that cannot step it at once are left out, and the check
+// runs step it in several passes, its three sequences replaying the two quality windows.
+TEST_F(TuneTest, ABatchLargerThanAPlansPassIsTunedInSeveralPasses) {
+  TuneOptions o = Options();
+  o.batches = {3};
+  o.kv_memory_bytes = 3 * (int64_t(320) << 10);  // below full KV a sequence: a disk plan
+  o.max_ppl_loss = 1.0;
+  o.max_candidates = 1;
+  o.max_variants = 0;
+  o.runners_up = 0;
+  TuneReport r;
+  STRATA_ASSERT_OK(Tune(*model_, o, nullptr, &r));
+  ASSERT_EQ(r.choices.size(), 1u);
+  const TunedChoice& c = r.choices[0];
+  EXPECT_TRUE(c.disk);
+  EXPECT_EQ(c.batch, 3);
+  EXPECT_GT(c.measured_tokens_per_second, 0);
+  EXPECT_GT(c.default_tokens_per_second, 0);
 }
 
 TEST_F(TuneTest, NoPlanInTheMemoryIsAnErrorThatSaysSo) {
