@@ -49,6 +49,7 @@ class DeviceViewKv final : public KvPolicy {
   KvTailEstimate* tail_estimate() override { return host_->tail_estimate(); }
   Status EndBatch() override;
   void AbortBatch() override { host_->AbortBatch(); }
+  Status Settle() override { return host_->Settle(); }
   KvCounters counters() const override;
   bool device_memory() const override { return true; }
   bool host_inputs() const override { return true; }

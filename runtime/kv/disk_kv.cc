@@ -307,6 +307,8 @@ Status DiskKv::EndBatch() {
   return Status::OK();
 }
 
+Status DiskKv::Settle() { return store_->SettleDecodeWrites(); }
+
 void DiskKv::AbortBatch() {
   for (int32_t l = 0; l < shape_.n_layer; ++l) (void)store_->SettleLayer(l);
   for (Sequence* s : batch_seqs_) {

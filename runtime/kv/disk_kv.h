@@ -81,6 +81,7 @@ class DiskKv final : public KvPolicy, public KvWindowedView, public KvTailEstima
   int32_t max_pass_tokens() const override;
   Status EndBatch() override;
   void AbortBatch() override;
+  Status Settle() override;
   KvCounters counters() const override;
 
   const DiskKvPlan& plan() const { return plan_; }

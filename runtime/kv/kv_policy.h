@@ -142,6 +142,11 @@ class KvPolicy {
   virtual Status EndBatch() = 0;
   // Drops what BeginBatch and Append did when the forward pass fails midway.
   virtual void AbortBatch() = 0;
+  // Waits for what earlier passes left running (a disk policy's record writes, which the
+  // next BeginBatch would wait for), so that nothing of the policy runs between passes. A
+  // caller that times the passes of several engines in turn ends each pass's time here,
+  // where a pass that followed at once would have waited. Default: nothing is left running.
+  virtual Status Settle() { return Status::OK(); }
 
   virtual KvCounters counters() const = 0;
   // True when the policy keeps KV in GPU memory: its views then hold device pointers and the
