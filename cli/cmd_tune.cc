@@ -149,6 +149,9 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
            {"anchored_tokens_per_second", k.anchored_tokens_per_second},
            {"remeasured_tokens_per_second", k.remeasured_tokens_per_second},
            {"remeasured_anchored_tokens_per_second", k.remeasured_anchored_tokens_per_second},
+           {"checks_anchored_tokens_per_second", k.checks_anchored_tokens_per_second},
+           {"remeasured_checks_anchored_tokens_per_second",
+            k.remeasured_checks_anchored_tokens_per_second},
            {"measured_requests_per_step", k.measured_requests_per_step},
            {"measured_refine_requests_per_step", k.measured_refine_requests_per_step},
            {"measured_bytes_per_step", k.measured_bytes_per_step},
@@ -179,6 +182,11 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
          {"anchored_tokens_per_second", c.anchored_tokens_per_second},
          {"remeasured_tokens_per_second", c.remeasured_tokens_per_second},
          {"remeasured_anchored_tokens_per_second", c.remeasured_anchored_tokens_per_second},
+         {"checks_anchor_seconds", c.checks_anchor_seconds},
+         {"checks_disk_factor", c.checks_disk_factor},
+         {"checks_anchored_tokens_per_second", c.checks_anchored_tokens_per_second},
+         {"remeasured_checks_anchored_tokens_per_second",
+          c.remeasured_checks_anchored_tokens_per_second},
          {"default_tokens_per_second", c.default_tokens_per_second},
          {"ppl_loss", c.ppl_loss},
          {"ppl_loss_upper", c.ppl_loss_upper},
@@ -313,30 +321,29 @@ Status Tune(TuneFlags& f) {
                     : 0.0,
                 c.ppl_loss * 100, c.ppl_loss_upper * 100, c.agreement * 100);
   // The cost model against every plan that ran: relative error of the step time, as
-  // predicted from the profile, and with the profile scaled to the machine's speed during
-  // each run (its anchor steps and disk anchors against the profile's).
-  std::vector<std::pair<double, double>> runs, anchored;  // predicted, measured tok/s
-  // With --repeat-checks: each run's two measurements (first, again), its prediction, and
-  // the prediction at each measurement's speeds.
-  struct Twice {
-    double predicted, first, again, anchored_first, anchored_again;
+  // predicted from the profile; with the profile scaled to the machine's speed during all of
+  // an entry's checks, which take their steps in turn (the median of their anchor steps and
+  // disk anchors); and scaled to each run's own anchors.
+  struct Run {
+    double predicted, at_checks, at_run, measured;
+    // With --repeat-checks: the second measurement and its predictions; 0 otherwise.
+    double again, again_at_checks, again_at_run;
   };
-  std::vector<Twice> twice;
-  auto add = [&](double predicted, double at_anchor, double measured, double again,
-                 double at_anchor_again) {
-    if (!(measured > 0)) return;
-    runs.push_back({predicted, measured});
-    if (at_anchor > 0) anchored.push_back({at_anchor, measured});
-    if (again > 0) twice.push_back({predicted, measured, again, at_anchor, at_anchor_again});
-  };
+  std::vector<Run> runs;
   for (const TunedChoice& c : report.choices) {
-    add(c.predicted.tokens_per_second, c.anchored_tokens_per_second, c.measured_tokens_per_second,
-        c.remeasured_tokens_per_second, c.remeasured_anchored_tokens_per_second);
+    if (c.measured_tokens_per_second > 0)
+      runs.push_back({c.predicted.tokens_per_second, c.checks_anchored_tokens_per_second,
+                      c.anchored_tokens_per_second, c.measured_tokens_per_second,
+                      c.remeasured_tokens_per_second,
+                      c.remeasured_checks_anchored_tokens_per_second,
+                      c.remeasured_anchored_tokens_per_second});
     for (const TunedCandidate& k : c.candidates)
-      if (k.key != c.key)  // the choice, counted above
-        add(k.predicted_tokens_per_second, k.anchored_tokens_per_second,
-            k.measured_tokens_per_second, k.remeasured_tokens_per_second,
-            k.remeasured_anchored_tokens_per_second);
+      if (k.key != c.key && k.measured_tokens_per_second > 0)  // the choice, counted above
+        runs.push_back({k.predicted_tokens_per_second, k.checks_anchored_tokens_per_second,
+                        k.anchored_tokens_per_second, k.measured_tokens_per_second,
+                        k.remeasured_tokens_per_second,
+                        k.remeasured_checks_anchored_tokens_per_second,
+                        k.remeasured_anchored_tokens_per_second});
   }
   // Step time is batch / tokens per second: |predicted step / measured step - 1|.
   auto error = [](double pred, double meas) { return std::fabs(meas / pred - 1.0); };
@@ -346,38 +353,51 @@ Status Tune(TuneFlags& f) {
     std::printf("%s: median %.1f%%, worst %.1f%%\n", what.c_str(), 100 * e[e.size() / 2],
                 100 * e.back());
   };
-  auto errors = [&](const std::vector<std::pair<double, double>>& v) {
+  // Errors of the prediction `pred` of each run against its measurement `meas`.
+  auto errors = [&](double Run::*pred, double Run::*meas) {
     std::vector<double> e;
-    for (const auto& [pred, meas] : v) e.push_back(error(pred, meas));
+    for (const Run& r : runs)
+      if (r.*pred > 0 && r.*meas > 0) e.push_back(error(r.*pred, r.*meas));
     return e;
   };
-  summary(errors(runs),
-          "cost model over " + std::to_string(runs.size()) + " runs: step time error");
-  summary(errors(anchored), "cost model over " + std::to_string(anchored.size()) +
-                                " runs at the machine's and the KV device's speeds during each "
-                                "run: step time error");
-  if (!twice.empty()) {
+  const std::string n = std::to_string(runs.size());
+  summary(errors(&Run::predicted, &Run::measured),
+          "cost model over " + n + " runs: step time error");
+  summary(errors(&Run::at_checks, &Run::measured),
+          "cost model over " + n +
+              " runs at the machine's and the KV device's speeds during their entry's checks: "
+              "step time error");
+  summary(errors(&Run::at_run, &Run::measured),
+          "cost model over " + n +
+              " runs at the machine's and the KV device's speeds during each run: step time "
+              "error");
+  std::vector<double> apart, bound, mean;
+  for (const Run& r : runs) {
+    if (!(r.again > 0)) continue;
     // The step time closest to both of a run's measurements misses each by |a - b| / (a + b)
     // (step times a and b): what no prediction can beat on this machine.
-    std::vector<double> apart, bound, both, mean, both_anchored;
-    for (const Twice& t : twice) {
-      const double a = 1 / t.first, b = 1 / t.again;
-      apart.push_back(std::fabs(a - b) / std::min(a, b));
-      bound.push_back(std::fabs(a - b) / (a + b));
-      both.push_back(error(t.predicted, t.first));
-      both.push_back(error(t.predicted, t.again));
-      mean.push_back(error(t.predicted, 2 / (a + b)));
-      if (t.anchored_first > 0 && t.anchored_again > 0) {
-        both_anchored.push_back(error(t.anchored_first, t.first));
-        both_anchored.push_back(error(t.anchored_again, t.again));
-      }
-    }
-    const std::string n = std::to_string(twice.size());
-    summary(apart, "the " + n + " runs measured twice: the two step times apart by");
+    const double a = 1 / r.measured, b = 1 / r.again;
+    apart.push_back(std::fabs(a - b) / std::min(a, b));
+    bound.push_back(std::fabs(a - b) / (a + b));
+    mean.push_back(error(r.predicted, 2 / (a + b)));
+  }
+  if (!apart.empty()) {
+    auto both = [&](double Run::*pred, double Run::*pred_again) {
+      std::vector<double> e = errors(pred, &Run::measured);
+      const std::vector<double> e2 = errors(pred_again, &Run::again);
+      e.insert(e.end(), e2.begin(), e2.end());
+      return e;
+    };
+    const std::string m = std::to_string(apart.size());
+    summary(apart, "the " + m + " runs measured twice: the two step times apart by");
     summary(bound, "the least error any prediction can have against both measurements");
-    summary(both, "cost model over both measurements of the " + n + " runs: step time error");
+    summary(both(&Run::predicted, &Run::predicted),
+            "cost model over both measurements of the " + m + " runs: step time error");
     summary(mean, "cost model against the mean of each run's two step times: error");
-    summary(both_anchored, "cost model over both measurements at their speeds: step time error");
+    summary(both(&Run::at_checks, &Run::again_at_checks),
+            "cost model over both measurements at their entry's checks' speeds: step time error");
+    summary(both(&Run::at_run, &Run::again_at_run),
+            "cost model over both measurements at their speeds: step time error");
   }
   std::printf("wrote %s\n", f.output.c_str());
   return Status::OK();

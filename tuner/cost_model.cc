@@ -123,12 +123,6 @@ constexpr int32_t kShortContext = 16;
 // stall of a shared machine move a median.
 constexpr int32_t kMinSteps = 12;
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // The median of `steps` decode steps after one warm-up: a shared machine's stalls would
 // otherwise decide a mean of few steps. With `anchor`, an anchor step after each
 // (AnchorTimer), whose median it receives.
@@ -440,6 +434,12 @@ namespace {
 // Longer than a pool's workers spin after a job (common/thread_pool.cc) before they sleep.
 constexpr auto kParkTime = std::chrono::milliseconds(2);
 }  // namespace
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 AnchorTimer::AnchorTimer() = default;
 AnchorTimer::~AnchorTimer() = default;

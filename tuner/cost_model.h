@@ -189,6 +189,9 @@ struct ThreadsChoice {
 Status ChooseThreads(const Model& model, int32_t cores, int32_t max_batch, int32_t steps,
                      ThreadsChoice* out);
 
+// The upper median (0 for none): what the tuner keeps of repeated timings.
+double Median(std::vector<double> v);
+
 class DecodeTimer;
 
 // The anchor step (ComputeProfile::anchor_seconds: one sequence, a short context, full KV)

@@ -1,6 +1,7 @@
 #include "tuner/tune.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -66,82 +67,175 @@ struct MeasuredReads {
   double select_seconds = 0, wait_seconds = 0;
 };
 
-// Decode speed of a configuration: `batch` sequences hold a replayed prefix of the
-// evaluation text (sequence i the start of quality window i mod o.windows, whose capture it
-// shares: a batch's reads are then those of the windows' text, which the quality runs
-// average, rather than one window's, which can read several percent more or less), then
-// decode kSettleSteps teacher-forced tokens together, not timed (the first warms the caches
-// and loads the slots, the rest let the plan's reads settle), and `steps` more; the speed
-// of the median of those.
-Status MeasureSpeed(const Model& model, const TuneOptions& o, const QualityProfiler& quality,
-                    int32_t batch, int32_t context, const DiskKvOptions* disk,
-                    double* tokens_per_second, double* anchor_seconds = nullptr,
-                    MeasuredReads* reads = nullptr, DiskAnchor* disk_anchor = nullptr) {
-  const std::vector<int32_t>& tokens = quality.tokens();
-  const int32_t steps = std::max(1, o.verify_steps);
-  const int32_t prefix = context - kSettleSteps - steps - 1;
-  if (prefix < 1)
-    return Status::InvalidArgument(
-        "tune: a context of " + std::to_string(context) + " tokens leaves no prefix before " +
-        std::to_string(kSettleSteps) + " settling and " + std::to_string(steps) + " timed steps");
-  // An anchor step after each of the run's: how fast the machine is while the run runs.
-  AnchorTimer anchor;
-  if (anchor_seconds) STRATA_RETURN_IF_ERROR(anchor.Init(model, o.threads, o.cuda_device, steps));
-  std::unique_ptr<Engine> e;
-  STRATA_RETURN_IF_ERROR(
-      CreateRunEngine(model, o.threads, context, batch, disk, &e, o.cuda_device));
-  std::vector<SeqId> seqs(static_cast<size_t>(batch));
-  std::vector<size_t> begins(seqs.size());
-  const int32_t windows = std::max(1, std::min(batch, o.windows));
-  for (int32_t w = 0; w < windows; ++w) {
-    // One capture loaded at a time: the sequences of a window replay it, then it goes.
-    std::shared_ptr<const KvCapture> cap;
-    STRATA_RETURN_IF_ERROR(quality.Capture(context, w, &cap));
-    for (int32_t i = w; i < batch; i += windows) {
-      begins[size_t(i)] = quality.WindowBegin(context, w);
-      STRATA_RETURN_IF_ERROR(e->NewSequence(&seqs[size_t(i)]));
-      STRATA_RETURN_IF_ERROR(ReplayPrefix(e->kv(), seqs[size_t(i)], *cap, prefix));
-    }
+// A check run: the decode speed of a configuration. `batch` sequences hold a replayed prefix
+// of the evaluation text (sequence i the start of quality window i mod o.windows, whose
+// capture it shares: a batch's reads are then those of the windows' text, which the quality
+// runs average, rather than one window's, which can read several percent more or less),
+// then decode kSettleSteps teacher-forced tokens together, not timed (the first warms the
+// caches and loads the slots, the rest let the plan's reads settle), and `steps` more; the
+// speed of the median of those. Its engine holds the prefix between steps, so that several
+// runs can take their steps in turn (MeasureSpeeds).
+struct CheckRun {
+  int32_t batch = 1, context = 0;
+  const DiskKvOptions* disk = nullptr;  // null: full KV in memory
+  // Results.
+  double tokens_per_second = 0;
+  double anchor_seconds = 0;  // the anchor step timed beside the run's (AnchorTimer)
+  double disk_factor = 1;     // the KV device's slowdown then (DiskAnchor::Factor)
+  MeasuredReads reads;
+
+  // KV memory the run holds: its budget, or full KV, for every sequence.
+  uint64_t KvBytes(const HParams& hp) const {
+    return uint64_t(batch) *
+           (disk ? uint64_t(std::max<int64_t>(0, disk->budget_bytes)) : FullKvBytes(hp, context));
   }
-  std::vector<float> logits;
-  ForwardBatch fb;
-  std::vector<double> times;
-  KvCounters c0;
-  // A plan whose budget stages fewer tokens a pass than the batch steps it in as many passes.
-  const size_t most =
-      size_t(std::max(1, std::min(e->forward().max_tokens(), e->kv().max_pass_tokens())));
-  for (int32_t i = 0; i < kSettleSteps + steps; ++i) {
-    const bool timed = i >= kSettleSteps;
-    if (i == kSettleSteps) c0 = e->kv().counters();
+};
+
+class CheckRunner {
+ public:
+  Status Init(const Model& model, const TuneOptions& o, const QualityProfiler& quality,
+              DiskProbe* probe, const DeviceProfile& device, CheckRun* run) {
+    run_ = run;
+    steps_ = std::max(1, o.verify_steps);
+    prefix_ = run->context - kSettleSteps - steps_ - 1;
+    if (prefix_ < 1)
+      return Status::InvalidArgument("tune: a context of " + std::to_string(run->context) +
+                                     " tokens leaves no prefix before " +
+                                     std::to_string(kSettleSteps) + " settling and " +
+                                     std::to_string(steps_) + " timed steps");
+    tokens_ = &quality.tokens();
+    // An anchor step after each of the run's: how fast the machine is while the run runs.
+    STRATA_RETURN_IF_ERROR(anchor_.Init(model, o.threads, o.cuda_device, steps_));
+    if (run->disk) disk_anchor_ = std::make_unique<DiskAnchor>(probe, device);
+    STRATA_RETURN_IF_ERROR(
+        CreateRunEngine(model, o.threads, run->context, run->batch, run->disk, &e_, o.cuda_device));
+    seqs_.resize(size_t(run->batch));
+    begins_.resize(seqs_.size());
+    const int32_t windows = std::max(1, std::min(run->batch, o.windows));
+    for (int32_t w = 0; w < windows; ++w) {
+      // One capture loaded at a time: the sequences of a window replay it, then it goes.
+      std::shared_ptr<const KvCapture> cap;
+      STRATA_RETURN_IF_ERROR(quality.Capture(run->context, w, &cap));
+      for (int32_t i = w; i < run->batch; i += windows) {
+        begins_[size_t(i)] = quality.WindowBegin(run->context, w);
+        STRATA_RETURN_IF_ERROR(e_->NewSequence(&seqs_[size_t(i)]));
+        STRATA_RETURN_IF_ERROR(ReplayPrefix(e_->kv(), seqs_[size_t(i)], *cap, prefix_));
+      }
+    }
+    // A plan whose budget stages fewer tokens a pass than the batch steps it in as many
+    // passes.
+    most_ = size_t(std::max(1, std::min(e_->forward().max_tokens(), e_->kv().max_pass_tokens())));
+    return Status::OK();
+  }
+
+  bool done() const { return step_ == kSettleSteps + steps_; }
+
+  // One decode step of every sequence, and its anchors. A step's time ends once the policy
+  // has nothing left running (KvPolicy::Settle): what the next step would wait for when it
+  // followed at once is the step's, however long the other runs' steps keep this one idle.
+  Status Step() {
+    const bool timed = step_ >= kSettleSteps;
+    if (step_ == kSettleSteps) c0_ = e_->kv().counters();
     const auto t0 = Clock::now();
-    for (size_t j0 = 0; j0 < seqs.size(); j0 += most) {
-      fb.Clear();
-      for (size_t j = j0; j < std::min(seqs.size(), j0 + most); ++j)
-        fb.Add(seqs[j], prefix + i,
-               std::span<const int32_t>(&tokens[begins[j] + size_t(prefix + i)], 1));
-      STRATA_RETURN_IF_ERROR(e->Evaluate(fb, &logits));
+    for (size_t j0 = 0; j0 < seqs_.size(); j0 += most_) {
+      fb_.Clear();
+      for (size_t j = j0; j < std::min(seqs_.size(), j0 + most_); ++j)
+        fb_.Add(seqs_[j], prefix_ + step_,
+                std::span<const int32_t>(&(*tokens_)[begins_[j] + size_t(prefix_ + step_)], 1));
+      STRATA_RETURN_IF_ERROR(e_->Evaluate(fb_, &logits_));
     }
-    if (timed) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    STRATA_RETURN_IF_ERROR(e_->kv().Settle());
+    if (timed) times_.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     // The anchor step warms up beside the first step and is timed beside the timed ones.
-    if (anchor_seconds && (timed || i == 0)) STRATA_RETURN_IF_ERROR(anchor.Step());
-    if (disk_anchor && disk && timed) STRATA_RETURN_IF_ERROR(disk_anchor->Step());
+    if (timed || step_ == 0) STRATA_RETURN_IF_ERROR(anchor_.Step());
+    if (disk_anchor_ && timed) STRATA_RETURN_IF_ERROR(disk_anchor_->Step());
+    ++step_;
+    if (done()) Finish();
+    return Status::OK();
   }
-  // The median step, as the profile times its steps: one stall of a shared machine would
-  // otherwise move a short run's mean by more than the cost model's error.
-  std::sort(times.begin(), times.end());
-  const double step = times[times.size() / 2];
-  *tokens_per_second = step > 0 ? double(batch) / step : 0;
-  if (reads) {
-    const KvCounters c1 = e->kv().counters();
-    const double n = double(batch) * double(steps);
-    reads->requests = double(c1.reads_issued - c0.reads_issued) / n;
-    reads->refine_requests = double(c1.refine_reads_issued - c0.refine_reads_issued) / n;
-    reads->bytes = double(c1.bytes_read - c0.bytes_read) / n;
-    reads->select_seconds = (c1.predict_seconds - c0.predict_seconds) / double(steps);
-    reads->wait_seconds = (c1.io_wait_seconds - c0.io_wait_seconds) / double(steps);
+
+ private:
+  void Finish() {
+    // The median step, as the profile times its steps: one stall of a shared machine would
+    // otherwise move a short run's mean by more than the cost model's error.
+    std::sort(times_.begin(), times_.end());
+    const double step = times_[times_.size() / 2];
+    run_->tokens_per_second = step > 0 ? double(run_->batch) / step : 0;
+    run_->anchor_seconds = anchor_.Seconds();
+    run_->disk_factor = disk_anchor_ ? disk_anchor_->Factor() : 1;
+    const KvCounters c1 = e_->kv().counters();
+    const double n = double(run_->batch) * double(steps_);
+    MeasuredReads& r = run_->reads;
+    r.requests = double(c1.reads_issued - c0_.reads_issued) / n;
+    r.refine_requests = double(c1.refine_reads_issued - c0_.refine_reads_issued) / n;
+    r.bytes = double(c1.bytes_read - c0_.bytes_read) / n;
+    r.select_seconds = (c1.predict_seconds - c0_.predict_seconds) / double(steps_);
+    r.wait_seconds = (c1.io_wait_seconds - c0_.io_wait_seconds) / double(steps_);
+    e_.reset();  // its memory goes before the next group's runs start
   }
-  if (anchor_seconds) *anchor_seconds = anchor.Seconds();
+
+  CheckRun* run_ = nullptr;
+  int32_t steps_ = 0, prefix_ = 0, step_ = 0;
+  const std::vector<int32_t>* tokens_ = nullptr;
+  AnchorTimer anchor_;
+  std::unique_ptr<DiskAnchor> disk_anchor_;
+  std::unique_ptr<Engine> e_;
+  std::vector<SeqId> seqs_;
+  std::vector<size_t> begins_;
+  size_t most_ = 1;
+  ForwardBatch fb_;
+  std::vector<float> logits_;
+  std::vector<double> times_;
+  KvCounters c0_;
+};
+
+// Measures `runs` with their steps taken in turn, a step of each in a round. A shared
+// machine's speed moves by a fifth or more for seconds at a time, more for batched steps
+// than for the anchor's (docs/experiments/tuner.md): runs one after another would each
+// catch a spell of their own, and both the choice among runners-up and the comparison with
+// the predictions would follow when each ran. In turn, every run's steps span the same
+// spells. Runs whose KV would together pass half the memory free now go in groups, one
+// after another. `on_step` (optional) sees the steps done of all.
+Status MeasureSpeeds(const Model& model, const TuneOptions& o, const QualityProfiler& quality,
+                     DiskProbe* probe, const DeviceProfile& device, std::span<CheckRun> runs,
+                     const std::function<void(int64_t done, int64_t total)>& on_step = nullptr) {
+  uint64_t room = UINT64_MAX;
+  PlatformInfo now;
+  if (DetectPlatform(&now).ok() && now.memory_available > 0) room = now.memory_available / 2;
+  const int64_t per_run = kSettleSteps + std::max(1, o.verify_steps);
+  const int64_t total = per_run * int64_t(runs.size());
+  int64_t done = 0;
+  for (size_t first = 0; first < runs.size();) {
+    size_t end = first + 1;
+    uint64_t bytes = runs[first].KvBytes(model.hparams());
+    while (end < runs.size() && bytes + runs[end].KvBytes(model.hparams()) <= room)
+      bytes += runs[end++].KvBytes(model.hparams());
+    std::vector<CheckRunner> group(end - first);
+    for (size_t i = 0; i < group.size(); ++i)
+      STRATA_RETURN_IF_ERROR(group[i].Init(model, o, quality, probe, device, &runs[first + i]));
+    for (bool stepped = true; stepped;) {
+      stepped = false;
+      for (CheckRunner& r : group) {
+        if (r.done()) continue;
+        STRATA_RETURN_IF_ERROR(r.Step());
+        stepped = true;
+        if (on_step) on_step(++done, total);
+      }
+    }
+    first = end;
+  }
   return Status::OK();
+}
+
+// The median anchor step and disk anchor of `runs` (taken in turn: they saw one machine).
+void MedianSpeeds(std::span<const CheckRun> runs, double* anchor_seconds, double* disk_factor) {
+  std::vector<double> anchors, disks;
+  for (const CheckRun& r : runs) {
+    anchors.push_back(r.anchor_seconds);
+    if (r.disk) disks.push_back(r.disk_factor);
+  }
+  *anchor_seconds = Median(anchors);
+  *disk_factor = disks.empty() ? 1 : Median(disks);
 }
 
 // The prediction of a check run again, with the compute profile scaled by the machine's
@@ -649,161 +743,156 @@ Status Tune(const Model& model, const TuneOptions& options,
         if (advance) advance(runs, units);
       };
       STRATA_RETURN_IF_ERROR(search.Entry(batch, context, memory, &choice));
-      int64_t done = units - checks;
-      auto tick = [&] {
-        if (advance) advance(++done, units);
-      };
-      if (advance) advance(done, units);
-      MeasuredReads choice_reads;
-      DiskAnchor choice_disk(probe.get(), report.device);
-      STRATA_RETURN_IF_ERROR(MeasureSpeed(
-          model, o, *quality, batch, context, choice.disk ? &choice.disk_options : nullptr,
-          &choice.measured_tokens_per_second, &choice.anchor_seconds, &choice_reads, &choice_disk));
-      choice.anchor_disk_factor = choice_disk.Factor();
-      for (TunedCandidate& k : choice.candidates)
-        if (choice.disk && k.key == choice.key) RecordReads(report, choice_reads, &k);
-      choice.anchored_tokens_per_second =
-          AnchoredTokensPerSecond(report, batch, context, choice.disk, choice.shape,
-                                  choice.anchor_seconds, choice.anchor_disk_factor);
-      say(std::string("  chose the ") + (choice.disk ? "disk" : "memory") + " policy" +
-          (choice.disk ? Format(" (queue depth %.0f)", choice.disk_options.queue_depth) : "") +
-          ": " +
-          Format("%.1f tok/s predicted, %.1f measured", choice.predicted.tokens_per_second,
-                 choice.measured_tokens_per_second) +
-          Format(" (anchor step %.2f ms, disk %.2fx slower, %.1f predicted at those speeds)",
-                 choice.anchor_seconds * 1e3, choice.anchor_disk_factor,
-                 choice.anchored_tokens_per_second));
-      tick();
-      // The runtime's defaults at the same memory, measured beside the choice: full KV where
-      // it fits what a sequence has, else the disk policy with that budget and every
-      // setting left to its own rules.
+      if (advance) advance(units - checks, units);
+      // Check runs, measured in turn (MeasureSpeeds): the choice; the runtime's defaults at
+      // the same memory (full KV where it fits what a sequence has, else the disk policy
+      // with that budget and every setting left to its own rules); the runners-up by
+      // prediction within the bound; the --validate plans.
       const bool full_fits = FullKvBytes(model.hparams(), context) <= memory / uint64_t(batch);
-      double defaults_anchor = 0, defaults_disk_factor = 1;
-      if (!choice.disk && full_fits) {
-        // The defaults are the chosen plan itself: a second run of it would only measure the
-        // machine's drift between two runs.
-        choice.default_tokens_per_second = choice.measured_tokens_per_second;
-        defaults_anchor = choice.anchor_seconds;
-        defaults_disk_factor = choice.anchor_disk_factor;
-        say("  the runtime's defaults at the same memory: the same plan (full KV in memory)");
-      } else {
-        DiskKvOptions d;
-        d.dir = o.kv_dir;
-        d.adapters = adapters_path;
-        d.emulate_emmc = o.emulate_emmc;
-        d.budget_bytes = int64_t(memory / uint64_t(batch));
-        DiskAnchor defaults_disk(probe.get(), report.device);
-        STRATA_RETURN_IF_ERROR(MeasureSpeed(
-            model, o, *quality, batch, context, full_fits ? nullptr : &d,
-            &choice.default_tokens_per_second, &defaults_anchor, nullptr, &defaults_disk));
-        defaults_disk_factor = defaults_disk.Factor();
+      // Full KV chosen where it fits: the defaults are the chosen plan itself, and a second
+      // run of it would only measure the machine's drift between two runs.
+      const bool defaults_run = choice.disk || !full_fits;
+      DiskKvOptions defaults;
+      defaults.dir = o.kv_dir;
+      defaults.adapters = adapters_path;
+      defaults.emulate_emmc = o.emulate_emmc;
+      defaults.budget_bytes = int64_t(memory / uint64_t(batch));
+      std::vector<TunedCandidate*> next, validate;
+      for (TunedCandidate& k : choice.candidates)
+        if (k.within_bound && k.key != choice.key) next.push_back(&k);
+      std::stable_sort(next.begin(), next.end(),
+                       [](const TunedCandidate* a, const TunedCandidate* b) {
+                         return a->predicted_tokens_per_second > b->predicted_tokens_per_second;
+                       });
+      next.resize(std::min(next.size(), size_t(std::max(0, o.runners_up))));
+      for (TunedCandidate& k : choice.candidates)
+        if (int32_t(validate.size()) < o.validate && k.key != choice.key &&
+            std::find(next.begin(), next.end(), &k) == next.end())
+          validate.push_back(&k);
+      std::vector<CheckRun> runs;
+      runs.push_back({batch, context, choice.disk ? &choice.disk_options : nullptr});
+      if (defaults_run) runs.push_back({batch, context, full_fits ? nullptr : &defaults});
+      for (const std::vector<TunedCandidate*>* list : {&next, &validate})
+        for (TunedCandidate* k : *list) runs.push_back({batch, context, &k->options});
+      STRATA_RETURN_IF_ERROR(MeasureSpeeds(
+          model, o, *quality, probe.get(), report.device, runs, [&](int64_t steps, int64_t all) {
+            if (advance) advance(units - checks + checks * steps / all, units);
+          }));
+      // A disk plan's run beside its prediction.
+      auto record = [&](const CheckRun& r, TunedCandidate* k) {
+        k->measured_tokens_per_second = r.tokens_per_second;
+        k->anchor_seconds = r.anchor_seconds;
+        k->anchor_disk_factor = r.disk_factor;
+        RecordReads(report, r.reads, k);
+        k->anchored_tokens_per_second = AnchoredTokensPerSecond(
+            report, batch, context, true, k->shape, k->anchor_seconds, k->anchor_disk_factor);
+      };
+      size_t at = 0;
+      {
+        const CheckRun& r = runs[at++];
+        choice.measured_tokens_per_second = r.tokens_per_second;
+        choice.anchor_seconds = r.anchor_seconds;
+        choice.anchor_disk_factor = r.disk_factor;
+        for (TunedCandidate& k : choice.candidates)
+          if (choice.disk && k.key == choice.key) record(r, &k);
+        choice.anchored_tokens_per_second =
+            AnchoredTokensPerSecond(report, batch, context, choice.disk, choice.shape,
+                                    choice.anchor_seconds, choice.anchor_disk_factor);
+        say(std::string("  chose the ") + (choice.disk ? "disk" : "memory") + " policy" +
+            (choice.disk ? Format(" (queue depth %.0f)", choice.disk_options.queue_depth) : "") +
+            ": " +
+            Format("%.1f tok/s predicted, %.1f measured", choice.predicted.tokens_per_second,
+                   choice.measured_tokens_per_second) +
+            Format(" (anchor step %.2f ms, disk %.2fx slower, %.1f predicted at those speeds)",
+                   choice.anchor_seconds * 1e3, choice.anchor_disk_factor,
+                   choice.anchored_tokens_per_second));
+      }
+      double defaults_anchor = choice.anchor_seconds;
+      if (defaults_run) {
+        const CheckRun& r = runs[at++];
+        choice.default_tokens_per_second = r.tokens_per_second;
+        defaults_anchor = r.anchor_seconds;
         say(Format("  the runtime's defaults at the same memory: %.1f tok/s measured",
                    choice.default_tokens_per_second));
+      } else {
+        choice.default_tokens_per_second = choice.measured_tokens_per_second;
+        say("  the runtime's defaults at the same memory: the same plan (full KV in memory)");
       }
-      tick();
-      // The runners-up by prediction, within the bound, and full KV where it fits (exact: the
-      // defaults' run above); the measured fastest is the choice.
-      {
-        std::vector<TunedCandidate*> next;
-        for (TunedCandidate& k : choice.candidates)
-          if (k.within_bound && k.key != choice.key) next.push_back(&k);
-        std::stable_sort(next.begin(), next.end(),
-                         [](const TunedCandidate* a, const TunedCandidate* b) {
-                           return a->predicted_tokens_per_second > b->predicted_tokens_per_second;
-                         });
-        next.resize(std::min(next.size(), size_t(std::max(0, o.runners_up))));
-        TunedCandidate* faster = nullptr;
-        for (TunedCandidate* k : next) {
-          MeasuredReads reads;
-          DiskAnchor disk_anchor(probe.get(), report.device);
-          STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, *quality, batch, context, &k->options,
-                                              &k->measured_tokens_per_second, &k->anchor_seconds,
-                                              &reads, &disk_anchor));
-          k->anchor_disk_factor = disk_anchor.Factor();
-          RecordReads(report, reads, k);
-          k->anchored_tokens_per_second = AnchoredTokensPerSecond(
-              report, batch, context, true, k->shape, k->anchor_seconds, k->anchor_disk_factor);
-          say(Format("  runner-up: %.1f tok/s predicted, %.1f measured (",
-                     k->predicted_tokens_per_second, k->measured_tokens_per_second) +
-              k->key + ")");
-          tick();
-          const double best =
-              faster ? faster->measured_tokens_per_second : choice.measured_tokens_per_second;
-          if (k->measured_tokens_per_second > best) faster = k;
-        }
-        const double best_disk =
+      // The runners-up and full KV where it fits (exact: the defaults' run above): the
+      // measured fastest is the choice.
+      TunedCandidate* faster = nullptr;
+      for (TunedCandidate* k : next) {
+        record(runs[at++], k);
+        say(Format("  runner-up: %.1f tok/s predicted, %.1f measured (",
+                   k->predicted_tokens_per_second, k->measured_tokens_per_second) +
+            k->key + ")");
+        const double best =
             faster ? faster->measured_tokens_per_second : choice.measured_tokens_per_second;
-        const bool to_full = choice.disk && full_fits && o.runners_up > 0 &&
-                             choice.default_tokens_per_second > best_disk;
-        if (faster || to_full) {
-          // The plan predicted fastest keeps its measurement among the candidates.
-          for (TunedCandidate& k : choice.candidates)
-            if (k.key == choice.key) {
-              k.measured_tokens_per_second = choice.measured_tokens_per_second;
-              k.anchor_seconds = choice.anchor_seconds;
-              k.anchor_disk_factor = choice.anchor_disk_factor;
-              k.anchored_tokens_per_second = choice.anchored_tokens_per_second;
-            }
-          choice.predicted_best = choice.key;
-        }
-        if (to_full) {
-          choice.disk = false;
-          choice.disk_options = DiskKvOptions();
-          choice.description = "full KV in memory";
-          choice.key = "memory";
-          choice.shape = DiskStepShape();
-          choice.predicted = PredictMemoryStep(report.compute, batch, context);
-          choice.measured_tokens_per_second = choice.default_tokens_per_second;
-          choice.anchor_seconds = defaults_anchor;
-          choice.anchor_disk_factor = defaults_disk_factor;
-          choice.anchored_tokens_per_second =
-              AnchoredTokensPerSecond(report, batch, context, false, choice.shape, defaults_anchor);
-          choice.ppl_loss = choice.ppl_loss_upper = 0;
-          choice.agreement = 1;
-          say("  chose full KV in memory, which measured fastest");
-        } else if (faster) {
-          choice.disk = true;
-          choice.disk_options = faster->options;
-          choice.description = faster->description;
-          choice.key = faster->key;
-          choice.shape = faster->shape;
-          choice.predicted = PredictDiskStep(report.device, report.compute, faster->shape);
-          choice.measured_tokens_per_second = faster->measured_tokens_per_second;
-          choice.anchor_seconds = faster->anchor_seconds;
-          choice.anchor_disk_factor = faster->anchor_disk_factor;
-          choice.anchored_tokens_per_second = faster->anchored_tokens_per_second;
-          choice.ppl_loss = faster->ppl_loss;
-          choice.ppl_loss_upper = faster->ppl_loss_upper;
-          choice.agreement = faster->agreement;
-          say("  chose the runner-up that measured fastest: " + faster->key);
-        }
-        say(Format("  tuned %.2fx the runtime's defaults",
-                   choice.default_tokens_per_second > 0
-                       ? choice.measured_tokens_per_second / choice.default_tokens_per_second
-                       : 0));
+        if (k->measured_tokens_per_second > best) faster = k;
       }
-      int32_t checked = 0;
-      for (TunedCandidate& k : choice.candidates) {
-        if (checked >= o.validate) break;
-        if (k.key == choice.key || k.measured_tokens_per_second > 0) continue;
-        MeasuredReads reads;
-        DiskAnchor disk_anchor(probe.get(), report.device);
-        STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, *quality, batch, context, &k.options,
-                                            &k.measured_tokens_per_second, &k.anchor_seconds,
-                                            &reads, &disk_anchor));
-        k.anchor_disk_factor = disk_anchor.Factor();
-        RecordReads(report, reads, &k);
-        k.anchored_tokens_per_second = AnchoredTokensPerSecond(
-            report, batch, context, true, k.shape, k.anchor_seconds, k.anchor_disk_factor);
-        ++checked;
-        tick();
-        say(Format("  check: %.1f tok/s predicted, %.1f measured, ", k.predicted_tokens_per_second,
-                   k.measured_tokens_per_second) +
+      const double best_disk =
+          faster ? faster->measured_tokens_per_second : choice.measured_tokens_per_second;
+      const bool to_full = choice.disk && full_fits && o.runners_up > 0 &&
+                           choice.default_tokens_per_second > best_disk;
+      if (faster || to_full) choice.predicted_best = choice.key;
+      if (to_full) {
+        choice.disk = false;
+        choice.disk_options = DiskKvOptions();
+        choice.description = "full KV in memory";
+        choice.key = "memory";
+        choice.shape = DiskStepShape();
+        choice.predicted = PredictMemoryStep(report.compute, batch, context);
+        choice.measured_tokens_per_second = choice.default_tokens_per_second;
+        choice.anchor_seconds = defaults_anchor;
+        choice.anchor_disk_factor = 1;
+        choice.anchored_tokens_per_second =
+            AnchoredTokensPerSecond(report, batch, context, false, choice.shape, defaults_anchor);
+        choice.ppl_loss = choice.ppl_loss_upper = 0;
+        choice.agreement = 1;
+        say("  chose full KV in memory, which measured fastest");
+      } else if (faster) {
+        choice.disk = true;
+        choice.disk_options = faster->options;
+        choice.description = faster->description;
+        choice.key = faster->key;
+        choice.shape = faster->shape;
+        choice.predicted = PredictDiskStep(report.device, report.compute, faster->shape);
+        choice.measured_tokens_per_second = faster->measured_tokens_per_second;
+        choice.anchor_seconds = faster->anchor_seconds;
+        choice.anchor_disk_factor = faster->anchor_disk_factor;
+        choice.anchored_tokens_per_second = faster->anchored_tokens_per_second;
+        choice.ppl_loss = faster->ppl_loss;
+        choice.ppl_loss_upper = faster->ppl_loss_upper;
+        choice.agreement = faster->agreement;
+        say("  chose the runner-up that measured fastest: " + faster->key);
+      }
+      say(Format("  tuned %.2fx the runtime's defaults",
+                 choice.default_tokens_per_second > 0
+                     ? choice.measured_tokens_per_second / choice.default_tokens_per_second
+                     : 0));
+      for (TunedCandidate* k : validate) {
+        record(runs[at++], k);
+        say(Format("  check: %.1f tok/s predicted, %.1f measured, ", k->predicted_tokens_per_second,
+                   k->measured_tokens_per_second) +
             Format("%.1f at the anchors' speeds (disk %.2fx slower), %.1f at its reads (",
-                   k.anchored_tokens_per_second, k.anchor_disk_factor,
-                   k.predicted_at_measured_reads) +
-            k.key + ")");
+                   k->anchored_tokens_per_second, k->anchor_disk_factor,
+                   k->predicted_at_measured_reads) +
+            k->key + ")");
       }
+      MedianSpeeds(runs, &choice.checks_anchor_seconds, &choice.checks_disk_factor);
+      auto at_checks = [&](bool disk, const DiskStepShape& shape) {
+        return AnchoredTokensPerSecond(report, batch, context, disk, shape,
+                                       choice.checks_anchor_seconds, choice.checks_disk_factor);
+      };
+      choice.checks_anchored_tokens_per_second = at_checks(choice.disk, choice.shape);
+      for (TunedCandidate& k : choice.candidates)
+        if (k.measured_tokens_per_second > 0)
+          k.checks_anchored_tokens_per_second = at_checks(true, k.shape);
+      say(
+          Format("  the checks ran with the anchor step at %.2f ms (the profile's %.2f) and the "
+                 "disk %.2fx slower than profiled",
+                 choice.checks_anchor_seconds * 1e3, report.compute.anchor_seconds * 1e3,
+                 choice.checks_disk_factor));
       report.choices.push_back(std::move(choice));
     }
   }
@@ -819,28 +908,41 @@ Status Tune(const Model& model, const TuneOptions& options,
     }
     say(Format("measuring the %.0f runs again", double(runs)));
     const std::function<void(int64_t, int64_t)> advance = phase("runs measured again");
-    auto again = [&](int32_t batch, int32_t context, bool disk, const DiskKvOptions& plan,
-                     const DiskStepShape& shape, double* measured, double* anchored) -> Status {
-      DiskAnchor disk_anchor(probe.get(), report.device);
-      double anchor = 0;
-      STRATA_RETURN_IF_ERROR(MeasureSpeed(model, o, *quality, batch, context,
-                                          disk ? &plan : nullptr, measured, &anchor, nullptr,
-                                          &disk_anchor));
-      *anchored = AnchoredTokensPerSecond(report, batch, context, disk, shape, anchor,
-                                          disk_anchor.Factor());
-      if (advance) advance(++done, runs);
-      return Status::OK();
-    };
+    // An entry's runs again in turn, as the first time.
     for (TunedChoice& c : report.choices) {
-      if (c.measured_tokens_per_second > 0)
-        STRATA_RETURN_IF_ERROR(again(c.batch, c.context, c.disk, c.disk_options, c.shape,
-                                     &c.remeasured_tokens_per_second,
-                                     &c.remeasured_anchored_tokens_per_second));
+      std::vector<CheckRun> again;
+      // Measured, anchored, anchored at all the runs' speeds.
+      std::vector<std::array<double*, 3>> into;
+      std::vector<const DiskStepShape*> shapes;
+      if (c.measured_tokens_per_second > 0) {
+        again.push_back({c.batch, c.context, c.disk ? &c.disk_options : nullptr});
+        into.push_back({&c.remeasured_tokens_per_second, &c.remeasured_anchored_tokens_per_second,
+                        &c.remeasured_checks_anchored_tokens_per_second});
+        shapes.push_back(&c.shape);
+      }
       for (TunedCandidate& k : c.candidates)
-        if (k.key != c.key && k.measured_tokens_per_second > 0)
-          STRATA_RETURN_IF_ERROR(again(c.batch, c.context, true, k.options, k.shape,
-                                       &k.remeasured_tokens_per_second,
-                                       &k.remeasured_anchored_tokens_per_second));
+        if (k.key != c.key && k.measured_tokens_per_second > 0) {
+          again.push_back({c.batch, c.context, &k.options});
+          into.push_back({&k.remeasured_tokens_per_second, &k.remeasured_anchored_tokens_per_second,
+                          &k.remeasured_checks_anchored_tokens_per_second});
+          shapes.push_back(&k.shape);
+        }
+      const int64_t before = done;
+      STRATA_RETURN_IF_ERROR(MeasureSpeeds(
+          model, o, *quality, probe.get(), report.device, again, [&](int64_t steps, int64_t all) {
+            if (advance) advance(before * all + steps * int64_t(again.size()), runs * all);
+          }));
+      done += int64_t(again.size());
+      double anchor = 0, disk_factor = 1;
+      MedianSpeeds(again, &anchor, &disk_factor);
+      for (size_t i = 0; i < again.size(); ++i) {
+        const bool disk = again[i].disk != nullptr;
+        *into[i][0] = again[i].tokens_per_second;
+        *into[i][1] = AnchoredTokensPerSecond(report, c.batch, c.context, disk, *shapes[i],
+                                              again[i].anchor_seconds, again[i].disk_factor);
+        *into[i][2] = AnchoredTokensPerSecond(report, c.batch, c.context, disk, *shapes[i], anchor,
+                                              disk_factor);
+      }
     }
   }
   *out = std::move(report);

@@ -101,9 +101,14 @@ struct TunedCandidate {
   double anchor_seconds = 0;
   double anchor_disk_factor = 1;
   double anchored_tokens_per_second = 0;
+  // The prediction at the machine's and the device's speeds during all of the entry's check
+  // runs (TunedChoice::checks_anchor_seconds); 0 where not run.
+  double checks_anchored_tokens_per_second = 0;
   // The same run measured again after every entry's (TuneOptions::repeat_checks), and the
-  // prediction at that run's speeds; 0 where not run.
+  // prediction at that run's speeds and at those of all the entry's runs measured again; 0
+  // where not run.
   double remeasured_tokens_per_second = 0, remeasured_anchored_tokens_per_second = 0;
+  double remeasured_checks_anchored_tokens_per_second = 0;
   // What the check run read, per sequence and step (0 where none ran), and the prediction
   // again with those reads in place of the quality windows' (requests_per_step): the part of
   // a check's error that the windows' estimate of the reads explains is the difference
@@ -131,7 +136,13 @@ struct TunedChoice {
   double measured_tokens_per_second = 0;
   double anchor_seconds = 0, anchor_disk_factor = 1;  // as TunedCandidate's
   double anchored_tokens_per_second = 0;
+  // The entry's check runs take their steps in turn, so all see the same machine: the median
+  // of their anchor steps and of their disk anchors, and the choice's prediction at those
+  // speeds. One figure for all the runs, steadier than each run's own.
+  double checks_anchor_seconds = 0, checks_disk_factor = 1;
+  double checks_anchored_tokens_per_second = 0;
   double remeasured_tokens_per_second = 0, remeasured_anchored_tokens_per_second = 0;
+  double remeasured_checks_anchored_tokens_per_second = 0;
   // The runtime's defaults at the same memory (full KV where it fits a sequence's share,
   // else the disk policy at that budget with every setting automatic), measured the same way.
   double default_tokens_per_second = 0;
