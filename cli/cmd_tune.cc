@@ -153,6 +153,8 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
            {"remeasured_checks_anchored_tokens_per_second",
             k.remeasured_checks_anchored_tokens_per_second},
            {"measured_requests_per_step", k.measured_requests_per_step},
+           {"attended_groups_per_step", k.attended_groups_per_step},
+           {"measured_attended_groups_per_step", k.measured_attended_groups_per_step},
            {"measured_refine_requests_per_step", k.measured_refine_requests_per_step},
            {"measured_bytes_per_step", k.measured_bytes_per_step},
            {"predicted_at_measured_reads", k.predicted_at_measured_reads},

@@ -62,6 +62,7 @@ constexpr uint64_t kMaxProbeBytes = uint64_t(8) << 30;
 // What a check run read from the slow tier, and where its steps went.
 struct MeasuredReads {
   double requests = 0, refine_requests = 0, bytes = 0;  // per sequence and step
+  double attended_groups = 0;  // slot groups attended per sequence and step, all layers
   // Per step, the whole batch: choosing what to load (KvCounters::predict_seconds) and
   // waiting on reads that compute did not hide.
   double select_seconds = 0, wait_seconds = 0;
@@ -169,6 +170,9 @@ class CheckRunner {
     r.requests = double(c1.reads_issued - c0_.reads_issued) / n;
     r.refine_requests = double(c1.refine_reads_issued - c0_.refine_reads_issued) / n;
     r.bytes = double(c1.bytes_read - c0_.bytes_read) / n;
+    r.attended_groups = double(c1.groups_selected - c0_.groups_selected + c1.resident_attended -
+                               c0_.resident_attended) /
+                        n;
     r.select_seconds = (c1.predict_seconds - c0_.predict_seconds) / double(steps_);
     r.wait_seconds = (c1.io_wait_seconds - c0_.io_wait_seconds) / double(steps_);
     e_.reset();  // its memory goes before the next group's runs start
@@ -261,10 +265,16 @@ void RecordReads(const TuneReport& report, const MeasuredReads& r, TunedCandidat
   k->measured_select_seconds = r.select_seconds;
   k->measured_wait_seconds = r.wait_seconds;
   k->predicted_select_seconds = SelectionSeconds(report.compute, k->shape);
+  k->measured_attended_groups_per_step = r.attended_groups;
   DiskStepShape at = k->shape;
   at.requests = r.requests;
   at.refine_requests = r.refine_requests;
   at.bytes = r.bytes;
+  // The slot groups attended as the check counted them, beside the same sink, recent and
+  // rolling groups.
+  const double more_tokens = (r.attended_groups - k->attended_groups_per_step) /
+                             double(std::max(1, at.n_layer)) * double(at.group_size);
+  at.attended_tokens = std::max<int64_t>(0, at.attended_tokens + std::llround(more_tokens));
   k->predicted_at_measured_reads =
       PredictDiskStep(report.device, report.compute, at).tokens_per_second;
 }
@@ -458,6 +468,7 @@ struct Search {
       tc.requests_per_step = q.requests_per_step();
       tc.refine_requests_per_step = shape.refine_requests;
       tc.bytes_per_step = q.bytes_per_step();
+      tc.attended_groups_per_step = q.attended_groups_per_step();
       tc.within_bound = out->within_bound;
       tc.shape = shape;
       tc.predicted = p;

@@ -116,6 +116,11 @@ struct TunedCandidate {
   double measured_requests_per_step = 0, measured_bytes_per_step = 0;
   double measured_refine_requests_per_step = 0;
   double predicted_at_measured_reads = 0;
+  // The slot groups attended per sequence and step, all layers (selected or still
+  // resident), as the quality windows counted them (what the prediction priced) and as the
+  // check run did; predicted_at_measured_reads takes the check's. With M below the slots the
+  // resident groups grow as a sequence decodes, so a longer run attends more of them.
+  double attended_groups_per_step = 0, measured_attended_groups_per_step = 0;
   // A check run's step apart: the selection's time (the policy's own clock) and the reads it
   // waited on, per step; and the selection as the prediction priced it.
   double measured_select_seconds = 0, measured_wait_seconds = 0;

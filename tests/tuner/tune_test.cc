@@ -1021,6 +1021,12 @@ TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFi
     EXPECT_GT(k.predicted_at_measured_reads, 0) << k.key;
     EXPECT_EQ(k.measured_requests_per_step > 0, k.measured_bytes_per_step > 0) << k.key;
     EXPECT_LE(k.measured_tokens_per_second, c.measured_tokens_per_second) << k.key;
+    // It attended slot groups every layer, and the quality windows, of as many steps after
+    // the same settling, counted about as many (resident groups grow as a sequence decodes).
+    EXPECT_GT(k.measured_attended_groups_per_step, 0) << k.key;
+    EXPECT_NEAR(k.measured_attended_groups_per_step, k.attended_groups_per_step,
+                0.25 * k.attended_groups_per_step)
+        << k.key;
   }
   int within = 0;
   for (const TunedCandidate& k : c.candidates) within += k.within_bound ? 1 : 0;
