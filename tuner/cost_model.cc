@@ -268,9 +268,7 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
     const double requests = double(c1.reads_issued - c0.reads_issued) / n;
     const double refines = double(c1.refine_reads_issued - c0.refine_reads_issued) / n;
     const double bytes = double(c1.bytes_read - c0.bytes_read) / n;
-    const double attended = double(c1.groups_selected - c0.groups_selected + c1.resident_attended -
-                                   c0.resident_attended) /
-                            n;
+    const double attended = double(c1.slot_groups_attended() - c0.slot_groups_attended()) / n;
     // At the profile's speed (ProfileCompute): the compute part of the step and the
     // selection scale with the machine's speed, the wait on reads with the device's.
     const double f =

@@ -170,9 +170,7 @@ class CheckRunner {
     r.requests = double(c1.reads_issued - c0_.reads_issued) / n;
     r.refine_requests = double(c1.refine_reads_issued - c0_.refine_reads_issued) / n;
     r.bytes = double(c1.bytes_read - c0_.bytes_read) / n;
-    r.attended_groups = double(c1.groups_selected - c0_.groups_selected + c1.resident_attended -
-                               c0_.resident_attended) /
-                        n;
+    r.attended_groups = double(c1.slot_groups_attended() - c0_.slot_groups_attended()) / n;
     r.select_seconds = (c1.predict_seconds - c0_.predict_seconds) / double(steps_);
     r.wait_seconds = (c1.io_wait_seconds - c0_.io_wait_seconds) / double(steps_);
     e_.reset();  // its memory goes before the next group's runs start

@@ -63,6 +63,8 @@ struct KvCounters {
   // Groups attention also read because they were still resident from earlier steps, not
   // selected this step (disk policy, kv.experimental.attend_resident).
   uint64_t resident_attended = 0;
+  // Slot groups attention read: selected this step or still resident.
+  uint64_t slot_groups_attended() const { return groups_selected + resident_attended; }
   // Selected groups read into a read-through slot (disk policy, kv.read_through): dropped
   // after their layer ran.
   uint64_t read_through_groups = 0;
