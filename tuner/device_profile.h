@@ -36,8 +36,9 @@ struct DeviceProfile {
   double memory_gb_per_s = 0;         // host memory read bandwidth, all threads
 
   // Seconds to complete `requests` reads of `block` bytes each with at most `depth` in
-  // flight, from the curve (interpolated in log block size and log depth; a request count
-  // below the depth pays one mean latency).
+  // flight, from the curve (interpolated in log depth; between two measured blocks, the
+  // slower of the smaller one's request rate and the larger one's bandwidth; a request
+  // count below the depth pays one mean latency).
   double ReadSeconds(double requests, uint32_t block, uint32_t depth) const;
   // The curve of a device `f` times slower (every read's latency times f, its rate over f).
   DeviceProfile Scaled(double f) const;

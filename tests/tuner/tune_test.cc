@@ -44,10 +44,16 @@ TEST(DeviceProfileTest, ReadSecondsFollowTheCurve) {
   EXPECT_NEAR(d.ReadSeconds(1000, 4096, 1), 1000 / 10000.0, 1e-6);
   // Fewer requests than the depth allows run at their own depth, and pay a latency at least.
   EXPECT_NEAR(d.ReadSeconds(1, 4096, 16), 100e-6, 1e-9);
-  // Between points: monotone in size and depth.
-  const double mid_size = d.ReadSeconds(1000, 16384, 16);
-  EXPECT_GT(mid_size, d.ReadSeconds(1000, 4096, 16));
-  EXPECT_LT(mid_size, d.ReadSeconds(1000, 65536, 16));
+  // Between two blocks a request is bound by the smaller one's request rate or the larger
+  // one's bandwidth, whichever is slower: 16 KiB at 80K requests a second (the rate limit;
+  // 20K of 64 KiB would move four times the bytes), 32 KiB at 40K (the bandwidth).
+  EXPECT_NEAR(d.ReadSeconds(1000, 16384, 16), 1000 / 80000.0, 1e-9);
+  EXPECT_NEAR(d.ReadSeconds(1000, 32768, 16), 1000 / 40000.0, 1e-9);
+  EXPECT_LT(d.ReadSeconds(1000, 32768, 16), d.ReadSeconds(1000, 65536, 16));
+  // The same for the latency of a lone request: 4 KiB's 100 us up to where 64 KiB's 400 us,
+  // scaled to the size, is more.
+  EXPECT_NEAR(d.ReadSeconds(1, 12288, 1), 100e-6, 1e-9);
+  EXPECT_NEAR(d.ReadSeconds(1, 32768, 1), 200e-6, 1e-9);
   const double mid_depth = d.ReadSeconds(1000, 4096, 4);
   EXPECT_LT(mid_depth, d.ReadSeconds(1000, 4096, 1));
   EXPECT_GT(mid_depth, d.ReadSeconds(1000, 4096, 16));
