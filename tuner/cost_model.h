@@ -19,7 +19,8 @@
 //   sequences select side by side, each whole on one worker, so their scoring is priced
 //   at one core's rate, one sequence's over the pool; the prices per selection, group and
 //   request are fitted for one sequence and for several apart)
-//   read_l  = DeviceProfile::ReadSeconds(b * requests / n_layer, bytes / request, qd)
+//   read_l  = DeviceProfile::ReadSeconds(b * requests * share_l, bytes / request, qd)
+//   (share_l: the layer's share of the step's reads, as measured; 1 / n_layer where not)
 // Scoring is profiled on its own (GroupPredictor::SelectGroups over summary rows of
 // realistic values, by rank and by rows a group: a group's softmax term costs as much as
 // several rows' products). The selection's other work (slot planning, queueing and
@@ -239,7 +240,18 @@ struct DiskStepShape {
   double refine_requests = 0;
   double bytes = 0;  // bytes read per step
   uint32_t queue_depth = 64;
+  // Each layer's share of the step's reads, as measured (KvCounters::layer_reads_issued);
+  // empty: every layer the same. Layers miss unevenly (a plan that re-selects a few groups
+  // a step reads most in the layers whose attention moves most), and each layer waits for
+  // its own reads, so a plan whose mean reads a layer hide under compute still waits on the
+  // layers that read most.
+  std::vector<double> layer_read_shares;
 };
+
+// Each layer's share of the reads counted between `before` and `now`
+// (KvCounters::layer_reads_issued); empty where none were.
+std::vector<double> LayerReadShares(const std::vector<uint64_t>& now,
+                                    const std::vector<uint64_t>& before = {});
 
 struct StepPrediction {
   // compute: the layers' (dense, attention, and the policy's work in a layer's path: per

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "runtime/engine/engine.h"
+#include "tuner/cost_model.h"
 #include "tuner/kv_replay.h"
 
 namespace strata {
@@ -49,6 +50,7 @@ nlohmann::json ToJson(const std::string& key, const WindowQuality& q) {
           {"groups_selected", q.groups_selected},
           {"reuse_hits", q.reuse_hits},
           {"resident_attended", q.resident_attended},
+          {"layer_reads", q.layer_reads},
           {"argmax", q.argmax},
           {"margin", q.margin},
           {"nlls", q.nlls}};
@@ -74,6 +76,8 @@ bool FromJson(const nlohmann::json& j, std::string* key, WindowQuality* q) {
     q->reuse_hits = j.at("reuse_hits").get<int64_t>();
     // Lines written before it are measured again, like those without "nlls".
     q->resident_attended = j.at("resident_attended").get<int64_t>();
+    // Optional: without it the cost model spreads the reads evenly over the layers.
+    if (j.contains("layer_reads")) q->layer_reads = j.at("layer_reads").get<std::vector<int64_t>>();
     q->argmax = j.at("argmax").get<std::vector<int32_t>>();
     q->margin = j.at("margin").get<std::vector<float>>();
     q->nlls = j.at("nlls").get<std::vector<float>>();  // lines written before it: measured again
@@ -126,6 +130,10 @@ double QualitySummary::refine_requests_per_step() const {
 
 double QualitySummary::bytes_per_step() const {
   return sum.steps > 0 ? double(sum.bytes_read) / double(sum.steps) : 0;
+}
+
+std::vector<double> QualitySummary::layer_read_shares() const {
+  return LayerReadShares(std::vector<uint64_t>(sum.layer_reads.begin(), sum.layer_reads.end()));
 }
 
 double QualitySummary::attended_groups_per_step() const {
@@ -270,6 +278,12 @@ Status QualityProfiler::Windows(int32_t context, std::span<const int32_t> ws,
     q.groups_selected = share(c.groups_selected - c0.groups_selected, j);
     q.reuse_hits = share(c.reuse_hits - c0.reuse_hits, j);
     q.resident_attended = share(c.resident_attended - c0.resident_attended, j);
+    q.layer_reads.clear();
+    for (size_t l = 0; l < c.layer_reads_issued.size(); ++l)
+      q.layer_reads.push_back(
+          share(c.layer_reads_issued[l] -
+                    (l < c0.layer_reads_issued.size() ? c0.layer_reads_issued[l] : 0),
+                j));
   }
   return Status::OK();
 }
@@ -338,6 +352,13 @@ Status QualityProfiler::Measure(const DiskKvOptions& disk, const std::string& ke
     s.sum.groups_selected += q.groups_selected;
     s.sum.reuse_hits += q.reuse_hits;
     s.sum.resident_attended += q.resident_attended;
+    // Per layer only where every window has it.
+    if (s.windows == 0)
+      s.sum.layer_reads = q.layer_reads;
+    else if (q.layer_reads.size() != s.sum.layer_reads.size())
+      s.sum.layer_reads.clear();
+    else
+      for (size_t l = 0; l < q.layer_reads.size(); ++l) s.sum.layer_reads[l] += q.layer_reads[l];
     ++s.windows;
   }
   *out = s;

@@ -48,6 +48,9 @@ struct WindowQuality {
   // Groups attention read only because they were still resident (all layers): with the
   // selected ones, what a step attends beyond its sink and recent window.
   int64_t resident_attended = 0;
+  // Of reads, each layer's (KvCounters::layer_reads_issued; empty in results written before
+  // it: the cost model then spreads reads evenly).
+  std::vector<int64_t> layer_reads;
   // Per position: the top-1 token and its margin over the second (full KV's are the
   // reference the configurations are compared with).
   std::vector<int32_t> argmax;
@@ -86,6 +89,9 @@ struct QualitySummary {
   double bytes_per_step() const;
   // Slot groups attended a step, all layers: the selected and the still resident.
   double attended_groups_per_step() const;
+  // Each layer's share of the reads (DiskStepShape::layer_read_shares); empty where a
+  // window has no per-layer count.
+  std::vector<double> layer_read_shares() const;
 };
 
 struct QualityOptions {

@@ -62,7 +62,8 @@ constexpr uint64_t kMaxProbeBytes = uint64_t(8) << 30;
 // What a check run read from the slow tier, and where its steps went.
 struct MeasuredReads {
   double requests = 0, refine_requests = 0, bytes = 0;  // per sequence and step
-  double attended_groups = 0;  // slot groups attended per sequence and step, all layers
+  double attended_groups = 0;        // slot groups attended per sequence and step, all layers
+  std::vector<double> layer_shares;  // each layer's share of the reads
   // Per step, the whole batch: choosing what to load (KvCounters::predict_seconds) and
   // waiting on reads that compute did not hide.
   double select_seconds = 0, wait_seconds = 0;
@@ -171,6 +172,7 @@ class CheckRunner {
     r.refine_requests = double(c1.refine_reads_issued - c0_.refine_reads_issued) / n;
     r.bytes = double(c1.bytes_read - c0_.bytes_read) / n;
     r.attended_groups = double(c1.slot_groups_attended() - c0_.slot_groups_attended()) / n;
+    r.layer_shares = LayerReadShares(c1.layer_reads_issued, c0_.layer_reads_issued);
     r.select_seconds = (c1.predict_seconds - c0_.predict_seconds) / double(steps_);
     r.wait_seconds = (c1.io_wait_seconds - c0_.io_wait_seconds) / double(steps_);
     e_.reset();  // its memory goes before the next group's runs start
@@ -268,6 +270,7 @@ void RecordReads(const TuneReport& report, const MeasuredReads& r, TunedCandidat
   at.requests = r.requests;
   at.refine_requests = r.refine_requests;
   at.bytes = r.bytes;
+  at.layer_read_shares = r.layer_shares;
   // The slot groups attended as the check counted them, beside the same sink, recent and
   // rolling groups.
   const double more_tokens = (r.attended_groups - k->attended_groups_per_step) /
@@ -437,6 +440,7 @@ struct Search {
           ShapeOfPlan(c.plan, c.options, batch, context, hp.n_layer, q.requests_per_step(),
                       q.bytes_per_step(), q.attended_groups_per_step());
       shape.refine_requests = q.refine_requests_per_step();
+      shape.layer_read_shares = q.layer_read_shares();
       shape.queue_depth = ChooseQueueDepth(report.device, report.compute, shape);
       const StepPrediction p = PredictDiskStep(report.device, report.compute, shape);
       say(Format("  budget %.0f KiB, sigma %.0f, ", double(c.options.budget_bytes >> 10),

@@ -61,7 +61,9 @@ DiskKvStore::DiskKvStore(const DiskKvOptions& options, const DiskKvHooks& hooks,
       plan_(plan),
       shape_(shape),
       layout_(plan_.layout),
-      c_(counters) {}
+      c_(counters) {
+  c_->layer_reads_issued.assign(size_t(shape.n_layer), 0);
+}
 
 Status DiskKvStore::Open(const DiskKvOptions& options, const DiskKvPlan& plan, const KvShape& shape,
                          int32_t max_sequences, uint32_t block, KvCounters* counters,
@@ -239,6 +241,7 @@ Status DiskKvStore::SubmitReads(int32_t layer, size_t batch) {
   reads_settled_[batch] = 0;
   if (hooks_.on_read_submit) hooks_.on_read_submit(layer, rb);
   c_->reads_issued += rb.size();
+  c_->layer_reads_issued[size_t(layer)] += rb.size();
   if (batch == RefineReads(layer)) c_->refine_reads_issued += rb.size();
   for (size_t i = 0; i < rb.size(); ++i) c_->bytes_read += rb.request(i).length;
   return Status::OK();

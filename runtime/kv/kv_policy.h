@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "kernels/kernels.h"
@@ -58,6 +59,9 @@ struct KvCounters {
   // Of reads_issued, a refinement's (disk policy): issued once a layer's input is known,
   // just before the layer attends, so they have little compute to hide under.
   uint64_t refine_reads_issued = 0;
+  // Of reads_issued, those of each layer's selections (disk policy; empty for others): the
+  // layers read unevenly (some miss far more than others), and a layer waits for its own.
+  std::vector<uint64_t> layer_reads_issued;
   uint64_t groups_selected = 0;  // groups attention used that came from the slow tier path
   uint64_t reuse_hits = 0;       // selected groups already resident
   // Groups attention also read because they were still resident from earlier steps, not

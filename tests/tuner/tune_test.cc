@@ -62,6 +62,42 @@ TEST(DeviceProfileTest, ReadSecondsFollowTheCurve) {
   EXPECT_EQ(d.ReadSeconds(0, 4096, 16), 0);
 }
 
+TEST(CostModelTest, ALayerWaitsForItsOwnReads) {
+  const DeviceProfile d = Curve();
+  ComputeProfile c;
+  c.batches = {1};
+  c.dense_seconds = {0.010};
+  DiskStepShape s;
+  s.n_layer = 10;
+  s.attended_tokens = 100;
+  s.queue_depth = 16;
+  // 100 reads a step, 10 a layer at depth 10, hide under a millisecond of compute a layer.
+  s.requests = 100;
+  s.bytes = 100 * 4096.0;
+  const StepPrediction even = PredictDiskStep(d, c, s);
+  EXPECT_NEAR(even.step_seconds, 0.010, 1e-9);
+  // The same reads, measured evenly spread, are the same step.
+  s.layer_read_shares.assign(10, 0.1);
+  EXPECT_NEAR(PredictDiskStep(d, c, s).step_seconds, even.step_seconds, 1e-12);
+  // All in one layer: 100 reads at depth 16 take 1.25 ms, and that layer waits for what its
+  // millisecond of compute leaves of them.
+  s.layer_read_shares.assign(10, 0.0);
+  s.layer_read_shares[3] = 1.0;
+  const StepPrediction one = PredictDiskStep(d, c, s);
+  EXPECT_NEAR(one.step_seconds, 0.009 + d.ReadSeconds(100, 4096, 16), 1e-4);
+  EXPECT_GT(one.wait_seconds, 0.2e-3);
+  // Shares of a size other than the layers' are ignored (spread evenly).
+  s.layer_read_shares = {1.0};
+  EXPECT_NEAR(PredictDiskStep(d, c, s).step_seconds, even.step_seconds, 1e-12);
+  // The shares from per-layer counts between two snapshots.
+  const std::vector<double> shares = LayerReadShares({10, 30, 60}, {10, 10, 20});
+  ASSERT_EQ(shares.size(), 3u);
+  EXPECT_NEAR(shares[0], 0.0, 1e-12);
+  EXPECT_NEAR(shares[1], 20.0 / 60, 1e-12);
+  EXPECT_NEAR(shares[2], 40.0 / 60, 1e-12);
+  EXPECT_TRUE(LayerReadShares({5, 5}, {5, 5}).empty());
+}
+
 TEST(CostModelTest, ReadsHideUnderComputeUntilTheyDoNot) {
   const DeviceProfile d = Curve();
   ComputeProfile c;
