@@ -783,14 +783,25 @@ TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
   EXPECT_GT(again.sum.reads, 0);
   EXPECT_GT(again.refine_requests_per_step(), 0);
   EXPECT_LT(again.refine_requests_per_step(), again.requests_per_step());
+  // Each layer's reads are counted: their shares cover the layers and sum to one.
+  const std::vector<double> shares = again.layer_read_shares();
+  ASSERT_EQ(shares.size(), size_t(model_->hparams().n_layer));
+  double total = 0;
+  for (double x : shares) total += x;
+  EXPECT_NEAR(total, 1.0, 1e-9);
   // A line written before the refinements' reads were counted is measured again; the
-  // other lines are kept.
+  // other lines are kept, those written before the reads were counted by layer too.
   {
     std::ifstream in(qo.cache_dir + "/quality.jsonl");
     std::string line, kept;
-    int32_t stripped = 0;
+    int32_t stripped = 0, unlayered = 0;
     while (std::getline(in, line)) {
       if (line.find("/two\"") == std::string::npos) {
+        const size_t at = line.find("\"layer_reads\"");
+        if (at != std::string::npos) {
+          line = line.substr(0, at) + line.substr(line.find(',', line.find(']', at)) + 1);
+          ++unlayered;
+        }
         kept += line + "\n";
         continue;
       }
@@ -800,6 +811,7 @@ TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
       ++stripped;
     }
     EXPECT_EQ(stripped, 2);
+    EXPECT_GE(unlayered, 2);
     in.close();
     std::ofstream(qo.cache_dir + "/quality.jsonl", std::ios::trunc) << kept;
   }
@@ -812,7 +824,8 @@ TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
   EXPECT_EQ(ran, 2);  // one position a window is another line than eight
   STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
   STRATA_ASSERT_OK(q->Measure(EveryGroup(), "all", 512, &again, &ran));
-  EXPECT_EQ(ran, 0);  // the eight-position lines were kept
+  EXPECT_EQ(ran, 0);                               // the eight-position lines were kept
+  EXPECT_TRUE(again.layer_read_shares().empty());  // without per-layer counts: spread evenly
 }
 
 // A window's reads are those of its decode once the plan's reads settle (kSettleSteps), as
