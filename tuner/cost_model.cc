@@ -998,12 +998,18 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
   const uint32_t request_bytes =
       s.requests > 0 ? uint32_t(std::max(1.0, s.bytes / s.requests)) : 4096;
   auto read = [&](double n) { return device.ReadSeconds(n, request_bytes, s.queue_depth); };
-  // Each layer's mean reads: the step's, spread as measured.
-  std::vector<double> layer_requests(size_t(layers), requests_l);
-  if (s.layer_read_shares.size() == layer_requests.size())
-    for (size_t l = 0; l < layer_requests.size(); ++l)
-      layer_requests[l] = double(s.batch) * s.requests * s.layer_read_shares[l];
-  for (double n : layer_requests) p.read_seconds += n > 0 ? read(n) : 0.0;
+  // Each layer's mean reads: the step's, spread as measured; without a measured spread every
+  // layer is the same, and one layer's figures stand for all (the solver predicts thousands
+  // of plans, and a layer's wait sums a Poisson count's terms).
+  const bool spread_measured = s.layer_read_shares.size() == size_t(layers);
+  std::vector<double> layer_requests;
+  if (spread_measured)
+    for (double share : s.layer_read_shares)
+      layer_requests.push_back(double(s.batch) * s.requests * share);
+  else
+    layer_requests.assign(1, requests_l);
+  const double repeat = spread_measured ? 1.0 : layers;
+  for (double n : layer_requests) p.read_seconds += repeat * (n > 0 ? read(n) : 0.0);
   // What `n` reads a layer (on average) in the layer's path cost it beyond `cover`: where
   // fewer than one a layer, only that share of the layers reads at all, and each of those
   // waits one read's latency, not every layer.
@@ -1048,7 +1054,7 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
     }
     return expected / mass - cover_l;
   };
-  for (double n : layer_requests) p.wait_seconds += layer_wait(n);
+  for (double n : layer_requests) p.wait_seconds += repeat * layer_wait(n);
   p.own_seconds = compute.disk_overhead_seconds +
                   w.requests * (s.batch >= 2 ? compute.disk_seconds_per_request_many
                                              : compute.disk_seconds_per_request);
