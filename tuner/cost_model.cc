@@ -33,9 +33,9 @@ double Since(Clock::time_point t0) {
 // a captured text (imported through the policy, as a replayed prefix would be).
 class DecodeTimer {
  public:
-  // With `real` (a capture of at least `context` tokens and the text's tokens), the
-  // sequences replay its prefix and decode the text's next tokens, as the tuner's check runs
-  // do.
+  // With `real` (windows whose captures hold at least `context` tokens), the sequences
+  // replay their windows' prefixes and decode the text's next tokens, as the tuner's check
+  // runs do.
   Status Init(const Model& model, int32_t threads, int32_t batch, int32_t context, int32_t steps,
               const DiskKvOptions* disk, int32_t cuda_device,
               const ComputeProfileOptions::RealText* real = nullptr) {
@@ -44,16 +44,25 @@ class DecodeTimer {
     STRATA_RETURN_IF_ERROR(
         CreateRunEngine(model, threads, context + steps + 2, batch, disk, &engine_, cuda_device));
     seqs_.resize(static_cast<size_t>(batch));
-    if (real && real->capture) {
-      if (!real->tokens || real->capture->n_tokens < context ||
-          real->tokens->size() < size_t(context + steps + 1))
-        return Status::InvalidArgument("decode timer: the capture holds fewer than " +
-                                       std::to_string(context) + " tokens or the text fewer than " +
-                                       std::to_string(context + steps + 1));
+    begins_.assign(seqs_.size(), 0);
+    if (real && real->windows > 0) {
       tokens_ = real->tokens;
-      for (SeqId& s : seqs_) {
-        STRATA_RETURN_IF_ERROR(engine_->NewSequence(&s));
-        STRATA_RETURN_IF_ERROR(ReplayPrefix(engine_->kv(), s, *real->capture, context));
+      const int32_t windows = std::min(batch, real->windows);
+      // One capture loaded at a time: the sequences of a window replay it, then it goes.
+      for (int32_t w = 0; w < windows; ++w) {
+        std::shared_ptr<const KvCapture> cap;
+        size_t begin = 0;
+        STRATA_RETURN_IF_ERROR(real->window(w, &cap, &begin));
+        if (!tokens_ || cap->n_tokens < context || tokens_->size() < begin + size_t(context + steps + 1))
+          return Status::InvalidArgument("decode timer: window " + std::to_string(w) +
+                                         "'s capture holds fewer than " + std::to_string(context) +
+                                         " tokens or the text fewer than " +
+                                         std::to_string(begin + size_t(context + steps + 1)));
+        for (int32_t i = w; i < batch; i += windows) {
+          begins_[size_t(i)] = begin;
+          STRATA_RETURN_IF_ERROR(engine_->NewSequence(&seqs_[size_t(i)]));
+          STRATA_RETURN_IF_ERROR(ReplayPrefix(engine_->kv(), seqs_[size_t(i)], *cap, context));
+        }
       }
       return Status::OK();
     }
@@ -80,9 +89,11 @@ class DecodeTimer {
 
   // One step; the first one warms caches and is what a caller should not count.
   Status Step(double* seconds) {
-    const int32_t* token = tokens_ ? &(*tokens_)[size_t(context_ + done_)] : &kToken;
     fb_.Clear();
-    for (SeqId s : seqs_) fb_.Add(s, context_ + done_, std::span<const int32_t>(token, 1));
+    for (size_t i = 0; i < seqs_.size(); ++i)
+      fb_.Add(seqs_[i], context_ + done_,
+              std::span<const int32_t>(
+                  tokens_ ? &(*tokens_)[begins_[i] + size_t(context_ + done_)] : &kToken, 1));
     const auto t0 = Clock::now();
     STRATA_RETURN_IF_ERROR(engine_->Evaluate(fb_, &logits_));
     *seconds = Since(t0);
@@ -95,6 +106,7 @@ class DecodeTimer {
  private:
   std::unique_ptr<Engine> engine_;
   std::vector<SeqId> seqs_;
+  std::vector<size_t> begins_;  // where each sequence's window begins in tokens_
   ForwardBatch fb_;
   std::vector<float> logits_;
   int32_t context_ = 0;
@@ -234,13 +246,21 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   // A run at context c replays c - kSettleSteps - steps - 1 tokens and decodes
   // kSettleSteps + steps more, timing the last `steps`, as a check run does.
   const int32_t unreplayed = kSettleSteps + steps + 1;
-  if (o.real.capture && (!o.real.tokens || o.real.capture->n_tokens < long_ctx - unreplayed ||
-                         o.real.tokens->size() < size_t(long_ctx - 1)))
-    return Status::InvalidArgument(
-        "compute profile: the capture for the disk policy's fitting runs holds " +
-        std::to_string(o.real.capture->n_tokens) + " tokens, fewer than the " +
-        std::to_string(long_ctx - unreplayed) + " a run at context " + std::to_string(long_ctx) +
-        " replays");
+  // Every window checked here: a run whose engine cannot be made is left out below, which
+  // must not hide a capture too short for all of them.
+  const int32_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+  for (int32_t w = 0; w < std::min(o.real.windows, std::max(1, max_batch)); ++w) {
+    std::shared_ptr<const KvCapture> cap;
+    size_t begin = 0;
+    STRATA_RETURN_IF_ERROR(o.real.window(w, &cap, &begin));
+    if (!o.real.tokens || cap->n_tokens < long_ctx - unreplayed ||
+        o.real.tokens->size() < begin + size_t(long_ctx - 1))
+      return Status::InvalidArgument(
+          "compute profile: window " + std::to_string(w) +
+          "'s capture for the disk policy's fitting runs holds " + std::to_string(cap->n_tokens) +
+          " tokens, fewer than the " + std::to_string(long_ctx - unreplayed) +
+          " a run at context " + std::to_string(long_ctx) + " replays");
+  }
   for (const Run& r : runs) {
     const int32_t context = r.context;
     const int64_t full = int64_t(hp.n_layer) * context * hp.n_head_kv * hp.head_dim * 2 * 2;
@@ -251,8 +271,7 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
     if (r.m_share > 0) d.read_through = 0;
     // The check runs' conditions where the caller has a capture: real keys decide which
     // groups a step selects, reads and re-reads, which random ones do not.
-    const int32_t batch =
-        r.batch == kFitBatch ? *std::max_element(o.batches.begin(), o.batches.end()) : r.batch;
+    const int32_t batch = r.batch == kFitBatch ? max_batch : r.batch;
     if (r.batch == kFitBatch && batch < 2) continue;
     auto timer = std::make_unique<DecodeTimer>();
     auto init = [&] {

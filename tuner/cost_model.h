@@ -166,11 +166,16 @@ struct ComputeProfileOptions {
   // The device the disk policy's fitting runs read from (their reads are modelled with it);
   // null: reads are taken as free.
   const DeviceProfile* device = nullptr;
-  // The disk policy's fitting runs replay a prefix of this capture and decode the text's
-  // next tokens, as the tuner's check runs do (both null: random K/V, a repeated token).
+  // The disk policy's fitting runs replay prefixes of text windows' captures and decode the
+  // text's next tokens, as the tuner's check runs do: sequence i of a run window i mod
+  // `windows` (windows 0: random K/V, a repeated token).
   struct RealText {
-    const KvCapture* capture = nullptr;
-    const std::vector<int32_t>* tokens = nullptr;  // the capture's tokens and those after
+    int32_t windows = 0;
+    // Window w's capture (of at least the longest fitting context) and where its tokens
+    // begin in `tokens`.
+    std::function<Status(int32_t w, std::shared_ptr<const KvCapture>* capture, size_t* begin)>
+        window;
+    const std::vector<int32_t>* tokens = nullptr;  // the windows' tokens and those after
   } real;
   std::function<void(int64_t done, int64_t total)> progress;  // optional
 };

@@ -675,12 +675,16 @@ Status Tune(const Model& model, const TuneOptions& options,
   cpo.fit_long_context = *std::max_element(o.contexts.begin(), o.contexts.end());
   if (cpo.fit_long_context == cpo.fit_short_context)
     cpo.fit_short_context = std::max(256, cpo.fit_long_context / 4);
-  // The fitting runs replay the text's capture, as the check runs do (window 0, shared by
-  // every context: windows start a longest context apart).
+  // The fitting runs replay the text's windows as the check runs do, sequence i window
+  // i mod --windows: sequences of one text select alike, and a batch of them was priced below
+  // what one of different texts then took (docs/experiments/tuner.md). A window's capture at
+  // the longest context serves the shorter ones too (windows start a longest context apart).
   {
-    std::shared_ptr<const KvCapture> fit_capture;
-    STRATA_RETURN_IF_ERROR(quality->Capture(cpo.fit_long_context, 0, &fit_capture));
-    cpo.real.capture = fit_capture.get();
+    cpo.real.windows = o.windows;
+    cpo.real.window = [&](int32_t w, std::shared_ptr<const KvCapture>* cap, size_t* begin) {
+      *begin = quality->WindowBegin(cpo.fit_long_context, w);
+      return quality->Capture(cpo.fit_long_context, w, cap);
+    };
     cpo.real.tokens = &quality->tokens();
     DiskKvOptions overhead_run;
     overhead_run.dir = o.kv_dir;
