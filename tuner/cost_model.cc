@@ -337,18 +337,20 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   std::vector<std::vector<double>> x;
   std::vector<double> y;
   // The prices of one sequence's selection or of several's, fitted on the runs of that kind.
-  // Their runs being few, `many` takes `per_group` as given and one sequence's split of a
-  // layer selection's price between its constant and its candidates (the same work, on one
-  // worker), fitting a scale of it, the price per request and the scale of the scoring
-  // table, held within kScoreScale of it: a few runs cannot say more (fitted freely, the
-  // constant took all, and plans of large G were priced at twice what they took).
-  constexpr double kScoreScale[2] = {0.5, 2.0};
+  // Several sequences select as one does on one worker (the same scoring, ranking and slot
+  // planning), side by side on the cores, which share caches and memory bandwidth: their
+  // runs being few, `many` fits one scale of one sequence's prices (scoring at the table's
+  // one-core rate, per layer selection, candidate and group) and its own price per request.
+  // Scoring and the rest scaled apart, the two traded places from
+  // one tune to the next (the scoring scale 0.5 in one, 1.7 in the next) and plans of large
+  // G, whose selection is mostly the per-selection part, were priced at up to twice what
+  // they took. The scale is held within kScale of one core's.
+  constexpr double kScale[2] = {0.5, 2.0};
   auto fit_prices = [&](bool many, ComputeProfile::SelectionPrices* prices) {
     x.clear();
     y.clear();
     const ComputeProfile::SelectionPrices& one = bare.select_one;
-    const bool shaped = one.per_selection + one.per_candidate > 0;
-    std::vector<double> scoring;  // each run's scoring at the table's prices
+    std::vector<double> work;  // `many`: each run's selection at one sequence's prices
     for (const Measured& m : measured) {
       if ((m.batch > 1) != many) continue;
       const DiskOwnWork w = OwnWork(m.shape);
@@ -356,48 +358,44 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
       const double selections = double(m.batch) * m.shape.selections / cores;
       ComputeProfile table = bare;
       table.select_one.score_scale = table.select_many.score_scale = 0;
-      const double rest = SelectionSeconds(table, m.shape);
-      scoring.push_back(SelectionSeconds(bare, m.shape) - rest);
+      const double rest = SelectionSeconds(table, m.shape);  // the queries
+      const double scoring = SelectionSeconds(bare, m.shape) - rest;
       const double ranked = selections * CandidateGroups(m.shape);
-      y.push_back(m.select - (many ? rest : rest + scoring.back()));
-      // Several sequences' runs are weighted by their selection time: in absolute terms the
-      // plans of many candidates a group (per-token summaries) decide the fit, and those of
-      // few (per-group summaries) were priced at a third of what they took, while what the
-      // cost model is held to is each plan's relative error.
-      const double wt = many ? 1.0 / std::max(m.select, 1e-6) : 1.0;
-      scoring.back() *= wt;
-      y.back() *= wt;
-      if (many)
-        x.push_back({wt * (shaped ? selections * one.per_selection + ranked * one.per_candidate
-                                  : selections),
-                     wt * w.requests, scoring.back()});
-      else
+      if (many) {
+        // Weighted by the run's selection time: the cost model is held to each plan's
+        // relative error, and in absolute terms plans of many candidates a group (per-token
+        // summaries) decided the fit.
+        const double wt = 1.0 / std::max(m.select, 1e-6);
+        work.push_back(wt * (scoring + selections * one.per_selection + ranked * one.per_candidate +
+                             w.groups / cores * one.per_group));
+        x.push_back({work.back(), wt * w.requests});
+        y.push_back(wt * (m.select - rest));
+      } else {
         x.push_back({selections, ranked, w.groups / cores, w.requests});
+        y.push_back(m.select - rest - scoring);
+      }
     }
     if (x.empty()) return false;
     std::vector<double> c = FitNonNegative(x, y);
-    if (many && (c[2] < kScoreScale[0] || c[2] > kScoreScale[1])) {
-      const double scale = std::clamp(c[2], kScoreScale[0], kScoreScale[1]);
+    if (many && (c[0] < kScale[0] || c[0] > kScale[1])) {
+      const double scale = std::clamp(c[0], kScale[0], kScale[1]);
       for (size_t i = 0; i < x.size(); ++i) {
-        x[i].pop_back();
-        y[i] -= scale * scoring[i];
+        y[i] -= scale * work[i];
+        x[i].erase(x[i].begin());
       }
       c = FitNonNegative(x, y);
-      c.push_back(scale);
+      c.insert(c.begin(), scale);
     }
     if (many)
-      *prices = shaped ? ComputeProfile::SelectionPrices{c[0] * one.per_selection,
-                                                         c[0] * one.per_candidate,
-                                                         prices->per_group, c[1], c[2]}
-                       : ComputeProfile::SelectionPrices{c[0], 0, prices->per_group, c[1], c[2]};
+      *prices = ComputeProfile::SelectionPrices{c[0] * one.per_selection,
+                                                c[0] * one.per_candidate, c[0] * one.per_group,
+                                                c[1], c[0]};
     else
       *prices = ComputeProfile::SelectionPrices{c[0], c[1], c[2], c[3], 1.0};
     return true;
   };
   fit_prices(false, &bare.select_one);
-  // Several sequences take one sequence's price per group (the same slot work, on one
-  // worker); without runs of several (a tune of batch 1 only), all of one sequence's prices.
-  bare.select_many.per_group = bare.select_one.per_group;
+  // Without runs of several (a tune of batch 1 only), one sequence's prices.
   if (!fit_prices(true, &bare.select_many)) bare.select_many = bare.select_one;
   p->select_one = bare.select_one;
   p->select_many = bare.select_many;

@@ -102,8 +102,9 @@ struct ComputeProfile {
     double per_group = 0;    // an attended group of one sequence
     double per_request = 0;  // a read request
     // The scoring table's prices (score_seconds_per_row*) times this: several sequences
-    // score side by side, and how their cores' caches and memory bandwidth share out is
-    // fitted on their runs rather than assumed.
+    // select side by side, and how their cores' caches and memory bandwidth share out is
+    // fitted on their runs rather than assumed (their other prices are one sequence's times
+    // the same scale).
     double score_scale = 1;
   };
   SelectionPrices select_one, select_many;

@@ -714,7 +714,7 @@ Status Tune(const Model& model, const TuneOptions& options,
         Format("%.2f us a layer, %.1f ns a candidate, ", sp.per_selection * 1e6,
                sp.per_candidate * 1e9) +
         Format("%.1f ns a group, %.2f us a read", sp.per_group * 1e9, sp.per_request * 1e6) +
-        (many ? Format(", scoring at %.2fx one core's", sp.score_scale) : std::string()));
+        (many ? Format(", %.2fx one sequence's on one core", sp.score_scale) : std::string()));
   }
   say(Format("  disk policy besides (fitted on %.0f runs): ", cp.disk_fit_runs) +
       Format("%.2f ms a step, ", cp.disk_overhead_seconds * 1e3) +
