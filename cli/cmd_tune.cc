@@ -196,6 +196,19 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
          {"candidates", cands}});
     choices.back().update(step_parts(c.predicted));
   }
+  nlohmann::json fit_runs = nlohmann::json::array();
+  for (const ComputeProfile::DiskFitRun& f : r.compute.disk_fit)
+    fit_runs.push_back({{"batch", f.batch},
+                        {"context", f.context},
+                        {"group_size", f.group_size},
+                        {"rank", f.rank},
+                        {"groups_per_step", f.groups_per_step},
+                        {"record_type", f.q8_records ? "q8_0" : "f16"},
+                        {"budget_bytes", f.budget_bytes},
+                        {"step_seconds", f.step_seconds},
+                        {"select_seconds", f.select_seconds},
+                        {"predicted_step_seconds", f.predicted_step_seconds},
+                        {"predicted_select_seconds", f.predicted_select_seconds}});
   return {{"kind", "strata.tune_report"},
           {"version", 1},
           {"command", o.command},
@@ -221,6 +234,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
             {"selection_one_sequence", prices(r.compute.select_one)},
             {"selection_several_sequences", prices(r.compute.select_many)},
             {"disk_fit_runs", r.compute.disk_fit_runs},
+            {"disk_fit", fit_runs},
             {"anchor_seconds", r.compute.anchor_seconds}}},
           {"max_ppl_loss", o.max_ppl_loss},
           {"process_base_bytes", r.process_base_bytes},

@@ -235,6 +235,7 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
     DiskStepShape shape;
     double step = 0, select = 0;  // medians over the timed steps
     int32_t batch = 1;
+    ComputeProfile::DiskFitRun run;  // what the report shows of it
   };
   std::vector<Measured> measured;
   const DeviceProfile no_device;
@@ -324,8 +325,16 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
         ShapeOfPlan(kv->plan(), d, batch, context, hp.n_layer, requests, bytes, attended);
     shape.refine_requests = refines;
     shape.layer_read_shares = LayerReadShares(c1.layer_reads_issued, c0.layer_reads_issued);
+    ComputeProfile::DiskFitRun run;
+    run.batch = batch;
+    run.context = context;
+    run.group_size = kv->plan().layout.group_size;
+    run.rank = kv->plan().rank;
+    run.groups_per_step = d.groups_per_step;
+    run.q8_records = shape.q8_records;
+    run.budget_bytes = d.budget_bytes;
     measured.push_back({shape, std::max(0.0, step - wait) * f + std::min(step, wait),
-                        Median(std::move(selects)) * f, batch});
+                        Median(std::move(selects)) * f, batch, run});
   }
   if (measured.empty()) return Status::OK();
   // First the selection's own work, against the policy's clock of it: what scoring and the
@@ -450,6 +459,15 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   }
   if (!x.empty()) p->disk_seconds_per_request_many = FitNonNegative(x, y)[0];
   p->disk_fit_runs = int32_t(measured.size());
+  p->disk_fit.clear();
+  for (Measured& m : measured) {
+    m.run.step_seconds = m.step;
+    m.run.select_seconds = m.select;
+    const StepPrediction at = PredictDiskStep(device, *p, m.shape);
+    m.run.predicted_step_seconds = at.step_seconds;
+    m.run.predicted_select_seconds = at.select_seconds;
+    p->disk_fit.push_back(m.run);
+  }
   return Status::OK();
 }
 

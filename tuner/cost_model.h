@@ -124,6 +124,16 @@ struct ComputeProfile {
   std::vector<double> q8_seconds_per_token;
   std::vector<double> q8_seconds_per_token_many;
   int32_t disk_fit_runs = 0;  // real runs these were fitted on
+  // Each of those runs beside what the fitted constants predict of it (the tune's report
+  // shows them: a fit that misses its own runs says so there).
+  struct DiskFitRun {
+    int32_t batch = 1, context = 0, group_size = 0, rank = 0, groups_per_step = 0;
+    bool q8_records = false;
+    int64_t budget_bytes = 0;
+    double step_seconds = 0, select_seconds = 0;  // measured, at the profile's speed
+    double predicted_step_seconds = 0, predicted_select_seconds = 0;
+  };
+  std::vector<DiskFitRun> disk_fit;
   // The machine's speed these constants are at: a batch-1 step at a short context, full KV,
   // timed beside every profile measurement (AnchorTimer), the median; each measurement is
   // scaled to it. A check run times the same step beside itself, and the ratio says how

@@ -40,6 +40,12 @@ assert [e["group_size"] for e in q8] == [4, 5, 8, 16], q8
 per_layer = r["compute"]["attention_seconds_per_token"] / 30  # the model's 30 layers
 assert all(-0.5 * per_layer <= e["seconds_per_token"] <= per_layer for e in q8), q8
 assert all("seconds_per_token_many" not in e for e in q8), q8
+# Every fitting run of the disk policy's constants is in the report beside the fit's
+# prediction of it (batch 1 alone: the grid's largest batch).
+fit = r["compute"]["disk_fit"]
+assert len(fit) == r["compute"]["disk_fit_runs"] > 0, r["compute"]
+assert all(f["batch"] == 1 and f["step_seconds"] > 0 and f["predicted_step_seconds"] > 0
+           and f["record_type"] in ("f16", "q8_0") for f in fit), fit
 # --repeat-checks: every run measured a second time, and only those.
 assert c["remeasured_tokens_per_second"] > 0, c
 for k in c["candidates"]:
