@@ -1,11 +1,11 @@
 #include "tuner/cost_model.h"
 
 #include <algorithm>
-#include <numeric>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -53,7 +53,8 @@ class DecodeTimer {
         std::shared_ptr<const KvCapture> cap;
         size_t begin = 0;
         STRATA_RETURN_IF_ERROR(real->window(w, &cap, &begin));
-        if (!tokens_ || cap->n_tokens < context || tokens_->size() < begin + size_t(context + steps + 1))
+        if (!tokens_ || cap->n_tokens < context ||
+            tokens_->size() < begin + size_t(context + steps + 1))
           return Status::InvalidArgument("decode timer: window " + std::to_string(w) +
                                          "'s capture holds fewer than " + std::to_string(context) +
                                          " tokens or the text fewer than " +
@@ -256,11 +257,11 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
     STRATA_RETURN_IF_ERROR(o.real.window(w, &cap, &begin));
     if (!o.real.tokens || cap->n_tokens < long_ctx - unreplayed ||
         o.real.tokens->size() < begin + size_t(long_ctx - 1))
-      return Status::InvalidArgument(
-          "compute profile: window " + std::to_string(w) +
-          "'s capture for the disk policy's fitting runs holds " + std::to_string(cap->n_tokens) +
-          " tokens, fewer than the " + std::to_string(long_ctx - unreplayed) +
-          " a run at context " + std::to_string(long_ctx) + " replays");
+      return Status::InvalidArgument("compute profile: window " + std::to_string(w) +
+                                     "'s capture for the disk policy's fitting runs holds " +
+                                     std::to_string(cap->n_tokens) + " tokens, fewer than the " +
+                                     std::to_string(long_ctx - unreplayed) + " a run at context " +
+                                     std::to_string(long_ctx) + " replays");
   }
   for (const Run& r : runs) {
     const int32_t context = r.context;
@@ -396,9 +397,8 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
       c.insert(c.begin(), scale);
     }
     if (many)
-      *prices = ComputeProfile::SelectionPrices{c[0] * one.per_selection,
-                                                c[0] * one.per_candidate, c[0] * one.per_group,
-                                                c[1], c[0]};
+      *prices = ComputeProfile::SelectionPrices{c[0] * one.per_selection, c[0] * one.per_candidate,
+                                                c[0] * one.per_group, c[1], c[0]};
     else
       *prices = ComputeProfile::SelectionPrices{c[0], c[1], c[2], c[3], 1.0};
     return true;
