@@ -47,24 +47,13 @@ class DecodeTimer {
     begins_.assign(seqs_.size(), 0);
     if (real && real->windows > 0) {
       tokens_ = real->tokens;
-      const int32_t windows = std::min(batch, real->windows);
-      // One capture loaded at a time: the sequences of a window replay it, then it goes.
-      for (int32_t w = 0; w < windows; ++w) {
-        std::shared_ptr<const KvCapture> cap;
-        size_t begin = 0;
-        STRATA_RETURN_IF_ERROR(real->window(w, &cap, &begin));
-        if (!tokens_ || cap->n_tokens < context ||
-            tokens_->size() < begin + size_t(context + steps + 1))
-          return Status::InvalidArgument("decode timer: window " + std::to_string(w) +
-                                         "'s capture holds fewer than " + std::to_string(context) +
-                                         " tokens or the text fewer than " +
-                                         std::to_string(begin + size_t(context + steps + 1)));
-        for (int32_t i = w; i < batch; i += windows) {
-          begins_[size_t(i)] = begin;
-          STRATA_RETURN_IF_ERROR(engine_->NewSequence(&seqs_[size_t(i)]));
-          STRATA_RETURN_IF_ERROR(ReplayPrefix(engine_->kv(), seqs_[size_t(i)], *cap, context));
-        }
-      }
+      STRATA_RETURN_IF_ERROR(
+          ReplayWindows(*engine_, batch, real->windows, real->window, context, &seqs_, &begins_));
+      const size_t last = *std::max_element(begins_.begin(), begins_.end());
+      if (!tokens_ || tokens_->size() < last + size_t(context + steps + 1))
+        return Status::InvalidArgument("decode timer: the text holds fewer than the " +
+                                       std::to_string(last + size_t(context + steps + 1)) +
+                                       " tokens its windows decode");
       return Status::OK();
     }
     // Random K/V (attention's cost does not depend on the values), every layer the same,

@@ -184,8 +184,7 @@ struct ComputeProfileOptions {
     int32_t windows = 0;
     // Window w's capture (of at least the longest fitting context) and where its tokens
     // begin in `tokens`.
-    std::function<Status(int32_t w, std::shared_ptr<const KvCapture>* capture, size_t* begin)>
-        window;
+    WindowSource window;
     const std::vector<int32_t>* tokens = nullptr;  // the windows' tokens and those after
   } real;
   std::function<void(int64_t done, int64_t total)> progress;  // optional

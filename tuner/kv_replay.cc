@@ -143,4 +143,22 @@ Status ReplayPrefix(KvPolicy& kv, SeqId seq, const KvCapture& cap, int32_t n) {
   return Status::OK();
 }
 
+Status ReplayWindows(Engine& e, int32_t batch, int32_t windows, const WindowSource& source,
+                     int32_t n, std::vector<SeqId>* seqs, std::vector<size_t>* begins) {
+  seqs->assign(size_t(std::max(0, batch)), SeqId{});
+  begins->assign(seqs->size(), 0);
+  windows = std::max(1, std::min(batch, windows));
+  for (int32_t w = 0; w < windows; ++w) {
+    std::shared_ptr<const KvCapture> cap;
+    size_t begin = 0;
+    STRATA_RETURN_IF_ERROR(source(w, &cap, &begin));
+    for (int32_t i = w; i < batch; i += windows) {
+      (*begins)[size_t(i)] = begin;
+      STRATA_RETURN_IF_ERROR(e.NewSequence(&(*seqs)[size_t(i)]));
+      STRATA_RETURN_IF_ERROR(ReplayPrefix(e.kv(), (*seqs)[size_t(i)], *cap, n));
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace strata

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -69,5 +70,15 @@ constexpr int32_t kSettleSteps = 8;
 // Appends the first n tokens of cap to the empty sequence seq through Append calls, in as
 // few passes as the policy takes (KvPolicy::max_pass_tokens).
 Status ReplayPrefix(KvPolicy& kv, SeqId seq, const KvCapture& cap, int32_t n);
+
+// Window w of a text: its capture and where its tokens begin in the text's tokens.
+using WindowSource =
+    std::function<Status(int32_t w, std::shared_ptr<const KvCapture>* capture, size_t* begin)>;
+
+// Makes `batch` new sequences of e, sequence i holding the first n tokens of window
+// i mod min(batch, windows), and sets each one's window begin in *begins. One capture is
+// loaded at a time: the sequences of a window replay it, then it goes.
+Status ReplayWindows(Engine& e, int32_t batch, int32_t windows, const WindowSource& source,
+                     int32_t n, std::vector<SeqId>* seqs, std::vector<size_t>* begins);
 
 }  // namespace strata

@@ -111,19 +111,13 @@ class CheckRunner {
     if (run->disk) disk_anchor_ = std::make_unique<DiskAnchor>(probe, device);
     STRATA_RETURN_IF_ERROR(
         CreateRunEngine(model, o.threads, run->context, run->batch, run->disk, &e_, o.cuda_device));
-    seqs_.resize(size_t(run->batch));
-    begins_.resize(seqs_.size());
-    const int32_t windows = std::max(1, std::min(run->batch, o.windows));
-    for (int32_t w = 0; w < windows; ++w) {
-      // One capture loaded at a time: the sequences of a window replay it, then it goes.
-      std::shared_ptr<const KvCapture> cap;
-      STRATA_RETURN_IF_ERROR(quality.Capture(run->context, w, &cap));
-      for (int32_t i = w; i < run->batch; i += windows) {
-        begins_[size_t(i)] = quality.WindowBegin(run->context, w);
-        STRATA_RETURN_IF_ERROR(e_->NewSequence(&seqs_[size_t(i)]));
-        STRATA_RETURN_IF_ERROR(ReplayPrefix(e_->kv(), seqs_[size_t(i)], *cap, prefix_));
-      }
-    }
+    STRATA_RETURN_IF_ERROR(ReplayWindows(
+        *e_, run->batch, o.windows,
+        [&](int32_t w, std::shared_ptr<const KvCapture>* cap, size_t* begin) {
+          *begin = quality.WindowBegin(run->context, w);
+          return quality.Capture(run->context, w, cap);
+        },
+        prefix_, &seqs_, &begins_));
     // A plan whose budget stages fewer tokens a pass than the batch steps it in as many
     // passes.
     most_ = size_t(std::max(1, std::min(e_->forward().max_tokens(), e_->kv().max_pass_tokens())));
