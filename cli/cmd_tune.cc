@@ -116,11 +116,10 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
     q8.push_back(std::move(e));
   }
   auto prices = [](const ComputeProfile::SelectionPrices& p) {
-    return nlohmann::json{{"seconds_per_selection", p.per_selection},
-                          {"seconds_per_candidate", p.per_candidate},
-                          {"seconds_per_group", p.per_group},
-                          {"seconds_per_request", p.per_request},
-                          {"score_scale", p.score_scale}};
+    return nlohmann::json{
+        {"seconds_per_selection", p.per_selection}, {"seconds_per_candidate", p.per_candidate},
+        {"seconds_per_group", p.per_group},         {"seconds_per_request", p.per_request},
+        {"seconds_per_rank", p.per_rank},           {"score_scale", p.score_scale}};
   };
   // Where a predicted step's time goes: the same parts for a candidate and a choice.
   auto step_parts = [](const StepPrediction& p) {
@@ -204,6 +203,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
                         {"rank", f.rank},
                         {"groups_per_step", f.groups_per_step},
                         {"record_type", f.q8_records ? "q8_0" : "f16"},
+                        {"group_summary", f.group_summary},
                         {"budget_bytes", f.budget_bytes},
                         {"step_seconds", f.step_seconds},
                         {"select_seconds", f.select_seconds},

@@ -11,7 +11,8 @@
 //   own = per_step + requests * per_request
 //   select  = b / p(b) * [selections * (summary_rows * score_per_row(rank, rows a group)
 //                                       + candidate_groups * per_candidate
-//                                       + per_selection) + groups * per_group]
+//                                       + per_selection + rank * per_rank)
+//                         + groups * per_group]
 //             + b * requests * per_request
 //             + selections * query(b)
 //   (query(b): one call of the low-rank queries for b rows; p(b): the cores a batch's
@@ -101,6 +102,13 @@ struct ComputeProfile {
     double per_candidate = 0;
     double per_group = 0;    // an attended group of one sequence
     double per_request = 0;  // a read request
+    // A layer selection's price per unit of the summary's rank. In a step the previous
+    // layer's compute has streamed the caches, so a selection reads its query's adapters
+    // (rank columns) from memory, which the profile's queries, one layer timed again and
+    // again, do not: there the query took about as long at every rank, where in a step a
+    // quarter of the rank cut the selection by a third, and plans of small rank were priced
+    // from runs of the largest.
+    double per_rank = 0;
     // The scoring table's prices (score_seconds_per_row*) times this: several sequences
     // select side by side, and how their cores' caches and memory bandwidth share out is
     // fitted on their runs rather than assumed (their other prices are one sequence's times
@@ -128,7 +136,7 @@ struct ComputeProfile {
   // shows them: a fit that misses its own runs says so there).
   struct DiskFitRun {
     int32_t batch = 1, context = 0, group_size = 0, rank = 0, groups_per_step = 0;
-    bool q8_records = false;
+    bool q8_records = false, group_summary = false;
     int64_t budget_bytes = 0;
     double step_seconds = 0, select_seconds = 0;  // measured, at the profile's speed
     double predicted_step_seconds = 0, predicted_select_seconds = 0;

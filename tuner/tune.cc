@@ -707,7 +707,8 @@ Status Tune(const Model& model, const TuneOptions& options,
     say(std::string(many ? "  selection of several sequences: " : "  selection of one sequence: ") +
         Format("%.2f us a layer, %.1f ns a candidate, ", sp.per_selection * 1e6,
                sp.per_candidate * 1e9) +
-        Format("%.1f ns a group, %.2f us a read", sp.per_group * 1e9, sp.per_request * 1e6) +
+        Format("%.1f ns a group, %.2f us a read, ", sp.per_group * 1e9, sp.per_request * 1e6) +
+        Format("%.1f ns a rank", sp.per_rank * 1e9) +
         (many ? Format(", %.2fx one sequence's on one core", sp.score_scale) : std::string()));
   }
   say(Format("  disk policy besides (fitted on %.0f runs): ", cp.disk_fit_runs) +

@@ -241,10 +241,10 @@ TEST(CostModelTest, ThePolicysOwnWorkAddsPerStepGroupAndRead) {
               1e-3 + 10 * 100 * 1e-7 + 50 * 2e-6 - 10 * 800 * 5e-8, 1e-12);
 }
 
-// The selection's own work: per layer selection, candidate group and attended group shared by
-// the cores a batch selects on, per read request not (the reads are queued in sequence order); one
-// sequence and several priced apart.
-TEST(CostModelTest, TheSelectionsOwnWorkIsPricedPerSelectionCandidateGroupAndRead) {
+// The selection's own work: per layer selection (and unit of its rank), candidate group and
+// attended group shared by the cores a batch selects on, per read request not (the reads are
+// queued in sequence order); one sequence and several priced apart.
+TEST(CostModelTest, TheSelectionsOwnWorkIsPricedPerSelectionRankCandidateGroupAndRead) {
   ComputeProfile c;
   c.threads = 2;
   c.batches = {1, 8};
@@ -259,16 +259,30 @@ TEST(CostModelTest, TheSelectionsOwnWorkIsPricedPerSelectionCandidateGroupAndRea
   s.summary_group_rows = 4;
   EXPECT_DOUBLE_EQ(CandidateGroups(s), 600);
   const ComputeProfile none = c;
-  c.select_one = {
-      .per_selection = 1e-5, .per_candidate = 4e-9, .per_group = 1e-8, .per_request = 3e-6};
-  c.select_many = {
-      .per_selection = 2e-5, .per_candidate = 5e-9, .per_group = 2e-8, .per_request = 1e-6};
+  s.rank = 24;
+  c.select_one = {.per_selection = 1e-5,
+                  .per_candidate = 4e-9,
+                  .per_group = 1e-8,
+                  .per_request = 3e-6,
+                  .per_rank = 2e-7};
+  c.select_many = {.per_selection = 2e-5,
+                   .per_candidate = 5e-9,
+                   .per_group = 2e-8,
+                   .per_request = 1e-6,
+                   .per_rank = 3e-7};
   EXPECT_NEAR(SelectionSeconds(c, s) - SelectionSeconds(none, s),
-              18 * (1e-5 + 600 * 4e-9) + 1000 * 1e-8 + 50 * 3e-6, 1e-12);
-  // Several sequences: their own prices, per selection, candidate and group over the cores.
+              18 * (1e-5 + 600 * 4e-9 + 24 * 2e-7) + 1000 * 1e-8 + 50 * 3e-6, 1e-12);
+  // A quarter of the rank: the rank's part a quarter.
+  s.rank = 6;
+  EXPECT_NEAR(SelectionSeconds(c, s) - SelectionSeconds(none, s),
+              18 * (1e-5 + 600 * 4e-9 + 6 * 2e-7) + 1000 * 1e-8 + 50 * 3e-6, 1e-12);
+  // Several sequences: their own prices, per selection, rank, candidate and group over the
+  // cores.
+  s.rank = 24;
   s.batch = 8;
   EXPECT_NEAR(SelectionSeconds(c, s) - SelectionSeconds(none, s),
-              8.0 / 2 * (18 * (2e-5 + 600 * 5e-9) + 1000 * 2e-8) + 8 * 50 * 1e-6, 1e-12);
+              8.0 / 2 * (18 * (2e-5 + 600 * 5e-9 + 24 * 3e-7) + 1000 * 2e-8) + 8 * 50 * 1e-6,
+              1e-12);
   EXPECT_NEAR(PredictDiskStep(DeviceProfile(), c, s).select_seconds, SelectionSeconds(c, s), 1e-15);
 }
 
