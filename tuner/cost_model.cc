@@ -228,7 +228,7 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
                       // Small ranks with one summary row a group, where the runs above take
                       // the runtime's rank: a selection's query and scoring then cost a
                       // fraction of theirs (SelectionPrices::per_rank), and the tuner's plans
-                      // of this kind ran 20-28% faster than predicted while no fitting run
+                      // of this kind ran well below their predictions while no fitting run
                       // was like them.
                       {long_ctx, 20, 16, KvRecordType::kF16, 1, 0, 16, true},
                       {short_ctx, 20, 16, KvRecordType::kF16, 1, 0, 32, true},

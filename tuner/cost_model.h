@@ -103,11 +103,10 @@ struct ComputeProfile {
     double per_group = 0;    // an attended group of one sequence
     double per_request = 0;  // a read request
     // A layer selection's price per unit of the summary's rank. In a step the previous
-    // layer's compute has streamed the caches, so a selection reads its query's adapters
-    // (rank columns) from memory, which the profile's queries, one layer timed again and
-    // again, do not: there the query took about as long at every rank, where in a step a
-    // quarter of the rank cut the selection by a third, and plans of small rank were priced
-    // from runs of the largest.
+    // layer's compute has swept the caches, so a selection reads its query's adapters (rank
+    // columns) from memory, which the profile's queries, one layer timed again and again, do
+    // not: timed so, every rank costs about the same, and without this price plans of a
+    // small rank were priced at what the runtime's rank takes (docs/experiments/tuner.md).
     double per_rank = 0;
     // The scoring table's prices (score_seconds_per_row*) times this: several sequences
     // select side by side, and how their cores' caches and memory bandwidth share out is
