@@ -44,7 +44,6 @@ class DecodeTimer {
     STRATA_RETURN_IF_ERROR(
         CreateRunEngine(model, threads, context + steps + 2, batch, disk, &engine_, cuda_device));
     seqs_.resize(static_cast<size_t>(batch));
-    begins_.assign(seqs_.size(), 0);
     if (real && real->windows > 0) {
       tokens_ = real->tokens;
       STRATA_RETURN_IF_ERROR(
