@@ -74,9 +74,9 @@ struct MeasuredReads {
 // capture it shares: a batch's reads are then those of the windows' text, which the quality
 // runs average, rather than one window's, which can read several percent more or less),
 // then decode kSettleSteps teacher-forced tokens together, not timed (the first warms the
-// caches and loads the slots, the rest let the plan's reads settle), and `steps` more; the
-// speed of the median of those. Its engine holds the prefix between steps, so that several
-// runs can take their steps in turn (MeasureSpeeds).
+// caches and loads the slots, the rest let the plan's reads settle), and `steps` more in
+// bursts (CheckRunner::Turn); the speed of the median of those. Its engine holds the prefix
+// between turns, so that several runs can take their turns in turn (MeasureSpeeds).
 struct CheckRun {
   int32_t batch = 1, context = 0;
   const DiskKvOptions* disk = nullptr;  // null: full KV in memory
@@ -93,18 +93,55 @@ struct CheckRun {
   }
 };
 
+// Timed steps of a check run in one turn. Each turn starts with one untimed step: the other
+// runs' turns evict this run's summary rows, slots and tables from the CPU caches, which a
+// run decoding alone (as the runtime does, and as the fitting runs are timed) keeps warm
+// from one step to the next. Timed cold, a plan with a large working set measures slower
+// than it decodes alone, and the cost model, fitted on warm steps, would be judged against
+// a cost no user pays. A turn is still short beside the spells of a shared machine
+// (MeasureSpeeds), so every run's turns span the same spells.
+constexpr int32_t kTurnSteps = 8;
+
+// Of a KV policy's counters, what the tuner compares with its estimates, summed over the
+// timed steps only.
+struct TimedCounters {
+  uint64_t reads = 0, refine_reads = 0, bytes = 0, attended = 0;
+  std::vector<uint64_t> layer_reads;
+  double predict_seconds = 0, io_wait_seconds = 0;
+
+  void Add(const KvCounters& before, const KvCounters& after) {
+    reads += after.reads_issued - before.reads_issued;
+    refine_reads += after.refine_reads_issued - before.refine_reads_issued;
+    bytes += after.bytes_read - before.bytes_read;
+    attended += after.slot_groups_attended() - before.slot_groups_attended();
+    layer_reads.resize(std::max(layer_reads.size(), after.layer_reads_issued.size()));
+    for (size_t l = 0; l < after.layer_reads_issued.size(); ++l)
+      layer_reads[l] += after.layer_reads_issued[l] -
+                        (l < before.layer_reads_issued.size() ? before.layer_reads_issued[l] : 0);
+    predict_seconds += after.predict_seconds - before.predict_seconds;
+    io_wait_seconds += after.io_wait_seconds - before.io_wait_seconds;
+  }
+};
+
 class CheckRunner {
  public:
+  // Decode steps a run of `steps` timed steps takes: the settling ones, the timed ones and
+  // the untimed first step of every turn after the first.
+  static int32_t DecodeSteps(int32_t steps) {
+    return kSettleSteps + steps + (steps + kTurnSteps - 1) / kTurnSteps - 1;
+  }
+
   Status Init(const Model& model, const TuneOptions& o, const QualityProfiler& quality,
               DiskProbe* probe, const DeviceProfile& device, CheckRun* run) {
     run_ = run;
     steps_ = std::max(1, o.verify_steps);
-    prefix_ = run->context - kSettleSteps - steps_ - 1;
+    prefix_ = run->context - DecodeSteps(steps_) - 1;
     if (prefix_ < 1)
-      return Status::InvalidArgument("tune: a context of " + std::to_string(run->context) +
-                                     " tokens leaves no prefix before " +
-                                     std::to_string(kSettleSteps) + " settling and " +
-                                     std::to_string(steps_) + " timed steps");
+      return Status::InvalidArgument(
+          "tune: a context of " + std::to_string(run->context) +
+          " tokens leaves no prefix before the " + std::to_string(DecodeSteps(steps_)) +
+          " decode steps of a check run (" + std::to_string(kSettleSteps) + " settling, " +
+          std::to_string(steps_) + " timed)");
     tokens_ = &quality.tokens();
     // An anchor step after each of the run's: how fast the machine is while the run runs.
     STRATA_RETURN_IF_ERROR(anchor_.Init(model, o.threads, o.cuda_device, steps_));
@@ -124,14 +161,37 @@ class CheckRunner {
     return Status::OK();
   }
 
-  bool done() const { return step_ == kSettleSteps + steps_; }
+  bool done() const { return int32_t(times_.size()) == steps_; }
 
-  // One decode step of every sequence, and its anchors. A step's time ends once the policy
-  // has nothing left running (KvPolicy::Settle): what the next step would wait for when it
-  // followed at once is the step's, however long the other runs' steps keep this one idle.
-  Status Step() {
-    const bool timed = step_ >= kSettleSteps;
-    if (step_ == kSettleSteps) c0_ = e_->kv().counters();
+  // One turn: the settling steps (the first turn) or one untimed step (the others), then up
+  // to kTurnSteps timed steps, each followed by its anchors. `on_step` sees each decode step.
+  Status Turn(const std::function<void()>& on_step) {
+    for (int32_t i = 0, n = step_ == 0 ? kSettleSteps : 1; i < n; ++i) {
+      STRATA_RETURN_IF_ERROR(Step(nullptr));
+      on_step();
+    }
+    const KvCounters c0 = e_->kv().counters();
+    for (int32_t i = 0; i < kTurnSteps && !done(); ++i) {
+      double seconds = 0;
+      STRATA_RETURN_IF_ERROR(Step(&seconds));
+      times_.push_back(seconds);
+      // The anchor step warms up beside the first timed step and is timed beside the rest.
+      if (times_.size() == 1) STRATA_RETURN_IF_ERROR(anchor_.Step());
+      STRATA_RETURN_IF_ERROR(anchor_.Step());
+      if (disk_anchor_) STRATA_RETURN_IF_ERROR(disk_anchor_->Step());
+      on_step();
+    }
+    counted_.Add(c0, e_->kv().counters());
+    if (done()) Finish();
+    return Status::OK();
+  }
+
+ private:
+  // One decode step of every sequence; `seconds` (optional) its time. A step's time ends
+  // once the policy has nothing left running (KvPolicy::Settle): what the next step would
+  // wait for when it followed at once is the step's, however long the other runs' turns
+  // keep this one idle.
+  Status Step(double* seconds) {
     const auto t0 = Clock::now();
     for (size_t j0 = 0; j0 < seqs_.size(); j0 += most_) {
       fb_.Clear();
@@ -141,16 +201,11 @@ class CheckRunner {
       STRATA_RETURN_IF_ERROR(e_->Evaluate(fb_, &logits_));
     }
     STRATA_RETURN_IF_ERROR(e_->kv().Settle());
-    if (timed) times_.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-    // The anchor step warms up beside the first step and is timed beside the timed ones.
-    if (timed || step_ == 0) STRATA_RETURN_IF_ERROR(anchor_.Step());
-    if (disk_anchor_ && timed) STRATA_RETURN_IF_ERROR(disk_anchor_->Step());
+    if (seconds) *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     ++step_;
-    if (done()) Finish();
     return Status::OK();
   }
 
- private:
   void Finish() {
     // The median step, as the profile times its steps: one stall of a shared machine would
     // otherwise move a short run's mean by more than the cost model's error.
@@ -159,16 +214,15 @@ class CheckRunner {
     run_->tokens_per_second = step > 0 ? double(run_->batch) / step : 0;
     run_->anchor_seconds = anchor_.Seconds();
     run_->disk_factor = disk_anchor_ ? disk_anchor_->Factor() : 1;
-    const KvCounters c1 = e_->kv().counters();
     const double n = double(run_->batch) * double(steps_);
     MeasuredReads& r = run_->reads;
-    r.requests = double(c1.reads_issued - c0_.reads_issued) / n;
-    r.refine_requests = double(c1.refine_reads_issued - c0_.refine_reads_issued) / n;
-    r.bytes = double(c1.bytes_read - c0_.bytes_read) / n;
-    r.attended_groups = double(c1.slot_groups_attended() - c0_.slot_groups_attended()) / n;
-    r.layer_shares = LayerReadShares(c1.layer_reads_issued, c0_.layer_reads_issued);
-    r.select_seconds = (c1.predict_seconds - c0_.predict_seconds) / double(steps_);
-    r.wait_seconds = (c1.io_wait_seconds - c0_.io_wait_seconds) / double(steps_);
+    r.requests = double(counted_.reads) / n;
+    r.refine_requests = double(counted_.refine_reads) / n;
+    r.bytes = double(counted_.bytes) / n;
+    r.attended_groups = double(counted_.attended) / n;
+    r.layer_shares = LayerReadShares(counted_.layer_reads, {});
+    r.select_seconds = counted_.predict_seconds / double(steps_);
+    r.wait_seconds = counted_.io_wait_seconds / double(steps_);
     e_.reset();  // its memory goes before the next group's runs start
   }
 
@@ -184,23 +238,24 @@ class CheckRunner {
   ForwardBatch fb_;
   std::vector<float> logits_;
   std::vector<double> times_;
-  KvCounters c0_;
+  TimedCounters counted_;
 };
 
-// Measures `runs` with their steps taken in turn, a step of each in a round. A shared
-// machine's speed moves by a fifth or more for seconds at a time, more for batched steps
-// than for the anchor's (docs/experiments/tuner.md): runs one after another would each
-// catch a spell of their own, and both the choice among runners-up and the comparison with
-// the predictions would follow when each ran. In turn, every run's steps span the same
-// spells. Runs whose KV would together pass half the memory free now go in groups, one
-// after another. `on_step` (optional) sees the steps done of all.
+// Measures `runs` with their steps taken in turn, a turn of each in a round
+// (CheckRunner::Turn). A shared machine's speed moves by a fifth or more for seconds at a
+// time, more for batched steps than for the anchor's (docs/experiments/tuner.md): runs one
+// after another would each catch a spell of their own, and both the choice among
+// runners-up and the comparison with the predictions would follow when each ran. In turn,
+// every run's steps span the same spells. Runs whose KV would together pass half the
+// memory free now go in groups, one after another. `on_step` (optional) sees the decode
+// steps done of all.
 Status MeasureSpeeds(const Model& model, const TuneOptions& o, const QualityProfiler& quality,
                      DiskProbe* probe, const DeviceProfile& device, std::span<CheckRun> runs,
                      const std::function<void(int64_t done, int64_t total)>& on_step = nullptr) {
   uint64_t room = UINT64_MAX;
   PlatformInfo now;
   if (DetectPlatform(&now).ok() && now.memory_available > 0) room = now.memory_available / 2;
-  const int64_t per_run = kSettleSteps + std::max(1, o.verify_steps);
+  const int64_t per_run = CheckRunner::DecodeSteps(std::max(1, o.verify_steps));
   const int64_t total = per_run * int64_t(runs.size());
   int64_t done = 0;
   for (size_t first = 0; first < runs.size();) {
@@ -215,9 +270,10 @@ Status MeasureSpeeds(const Model& model, const TuneOptions& o, const QualityProf
       stepped = false;
       for (CheckRunner& r : group) {
         if (r.done()) continue;
-        STRATA_RETURN_IF_ERROR(r.Step());
+        STRATA_RETURN_IF_ERROR(r.Turn([&] {
+          if (on_step) on_step(++done, total);
+        }));
         stepped = true;
-        if (on_step) on_step(++done, total);
       }
     }
     first = end;
