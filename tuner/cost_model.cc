@@ -452,9 +452,9 @@ Status FitDiskConstants(const Model& model, const ComputeProfileOptions& o,
   p->disk_overhead_seconds = c[0];
   p->disk_seconds_per_group = c[1];
   p->disk_seconds_per_request = c[2];
-  // Several sequences' read requests are priced on their own runs: a batch's reads of a
-  // layer outrun the store's queue (kv.queue_depth), and the rest are submitted and waited
-  // for in the layer's path. Without such runs, one sequence's price.
+  // Several sequences' read requests are priced on their own runs: a batch submits and
+  // reaps its reads while several selections share the cores, and what a request costs
+  // the CPU then is not what it costs one sequence. Without such runs, one sequence's price.
   p->disk_seconds_per_request_many = p->disk_seconds_per_request;
   ComputeProfile fitted = *p;
   fitted.disk_seconds_per_request_many = 0;
@@ -1098,16 +1098,26 @@ StepPrediction PredictDiskStep(const DeviceProfile& device, const ComputeProfile
   // nothing back, so the mean's wait is too small. The count is taken as Poisson about the
   // mean (independent misses: the least spread a count has) and the wait as its expectation.
   const double bound_l = cover_l + refine_wait_l;
+  // When `k` reads of a layer are done. The store holds at most the queue depth's reads at
+  // once and starts the others as earlier ones are reaped, which on this path happens only
+  // once the layer waits (nothing polls the store while the CPU computes): a layer's reads
+  // beyond the queue run after the work that covers the others, not under it. Where a batch
+  // reads many small groups this is most of what it waits for.
+  const double depth = std::max(1u, s.queue_depth);
+  auto reads_done = [&](double k) {
+    return k > depth ? std::max(read(k), cover_l + read(k - depth)) : read(k);
+  };
   auto layer_wait = [&](double mean) {
     if (!(mean > 0)) return refine_wait_l;
     const double spread = 8 * std::sqrt(mean) + 8;
     const double lo = std::max(1.0, std::floor(mean - spread)), hi = std::ceil(mean + spread);
-    if (read(hi) <= bound_l) return refine_wait_l;  // covered whatever the count
-    if (mean - spread >= 1 && read(lo) >= bound_l) return read(mean) - cover_l;  // never covered
+    if (reads_done(hi) <= bound_l) return refine_wait_l;  // covered whatever the count
+    if (mean - spread >= 1 && reads_done(lo) >= bound_l)
+      return reads_done(mean) - cover_l;  // never covered
     double expected = 0, mass = 0;
     for (double k = mean - spread >= 1 ? lo : 0; k <= hi; k += 1) {
       const double pk = std::exp(k * std::log(mean) - mean - std::lgamma(k + 1));
-      expected += pk * std::max(bound_l, k >= 1 ? read(k) : 0.0);
+      expected += pk * std::max(bound_l, k >= 1 ? reads_done(k) : 0.0);
       mass += pk;
     }
     return expected / mass - cover_l;

@@ -117,8 +117,8 @@ struct ComputeProfile {
   SelectionPrices select_one, select_many;
   // What a disk policy's step costs beyond the parts above: once a step, per attended group
   // and layer of a sequence, per read request (for one sequence, and for two or more, fitted
-  // on their runs: a batch's layer issues more reads than the store's queue holds, and those
-  // beyond it are submitted while the layer waits, each in its path).
+  // on their runs: a batch submits and reaps its reads while several selections share the
+  // cores).
   double disk_overhead_seconds = 0;
   double disk_seconds_per_group = 0;
   double disk_seconds_per_request = 0;

@@ -70,7 +70,7 @@ TEST(CostModelTest, ALayerWaitsForItsOwnReads) {
   DiskStepShape s;
   s.n_layer = 10;
   s.attended_tokens = 100;
-  s.queue_depth = 16;
+  s.queue_depth = 4096;  // holds a layer's reads (the curve's rate is that at depth 16)
   // 100 reads a step, 10 a layer at depth 10, hide under a millisecond of compute a layer.
   s.requests = 100;
   s.bytes = 100 * 4096.0;
@@ -115,7 +115,7 @@ TEST(CostModelTest, ReadsHideUnderComputeUntilTheyDoNot) {
   s.summary_rows = 8192;
   s.rank = 16;
   s.selections = 18;
-  s.queue_depth = 16;
+  s.queue_depth = 4096;  // holds a layer's reads (the curve's rate is that at depth 16)
   s.bytes = 0;
   const StepPrediction none = PredictDiskStep(d, c, s);
   EXPECT_NEAR(none.compute_seconds, 0.010 + 1000 * 1e-7, 1e-12);
@@ -174,7 +174,7 @@ TEST(CostModelTest, ReadsThatBalanceTheirCoverWaitForTheLayersAboveTheMean) {
   DiskStepShape s;
   s.n_layer = 10;
   s.attended_tokens = 1000;
-  s.queue_depth = 16;
+  s.queue_depth = 4096;  // holds a layer's reads (the curve's rate is that at depth 16)
   auto at = [&](double reads_a_layer) {
     s.requests = 10 * reads_a_layer;
     s.bytes = s.requests * 4096.0;
@@ -399,7 +399,7 @@ TEST(CostModelTest, ARefinementsReadsWaitBeyondTheNextGuessSelection) {
   DiskStepShape s;
   s.batch = 8;
   s.n_layer = 10;
-  s.queue_depth = 16;
+  s.queue_depth = 4096;  // holds a layer's reads (the curve's rate is that at depth 16)
   s.requests = 20 * 10;  // 160 a layer for the batch: 2 ms, under the layer's compute
   s.bytes = 4096.0 * s.requests;
   const double hidden = PredictDiskStep(d, c, s).step_seconds;
@@ -464,6 +464,37 @@ TEST(CostModelTest, AQueueDeepensOnlyWhereTheCurveServesMoreReadsAtOnce) {
   EXPECT_EQ(ChooseQueueDepth(shallow, c, s), 64u);
 }
 
+// The store starts reads beyond its queue only as it reaps earlier ones, which it does once
+// the layer waits: those reads run after the compute that covers the others.
+TEST(CostModelTest, ReadsBeyondTheQueueRunAfterTheirCover) {
+  const DeviceProfile d = Curve();  // 80,000 reads a second at depth 16 and beyond
+  ComputeProfile c;
+  c.batches = {1};
+  c.dense_seconds = {0.010};  // 1 ms a layer
+  DiskStepShape s;
+  s.n_layer = 10;
+  auto wait = [&](double reads_a_layer, uint32_t depth) {
+    s.queue_depth = depth;
+    s.requests = 10 * reads_a_layer;
+    s.bytes = s.requests * 4096.0;
+    s.layer_read_shares.assign(10, 0.1);
+    return PredictDiskStep(d, c, s).wait_seconds;
+  };
+  // 40 reads a layer take 0.5 ms: hidden in a queue that holds them; past a queue of 16, the
+  // 24 left start once the layer's millisecond is done, and it waits about their 0.3 ms.
+  EXPECT_LT(wait(40, 4096), 1e-6);
+  EXPECT_GT(wait(40, 16), 10 * 0.8 * d.ReadSeconds(24, 4096, 16));
+  EXPECT_LT(wait(40, 16), 10 * 1.3 * d.ReadSeconds(24, 4096, 16));
+  // 400 a layer take 5 ms, bound by the device either way: in a deep queue the layer waits
+  // 4 ms past its compute; past a queue of 16, the time of the 384 started after it.
+  EXPECT_NEAR(wait(400, 4096), 10 * (d.ReadSeconds(400, 4096, 16) - 0.001), 1e-9);
+  EXPECT_NEAR(wait(400, 16), 10 * d.ReadSeconds(384, 4096, 16), 1e-9);
+  // A queue that holds a layer's reads, their spread about the mean included, changes
+  // nothing; one that holds the mean but not the layers above it does.
+  EXPECT_EQ(wait(12, 64), wait(12, 4096));
+  EXPECT_GT(wait(12, 16), wait(12, 4096));
+}
+
 TEST(CostModelTest, AScaledProfileIsTheSameMachineSlowerButNotItsDevice) {
   const DeviceProfile d = Curve();
   ComputeProfile c;
@@ -486,8 +517,8 @@ TEST(CostModelTest, AScaledProfileIsTheSameMachineSlowerButNotItsDevice) {
   s.summary_rows = 8192;
   s.rank = 16;
   s.selections = 18;
-  s.queue_depth = 16;
-  s.requests = 100;  // hidden under compute: every part of the step is the CPU's
+  s.queue_depth = 4096;  // holds a layer's reads (the curve's rate is that at depth 16)
+  s.requests = 100;      // hidden under compute: every part of the step is the CPU's
   s.bytes = 100 * 4096.0;
   EXPECT_NEAR(PredictDiskStep(d, slow, s).step_seconds, 2 * PredictDiskStep(d, c, s).step_seconds,
               1e-12);
