@@ -151,6 +151,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
            {"checks_anchored_tokens_per_second", k.checks_anchored_tokens_per_second},
            {"remeasured_checks_anchored_tokens_per_second",
             k.remeasured_checks_anchored_tokens_per_second},
+           {"measured_again_tokens_per_second", k.measured_again_tokens_per_second},
            {"measured_requests_per_step", k.measured_requests_per_step},
            {"attended_groups_per_step", k.attended_groups_per_step},
            {"measured_attended_groups_per_step", k.measured_attended_groups_per_step},
@@ -188,6 +189,7 @@ nlohmann::json ReportJson(const TuneOptions& o, const TuneReport& r) {
          {"checks_anchored_tokens_per_second", c.checks_anchored_tokens_per_second},
          {"remeasured_checks_anchored_tokens_per_second",
           c.remeasured_checks_anchored_tokens_per_second},
+         {"measured_again_tokens_per_second", c.measured_again_tokens_per_second},
          {"default_tokens_per_second", c.default_tokens_per_second},
          {"ppl_loss", c.ppl_loss},
          {"ppl_loss_upper", c.ppl_loss_upper},
@@ -344,6 +346,13 @@ Status Tune(TuneFlags& f) {
     double predicted, at_checks, at_run, measured;
     // With --repeat-checks: the second measurement and its predictions; 0 otherwise.
     double again, again_at_checks, again_at_run;
+    // Every measurement, the first and each round's.
+    std::vector<double> all;
+  };
+  auto all_of = [](double first, const std::vector<double>& again) {
+    std::vector<double> v = {first};
+    v.insert(v.end(), again.begin(), again.end());
+    return v;
   };
   std::vector<Run> runs;
   for (const TunedChoice& c : report.choices) {
@@ -352,14 +361,16 @@ Status Tune(TuneFlags& f) {
                       c.anchored_tokens_per_second, c.measured_tokens_per_second,
                       c.remeasured_tokens_per_second,
                       c.remeasured_checks_anchored_tokens_per_second,
-                      c.remeasured_anchored_tokens_per_second});
+                      c.remeasured_anchored_tokens_per_second,
+                      all_of(c.measured_tokens_per_second, c.measured_again_tokens_per_second)});
     for (const TunedCandidate& k : c.candidates)
       if (k.key != c.key && k.measured_tokens_per_second > 0)  // the choice, counted above
         runs.push_back({k.predicted_tokens_per_second, k.checks_anchored_tokens_per_second,
                         k.anchored_tokens_per_second, k.measured_tokens_per_second,
                         k.remeasured_tokens_per_second,
                         k.remeasured_checks_anchored_tokens_per_second,
-                        k.remeasured_anchored_tokens_per_second});
+                        k.remeasured_anchored_tokens_per_second,
+                        all_of(k.measured_tokens_per_second, k.measured_again_tokens_per_second)});
   }
   // Step time is batch / tokens per second: |predicted step / measured step - 1|.
   auto error = [](double pred, double meas) { return std::fabs(meas / pred - 1.0); };
@@ -409,7 +420,25 @@ Status Tune(TuneFlags& f) {
     summary(bound, "the least error any prediction can have against both measurements");
     summary(both(&Run::predicted, &Run::predicted),
             "cost model over both measurements of the " + m + " runs: step time error");
-    summary(mean, "cost model against the mean of each run's two step times: error");
+    summary(mean, "cost model against the mean of each run's first two step times: error");
+    // Three or more measurements: against each run's median step time, which one round
+    // caught in a slow (or fast) spell of the machine does not move.
+    std::vector<double> median;
+    size_t most = 0;
+    for (const Run& r : runs) {
+      std::vector<double> steps;
+      for (double tps : r.all)
+        if (tps > 0) steps.push_back(1 / tps);
+      if (steps.size() < 3) continue;
+      most = std::max(most, steps.size());
+      std::sort(steps.begin(), steps.end());
+      const size_t h = steps.size() / 2;
+      const double step = steps.size() % 2 ? steps[h] : (steps[h - 1] + steps[h]) / 2;
+      median.push_back(error(r.predicted, 1 / step));
+    }
+    if (!median.empty())
+      summary(median, "cost model against the median of each run's " + std::to_string(most) +
+                          " step times: error");
     summary(both(&Run::at_checks, &Run::again_at_checks),
             "cost model over both measurements at their entry's checks' speeds: step time error");
     summary(both(&Run::at_run, &Run::again_at_run),
@@ -464,9 +493,10 @@ void AddTuneCommand(CLI::App* app) {
   cmd->add_option("--validate", f->options.validate,
                   "also run up to this many other measured plans per entry, to check the cost "
                   "model (their speed goes in the report)");
-  cmd->add_flag("--repeat-checks", f->options.repeat_checks,
-                "after every entry, measure each run again and report how far the two "
-                "measurements lie apart beside the cost model's error");
+  cmd->add_flag("--repeat-checks{1}", f->options.repeat_checks,
+                "after the grid, measure each run again (=N: N rounds) and report how far the "
+                "measurements lie apart, and the cost model's error against each run's median")
+      ->check(CLI::Range(0, 16));
   CLI::Option* candidates =
       cmd->add_option("--max-candidates", f->options.max_candidates,
                       "disk plans whose quality is measured per (batch, context), at most");

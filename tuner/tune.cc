@@ -964,28 +964,34 @@ Status Tune(const Model& model, const TuneOptions& options,
       report.choices.push_back(std::move(choice));
     }
   }
-  // Every run measured once more, after all of them: two measurements of one plan on this
-  // machine lie apart by what it drifts in minutes, and no prediction can come closer to
-  // both than half of that. The report sets the cost model's error beside that bound.
-  if (o.repeat_checks) {
+  // Every run measured again, after all of them, in rounds: two measurements of one plan on
+  // this machine lie apart by what it drifts in minutes, and no prediction can come closer
+  // to both than half of that. The report sets the cost model's error beside that bound, and
+  // beside the median of each run's measurements, which a spell that slowed one round does
+  // not move.
+  for (int32_t round = 0; round < o.repeat_checks; ++round) {
     int64_t runs = 0, done = 0;
     for (const TunedChoice& c : report.choices) {
       runs += c.measured_tokens_per_second > 0 ? 1 : 0;
       for (const TunedCandidate& k : c.candidates)
         runs += k.key != c.key && k.measured_tokens_per_second > 0 ? 1 : 0;
     }
-    say(Format("measuring the %.0f runs again", double(runs)));
+    say(Format("measuring the %.0f runs again (round %d of %d)", double(runs), round + 1,
+               o.repeat_checks));
     const std::function<void(int64_t, int64_t)> advance = phase("runs measured again");
     // An entry's runs again in turn, as the first time.
     for (TunedChoice& c : report.choices) {
       std::vector<CheckRun> again;
-      // Measured, anchored, anchored at all the runs' speeds.
+      // Measured, anchored, anchored at all the runs' speeds (the first round's), and every
+      // round's measurement.
       std::vector<std::array<double*, 3>> into;
+      std::vector<std::vector<double>*> rounds;
       std::vector<const DiskStepShape*> shapes;
       if (c.measured_tokens_per_second > 0) {
         again.push_back({c.batch, c.context, c.disk ? &c.disk_options : nullptr});
         into.push_back({&c.remeasured_tokens_per_second, &c.remeasured_anchored_tokens_per_second,
                         &c.remeasured_checks_anchored_tokens_per_second});
+        rounds.push_back(&c.measured_again_tokens_per_second);
         shapes.push_back(&c.shape);
       }
       for (TunedCandidate& k : c.candidates)
@@ -993,6 +999,7 @@ Status Tune(const Model& model, const TuneOptions& options,
           again.push_back({c.batch, c.context, &k.options});
           into.push_back({&k.remeasured_tokens_per_second, &k.remeasured_anchored_tokens_per_second,
                           &k.remeasured_checks_anchored_tokens_per_second});
+          rounds.push_back(&k.measured_again_tokens_per_second);
           shapes.push_back(&k.shape);
         }
       const int64_t before = done;
@@ -1004,6 +1011,8 @@ Status Tune(const Model& model, const TuneOptions& options,
       double anchor = 0, disk_factor = 1;
       MedianSpeeds(again, &anchor, &disk_factor);
       for (size_t i = 0; i < again.size(); ++i) {
+        rounds[i]->push_back(again[i].tokens_per_second);
+        if (round > 0) continue;
         const bool disk = again[i].disk != nullptr;
         *into[i][0] = again[i].tokens_per_second;
         *into[i][1] = AnchoredTokensPerSecond(report, c.batch, c.context, disk, *shapes[i],

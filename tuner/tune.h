@@ -62,9 +62,11 @@ struct TuneOptions {
   // Besides the chosen plan, run up to this many other measured plans per entry and record
   // their speed beside the prediction: a check of the cost model on plans it did not pick.
   int32_t validate = 0;
-  // After every entry, measure each run once more (TunedCandidate::remeasured_*): how far
-  // two measurements of one plan lie apart on this machine.
-  bool repeat_checks = false;
+  // After the grid, measure each run this many times more, a round of every entry's runs at a
+  // time (TunedCandidate::remeasured_*: the first round; measured_again_tokens_per_second:
+  // every round): how far measurements of one plan lie apart on this machine, and the
+  // median of a run's measurements, which one spell of a shared machine does not move.
+  int32_t repeat_checks = 0;
   // Besides the plan predicted fastest, run this many of the next ones by prediction (within
   // the bound) and keep whichever measured fastest: the prediction of the plan picked out of
   // many is the one most likely to be too high (its errors are what made it stand out).
@@ -109,6 +111,7 @@ struct TunedCandidate {
   // where not run.
   double remeasured_tokens_per_second = 0, remeasured_anchored_tokens_per_second = 0;
   double remeasured_checks_anchored_tokens_per_second = 0;
+  std::vector<double> measured_again_tokens_per_second;  // every round (repeat_checks)
   // What the check run read, per sequence and step (0 where none ran), and the prediction
   // again with those reads in place of the quality windows' (requests_per_step): the part of
   // a check's error that the windows' estimate of the reads explains is the difference
@@ -148,6 +151,7 @@ struct TunedChoice {
   double checks_anchored_tokens_per_second = 0;
   double remeasured_tokens_per_second = 0, remeasured_anchored_tokens_per_second = 0;
   double remeasured_checks_anchored_tokens_per_second = 0;
+  std::vector<double> measured_again_tokens_per_second;  // every round (repeat_checks)
   // The runtime's defaults at the same memory (full KV where it fits a sequence's share,
   // else the disk policy at that budget with every setting automatic), measured the same way.
   double default_tokens_per_second = 0;

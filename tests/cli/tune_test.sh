@@ -16,7 +16,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$strata" tune -m "$model" --adapters "$tmp/m.adapters" --text "$text" --quick \
   --contexts 512 --batches 1 --windows 1 --scored 16 --verify-steps 4 --max-candidates 3 --max-variants 2 \
   --max-ppl-loss 0.5 --kv-memory 4M --kv-dir "$tmp" --work-dir "$tmp/work" -t 2 \
-  --validate 1 --repeat-checks -o "$tmp/strata.yaml" --report "$tmp/report.json" --plot "$tmp/plot.svg" \
+  --validate 1 --repeat-checks=2 -o "$tmp/strata.yaml" --report "$tmp/report.json" --plot "$tmp/plot.svg" \
   >"$tmp/out.txt" 2>"$tmp/err.txt" ||
   { tail -5 "$tmp/err.txt"; fail "tune"; }
 grep -q "wrote $tmp/strata.yaml" "$tmp/out.txt" || fail "no 'wrote' line: $(cat "$tmp/out.txt")"
@@ -46,14 +46,21 @@ fit = r["compute"]["disk_fit"]
 assert len(fit) == r["compute"]["disk_fit_runs"] > 0, r["compute"]
 assert all(f["batch"] == 1 and f["step_seconds"] > 0 and f["predicted_step_seconds"] > 0
            and f["record_type"] in ("f16", "q8_0") for f in fit), fit
-# --repeat-checks: every run measured a second time, and only those.
+# --repeat-checks=2: every run measured in two more rounds, and only those; the first round's
+# figure is the remeasured one.
 assert c["remeasured_tokens_per_second"] > 0, c
+assert len(c["measured_again_tokens_per_second"]) == 2, c
+assert c["measured_again_tokens_per_second"][0] == c["remeasured_tokens_per_second"], c
 for k in c["candidates"]:
     if k["settings"] != c["settings"]:
-        assert (k["remeasured_tokens_per_second"] > 0) == (k["measured_tokens_per_second"] > 0), k
+        ran = k["measured_tokens_per_second"] > 0
+        assert (k["remeasured_tokens_per_second"] > 0) == ran, k
+        assert len(k["measured_again_tokens_per_second"]) == (2 if ran else 0), k
 PY
 grep -q "^the .* runs measured twice: the two step times apart by: median" "$tmp/out.txt" ||
   fail "no repeat line: $(cat "$tmp/out.txt")"
+grep -q "^cost model against the median of each run's 3 step times: error: median" "$tmp/out.txt" ||
+  fail "no median line: $(cat "$tmp/out.txt")"
 # The plot is an SVG with the chosen plan and the other plans that ran on the speed panel
 # and every measured plan on the quality panel.
 python3 - "$tmp/plot.svg" "$tmp/report.json" <<'PY' || fail "plot"

@@ -1079,7 +1079,7 @@ TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFi
   o.max_ppl_loss = 0.03;
   o.max_candidates = 8;
   o.kv_memory_bytes = 240 << 10;
-  o.repeat_checks = true;
+  o.repeat_checks = 2;
   TuneReport disk;
   STRATA_ASSERT_OK(Tune(*model_, o, nullptr, &disk));
   ASSERT_EQ(disk.choices.size(), 1u);
@@ -1098,12 +1098,18 @@ TEST_F(TuneTest, FullKvWhereItFitsAndWinsADiskPlanWithinTheBoundWhereItDoesNotFi
   EXPECT_GT(disk.compute.anchor_seconds, 0);
   EXPECT_GT(c.anchor_seconds, 0);
   EXPECT_GT(c.anchored_tokens_per_second, 0);
-  // Every run was measured a second time (repeat_checks), and only those.
+  // Every run was measured in two more rounds (repeat_checks), and only those; the first
+  // round's figures are the remeasured ones.
   EXPECT_GT(c.remeasured_tokens_per_second, 0);
   EXPECT_GT(c.remeasured_anchored_tokens_per_second, 0);
+  ASSERT_EQ(c.measured_again_tokens_per_second.size(), 2u);
+  EXPECT_EQ(c.measured_again_tokens_per_second[0], c.remeasured_tokens_per_second);
+  EXPECT_GT(c.measured_again_tokens_per_second[1], 0);
   for (const TunedCandidate& k : c.candidates)
     if (k.key != c.key) {
-      EXPECT_EQ(k.remeasured_tokens_per_second > 0, k.measured_tokens_per_second > 0) << k.key;
+      const bool ran = k.measured_tokens_per_second > 0;
+      EXPECT_EQ(k.remeasured_tokens_per_second > 0, ran) << k.key;
+      EXPECT_EQ(k.measured_again_tokens_per_second.size(), ran ? 2u : 0u) << k.key;
     }
   // A head of 16 values holds no whole Q8_0 block: the policy stores F16 alone, and the
   // profile times no Q8_0 prices (the real model's are checked in tests/cli/tune_test.sh).
