@@ -976,8 +976,8 @@ Status Tune(const Model& model, const TuneOptions& options,
       for (const TunedCandidate& k : c.candidates)
         runs += k.key != c.key && k.measured_tokens_per_second > 0 ? 1 : 0;
     }
-    say(Format("measuring the %.0f runs again (round %d of %d)", double(runs), round + 1,
-               o.repeat_checks));
+    say(Format("measuring the %.0f runs again (round %.0f of %.0f)", double(runs),
+               double(round + 1), double(o.repeat_checks)));
     const std::function<void(int64_t, int64_t)> advance = phase("runs measured again");
     // An entry's runs again in turn, as the first time.
     for (TunedChoice& c : report.choices) {
