@@ -969,13 +969,14 @@ Status Tune(const Model& model, const TuneOptions& options,
   // to both than half of that. The report sets the cost model's error beside that bound, and
   // beside the median of each run's measurements, which a spell that slowed one round does
   // not move.
+  int64_t runs = 0;
+  for (const TunedChoice& c : report.choices) {
+    runs += c.measured_tokens_per_second > 0 ? 1 : 0;
+    for (const TunedCandidate& k : c.candidates)
+      runs += k.key != c.key && k.measured_tokens_per_second > 0 ? 1 : 0;
+  }
   for (int32_t round = 0; round < o.repeat_checks; ++round) {
-    int64_t runs = 0, done = 0;
-    for (const TunedChoice& c : report.choices) {
-      runs += c.measured_tokens_per_second > 0 ? 1 : 0;
-      for (const TunedCandidate& k : c.candidates)
-        runs += k.key != c.key && k.measured_tokens_per_second > 0 ? 1 : 0;
-    }
+    int64_t done = 0;
     say(Format("measuring the %.0f runs again (round %.0f of %.0f)", double(runs),
                double(round + 1), double(o.repeat_checks)));
     const std::function<void(int64_t, int64_t)> advance = phase("runs measured again");
