@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/flag_modes.h"
 #include "common/status.h"
 #include "runtime/config/config.h"
 #include "runtime/engine/engine.h"
@@ -37,17 +38,28 @@ struct CommonFlags {
   CLI::Option* kv_dir_opt = nullptr;
   CLI::Option* kv_budget_opt = nullptr;
   bool no_repack = false;
+  CLI::App* app = nullptr;              // the subcommand, whose FlagModes ResolveConfig checks
+  mutable const Config* cfg = nullptr;  // the resolved config, while ResolveConfig checks modes
 };
+// Also declares the modes of the common flags (GPU, CPU, disk KV) on `app`.
 void AddCommonFlags(CLI::App* app, CommonFlags* f);
 // Loads the config file (if any), applies its tuned entry nearest to `sequences` decoded
 // together and the context (--ctx, else context_hint when > 0, else the config's), then the
 // flags given on the command line. Flags that do not apply to the configured KV policy are
-// errors.
+// errors, and so is every flag of the subcommand whose mode does not apply (FlagModes).
 Status ResolveConfig(const CommonFlags& f, Config* cfg, int32_t sequences = 1,
                      int32_t context_hint = 0);
-// Warnings on stderr: a context beyond what the model was trained on; tuned settings
-// measured on another model or another machine.
-void WarnAboutConfig(const Config& cfg, const Model& model);
+// Refuses engine settings out of range for `model` first, then warns on stderr: a context
+// beyond what the model was trained on; tuned settings measured on another model or another
+// machine.
+Status CheckConfig(const Config& cfg, const Model& model);
+// The context a run of `cfg` gets: the configured one, else the model's.
+int32_t ContextOf(const Config& cfg, const Model& model);
+// The most bytes of text that can fit in `tokens` tokens: no token stands for more bytes than
+// the vocabulary's longest, so a longer text cannot fit. Prompts, system prompts and chat
+// lines are refused beyond it before they are held in memory whole, which bounds what a
+// prompt source (an endless pipe, /dev/zero) can cost by the context, not by the source.
+uint64_t TextByteLimit(const Model& model, int64_t tokens);
 // The model path: -m, else the config's `model`, else the default model in $STRATA_HOME.
 Status ResolveModelPath(const CommonFlags& f, const Config& cfg, std::string* path);
 Status LoadModel(const std::string& path, std::unique_ptr<Model>* model);
@@ -60,6 +72,8 @@ nlohmann::json StatsJson(const GenerationStats& s);
 // The exit code main returns, set by the subcommand that ran.
 int& ExitCode();
 
+// Every subcommand, as the `strata` command has them.
+void AddCommands(CLI::App* app);
 void AddRunCommand(CLI::App* app);
 void AddInfoCommand(CLI::App* app);
 void AddPerplexityCommand(CLI::App* app);

@@ -14,27 +14,53 @@ int& ExitCode() {
   return code;
 }
 
+void AddCommands(CLI::App* app) {
+  AddRunCommand(app);
+  AddInfoCommand(app);
+  AddPerplexityCommand(app);
+  AddBenchCommand(app);
+  AddCalibrateCommand(app);
+  AddConfigCommand(app);
+  AddTuneCommand(app);
+}
+
 void AddCommonFlags(CLI::App* app, CommonFlags* f) {
-  f->model_opt = app->add_option("-m,--model", f->model,
-                                 "GGUF model file (default: the config's, else "
-                                 "$STRATA_HOME/SmolLM2-135M-Instruct.Q4_1.gguf)");
-  app->add_option("--config", f->config, "strata.yaml with settings; flags override it");
-  f->threads_opt = app->add_option("-t,--threads", f->threads, "worker threads (0 = all cores)");
-  f->ctx_opt = app->add_option("--ctx", f->ctx, "context length in tokens (0 = the model's)");
-  f->batch_opt = app->add_option("--batch", f->batch, "most tokens per forward pass");
-  f->kv_opt = app->add_option("--kv", f->kv, "KV policy: memory, disk");
-  f->device_opt = app->add_option("--device", f->device,
-                                  "cpu (default) or cuda[:N]: run the forward pass on a GPU");
-  f->gpu_weights_opt =
-      app->add_option("--gpu-weights", f->gpu_weights,
-                      "on a GPU: auto, device (copied into GPU memory) or mapped (read in place "
-                      "from the model file, as an integrated GPU does)");
-  f->kv_dir_opt = app->add_option("--kv-dir", f->kv_dir, "directory of the disk KV store");
-  f->kv_budget_opt =
-      app->add_option("--kv-budget", f->kv_budget, "disk KV memory per sequence in bytes");
-  app->add_flag("--no-repack", f->no_repack,
-                "CPU: read the weights in place from the file instead of a copy laid out for "
-                "the kernels (repack_weights: false)");
+  f->app = app;
+  FlagModes& modes = FlagModes::Of(app);
+  const std::string gen = FlagModes::kGeneral, gpu = "GPU (--device cuda)",
+                    cpu = "CPU (without --device cuda)", disk = "Disk KV (--kv disk)";
+  modes.Declare(gpu, "with --device cuda[:N] (or device: cuda in the config)",
+                [f] { return f->cfg && f->cfg->engine.cuda_device >= 0; });
+  modes.Declare(cpu, "on the CPU (not with --device cuda)",
+                [f] { return f->cfg && f->cfg->engine.cuda_device < 0; });
+  modes.Declare(disk, "with the disk KV policy (add --kv disk, or kv.policy: disk)",
+                [f] { return f->cfg && f->cfg->engine.kv.policy == KvPolicyKind::kDisk; });
+  f->model_opt = modes.Put(gen, app->add_option("-m,--model", f->model,
+                                                "GGUF model file (default: the config's, else "
+                                                "$STRATA_HOME/SmolLM2-135M-Instruct.Q4_1.gguf)"));
+  modes.Put(gen,
+            app->add_option("--config", f->config, "strata.yaml with settings; flags override it"));
+  f->threads_opt =
+      modes.Put(gen, app->add_option("-t,--threads", f->threads, "worker threads (0 = all cores)"));
+  f->ctx_opt = modes.Put(
+      gen, app->add_option("--ctx", f->ctx, "context length in tokens (0 = the model's)"));
+  f->batch_opt =
+      modes.Put(gen, app->add_option("--batch", f->batch, "most tokens per forward pass"));
+  f->kv_opt = modes.Put(gen, app->add_option("--kv", f->kv, "KV policy: memory, disk"));
+  f->device_opt =
+      modes.Put(gen, app->add_option("--device", f->device,
+                                     "cpu (default) or cuda[:N]: run the forward pass on a GPU"));
+  f->gpu_weights_opt = modes.Put(
+      gpu, app->add_option("--gpu-weights", f->gpu_weights,
+                           "auto, device (copied into GPU memory) or mapped (read in place "
+                           "from the model file, as an integrated GPU does)"));
+  f->kv_dir_opt =
+      modes.Put(disk, app->add_option("--kv-dir", f->kv_dir, "directory of the disk KV store"));
+  f->kv_budget_opt = modes.Put(
+      disk, app->add_option("--kv-budget", f->kv_budget, "disk KV memory per sequence in bytes"));
+  modes.Put(cpu, app->add_flag("--no-repack", f->no_repack,
+                               "read the weights in place from the file instead of a copy laid "
+                               "out for the kernels (repack_weights: false)"));
 }
 
 Status ResolveConfig(const CommonFlags& f, Config* cfg, int32_t sequences, int32_t context_hint) {
@@ -46,28 +72,24 @@ Status ResolveConfig(const CommonFlags& f, Config* cfg, int32_t sequences, int32
     STRATA_RETURN_IF_ERROR(SelectTuned(sequences, ctx, cfg));
   }
   if (f.threads_opt->count()) cfg->engine.n_threads = f.threads;
-  if (f.no_repack) cfg->engine.repack_weights = false;
   if (f.ctx_opt->count()) cfg->engine.n_ctx = f.ctx;
   if (f.batch_opt->count()) cfg->engine.n_batch = f.batch;
   if (f.kv_opt->count())
     STRATA_RETURN_IF_ERROR(ParseKvPolicyKind(f.kv, &cfg->engine.kv.policy).WithContext("--kv"));
-  if (f.kv_dir_opt->count()) cfg->engine.kv.disk.dir = f.kv_dir;
   if (f.device_opt->count())
     STRATA_RETURN_IF_ERROR(
         ParseComputeDevice(f.device, &cfg->engine.cuda_device).WithContext("--device"));
+  // Every flag given must apply to what the config and the flags above run, before the
+  // values of the flags that depend on it are read.
+  f.cfg = cfg;
+  const Status modes = FlagModes::Of(f.app).Check();
+  f.cfg = nullptr;
+  STRATA_RETURN_IF_ERROR(modes);
+  if (f.no_repack) cfg->engine.repack_weights = false;
+  if (f.kv_dir_opt->count()) cfg->engine.kv.disk.dir = f.kv_dir;
   if (f.gpu_weights_opt->count())
     STRATA_RETURN_IF_ERROR(
         ParseGpuWeights(f.gpu_weights, &cfg->engine.gpu.weights).WithContext("--gpu-weights"));
-  // Disk-only flags under another policy would be silently ignored.
-  if (cfg->engine.kv.policy != KvPolicyKind::kDisk) {
-    for (const CLI::Option* o : {f.kv_dir_opt, f.kv_budget_opt})
-      if (o->count())
-        return Status::InvalidArgument(o->get_name() +
-                                       " applies to the disk KV policy only; the "
-                                       "policy is " +
-                                       KvPolicyKindName(cfg->engine.kv.policy) +
-                                       " (add --kv disk)");
-  }
   if (f.kv_budget_opt->count()) {
     if (f.kv_budget < 0)
       return Status::InvalidArgument("--kv-budget: " + std::to_string(f.kv_budget) +
@@ -100,14 +122,28 @@ Status ResolveModelPath(const CommonFlags& f, const Config& cfg, std::string* pa
   return Status::OK();
 }
 
-void WarnAboutConfig(const Config& cfg, const Model& model) {
+int32_t ContextOf(const Config& cfg, const Model& model) {
+  if (cfg.engine.n_ctx > 0) return cfg.engine.n_ctx;
+  return model.hparams().n_ctx_train > 0 ? model.hparams().n_ctx_train : 4096;
+}
+
+uint64_t TextByteLimit(const Model& model, int64_t tokens) {
+  const Tokenizer& tok = model.tokenizer();
+  uint64_t longest = 1;
+  for (int32_t id = 0; id < tok.n_vocab(); ++id)
+    longest = std::max<uint64_t>(longest, tok.TokenBytes(id, true).size());
+  return uint64_t(std::max<int64_t>(tokens, 1)) * longest;
+}
+
+Status CheckConfig(const Config& cfg, const Model& model) {
+  STRATA_RETURN_IF_ERROR(ValidateEngineOptions(cfg.engine, model.hparams()));
   const int32_t train = model.hparams().n_ctx_train;
   if (train > 0 && cfg.engine.n_ctx > train)
     std::fprintf(stderr,
                  "strata: warning: a context of %d tokens is beyond the %d this model was "
                  "trained on; its output past %d tokens is unreliable\n",
                  cfg.engine.n_ctx, train, train);
-  if (cfg.tuned.empty()) return;
+  if (cfg.tuned.empty()) return Status::OK();
   const TuneProvenance& p = cfg.provenance;
   if (!p.model_identity.empty() && p.model_identity != model.identity_hex())
     std::fprintf(stderr,
@@ -124,6 +160,7 @@ void WarnAboutConfig(const Config& cfg, const Model& model) {
                    "%s: its speed figures may not hold (run strata tune again)\n",
                    cfg.source.c_str(), p.machine.c_str(), here.c_str());
   }
+  return Status::OK();
 }
 
 Status LoadModel(const std::string& path, std::unique_ptr<Model>* model) {

@@ -36,7 +36,7 @@ Status Bench(const BenchFlags& f) {
   STRATA_RETURN_IF_ERROR(ResolveModelPath(f.common, cfg, &path));
   std::unique_ptr<Model> model;
   STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
-  WarnAboutConfig(cfg, *model);
+  STRATA_RETURN_IF_ERROR(CheckConfig(cfg, *model));
   if (!f.common.ctx_opt->count()) cfg.engine.n_ctx = f.depth + std::max(f.pp, 1) + f.tg;
   // The context before the runs is prefilled in passes of 512, like llama-bench's batch.
   if (!f.common.batch_opt->count())
@@ -191,14 +191,21 @@ Status Bench(const BenchFlags& f) {
 void AddBenchCommand(CLI::App* app) {
   auto f = std::make_shared<BenchFlags>();
   CLI::App* cmd = app->add_subcommand("bench", "prompt-processing and generation speed");
+  FlagModes& modes = FlagModes::Of(cmd);
   AddCommonFlags(cmd, &f->common);
-  cmd->add_option("--pp", f->pp, "prompt tokens per pp run (0 = skip)");
-  cmd->add_option("--tg", f->tg, "generated tokens per tg run (0 = skip)");
-  cmd->add_option("--reps", f->reps, "repetitions (the median is reported)");
-  cmd->add_option("-d,--depth", f->depth,
-                  "tokens already in the context before each pp and tg run (llama-bench -d)");
-  cmd->add_option("--seqs", f->seqs, "sequences decoded together in the tg runs");
-  cmd->add_flag("--json", f->json, "print JSON");
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("--pp", f->pp, "prompt tokens per pp run (0 = skip)"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("--tg", f->tg, "generated tokens per tg run (0 = skip)"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("--reps", f->reps, "repetitions (the median is reported)"));
+  modes.Put(
+      FlagModes::kGeneral,
+      cmd->add_option("-d,--depth", f->depth,
+                      "tokens already in the context before each pp and tg run (llama-bench -d)"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("--seqs", f->seqs, "sequences decoded together in the tg runs"));
+  modes.Put(FlagModes::kGeneral, cmd->add_flag("--json", f->json, "print JSON"));
   cmd->callback([f] {
     Status s = Bench(*f);
     if (!s.ok()) ExitCode() = ReportError("bench", s);

@@ -52,21 +52,33 @@ void AddCalibrateCommand(CLI::App* app) {
   auto f = std::make_shared<CalibrateFlags>();
   CLI::App* cmd = app->add_subcommand(
       "calibrate", "compute the disk KV policy's key adapters (SVD of post-RoPE keys)");
-  cmd->add_option("-m,--model", f->model, "GGUF model file (default: as for run)");
-  cmd->add_option("--text", f->text, "calibration text (UTF-8)")->required();
-  cmd->add_option("--ratios", f->ratios, "compression ratios sigma, comma separated")
-      ->delimiter(',');
-  cmd->add_option("-o,--output", f->output, "adapters file (default: MODEL with .adapters)");
-  cmd->add_option("--tokens", f->options.tokens, "keys collected per layer");
-  cmd->add_option("--window", f->options.window, "tokens per forward window");
-  cmd->add_option("--text-fraction", f->options.text_fraction,
-                  "use only this leading fraction of the text (the rest is for evaluation)");
-  cmd->add_option("-t,--threads", f->options.threads, "worker threads (0 = all cores)");
-  cmd->add_option("--method", f->method,
-                  "keys (SVD of the keys) or query-aware (fit to keys and queries)")
-      ->check(CLI::IsMember({"query-aware", "keys"}));
-  cmd->callback([f] {
-    Status s = Calibrate(*f);
+  FlagModes& modes = FlagModes::Of(cmd);
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("-m,--model", f->model, "GGUF model file (default: as for run)"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("--text", f->text, "calibration text (UTF-8)")->required());
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("--ratios", f->ratios, "compression ratios sigma, comma separated")
+                ->delimiter(','));
+  modes.Put(FlagModes::kGeneral, cmd->add_option("-o,--output", f->output,
+                                                 "adapters file (default: MODEL with .adapters)"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("--tokens", f->options.tokens, "keys collected per layer"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("--window", f->options.window, "tokens per forward window"));
+  modes.Put(
+      FlagModes::kGeneral,
+      cmd->add_option("--text-fraction", f->options.text_fraction,
+                      "use only this leading fraction of the text (the rest is for evaluation)"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("-t,--threads", f->options.threads, "worker threads (0 = all cores)"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("--method", f->method,
+                            "keys (SVD of the keys) or query-aware (fit to keys and queries)")
+                ->check(CLI::IsMember({"query-aware", "keys"})));
+  cmd->callback([f, &modes] {
+    Status s = modes.Check();
+    if (s.ok()) s = Calibrate(*f);
     if (!s.ok()) ExitCode() = ReportError("calibrate", s);
   });
 }

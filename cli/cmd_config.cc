@@ -78,10 +78,18 @@ void AddConfigCommand(CLI::App* app) {
   auto f = std::make_shared<ConfigFlags>();
   CLI::App* cmd =
       app->add_subcommand("config", "the settings strata.yaml accepts, with defaults and ranges");
-  cmd->add_flag("--list", f->list, "list every key: default, accepted values, meaning (default)");
-  cmd->add_flag("--markdown", f->markdown,
-                "print the list as the Markdown page docs/config-reference.md");
-  cmd->callback([f] {
+  FlagModes& modes = FlagModes::Of(cmd);
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_flag("--list", f->list,
+                          "list every key: default, accepted values, meaning (default)"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_flag("--markdown", f->markdown,
+                          "print the list as the Markdown page docs/config-reference.md"));
+  cmd->callback([f, &modes] {
+    if (const Status s = modes.Check(); !s.ok()) {
+      ExitCode() = ReportError("config", s);
+      return;
+    }
     const std::vector<ConfigSettingInfo> settings = DescribeConfig();
     if (f->markdown) {
       PrintMarkdown(settings);

@@ -105,11 +105,14 @@ Status Info(const InfoFlags& f) {
 void AddInfoCommand(CLI::App* app) {
   auto f = std::make_shared<InfoFlags>();
   CLI::App* cmd = app->add_subcommand("info", "describe a model and this platform");
-  f->model_opt =
-      cmd->add_option("-m,--model", f->model, "GGUF model file (default: the default model)");
-  cmd->add_flag("--json", f->json, "print JSON");
-  cmd->callback([f] {
-    Status s = Info(*f);
+  FlagModes& modes = FlagModes::Of(cmd);
+  f->model_opt = modes.Put(
+      FlagModes::kGeneral,
+      cmd->add_option("-m,--model", f->model, "GGUF model file (default: the default model)"));
+  modes.Put(FlagModes::kGeneral, cmd->add_flag("--json", f->json, "print JSON"));
+  cmd->callback([f, &modes] {
+    Status s = modes.Check();
+    if (s.ok()) s = Info(*f);
     if (!s.ok()) ExitCode() = ReportError("info", s);
   });
 }

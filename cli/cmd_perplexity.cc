@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "cli/cli.h"
+#include "common/file.h"
 
 namespace strata::cli {
 namespace {
@@ -26,6 +27,16 @@ struct PplFlags {
   bool json = false;
 };
 
+// A text cut at a byte count may end inside a UTF-8 sequence: that tail is dropped.
+void DropPartialUtf8(std::string* s) {
+  size_t i = s->size(), cont = 0;
+  while (i > 0 && cont < 3 && (uint8_t((*s)[i - 1]) & 0xC0) == 0x80) --i, ++cont;
+  if (i == 0) return;
+  const uint8_t lead = uint8_t((*s)[i - 1]);
+  const size_t len = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  if (len > cont + 1) s->resize(i - 1);
+}
+
 Status Perplexity(const PplFlags& f) {
   Config cfg;
   STRATA_RETURN_IF_ERROR(ResolveConfig(f.common, &cfg));
@@ -36,17 +47,19 @@ Status Perplexity(const PplFlags& f) {
   if (f.tokens < f.window)
     return Status::InvalidArgument("--tokens: " + std::to_string(f.tokens) +
                                    " is less than one window of " + std::to_string(f.window));
-  std::ifstream in(f.file, std::ios::binary);
-  if (!in) return Status::FromErrno("text file " + f.file, errno);
-  std::ostringstream ss;
-  ss << in.rdbuf();
   std::string path;
   STRATA_RETURN_IF_ERROR(ResolveModelPath(f.common, cfg, &path));
   std::unique_ptr<Model> model;
   STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
-  WarnAboutConfig(cfg, *model);
+  STRATA_RETURN_IF_ERROR(CheckConfig(cfg, *model));
+  // Only the first --tokens tokens are scored: a longer file is read up to what they can hold.
+  std::string text;
+  const uint64_t limit = TextByteLimit(*model, f.tokens);
+  bool more = false;
+  STRATA_RETURN_IF_ERROR(ReadTextFile(f.file, "text file", limit, &text, &more));
+  if (more) DropPartialUtf8(&text);
   std::vector<int32_t> ids;
-  STRATA_RETURN_IF_ERROR(model->tokenizer().Encode(ss.str(), false, false, &ids));
+  STRATA_RETURN_IF_ERROR(model->tokenizer().Encode(text, false, false, &ids));
   const int64_t n_windows = std::min<int64_t>(f.tokens, int64_t(ids.size())) / f.window;
   if (n_windows == 0)
     return Status::InvalidArgument(f.file + " has " + std::to_string(ids.size()) +
@@ -111,14 +124,19 @@ Status Perplexity(const PplFlags& f) {
 void AddPerplexityCommand(CLI::App* app) {
   auto f = std::make_shared<PplFlags>();
   CLI::App* cmd = app->add_subcommand("perplexity", "perplexity of a text over fixed windows");
+  FlagModes& modes = FlagModes::Of(cmd);
   AddCommonFlags(cmd, &f->common);
-  cmd->add_option("-f,--file", f->file, "UTF-8 text file")->required();
-  cmd->add_option("--tokens", f->tokens, "use the first N tokens of the file");
-  cmd->add_option("--window", f->window, "tokens per window");
-  cmd->add_option("--score-from", f->score_from,
-                  "score only tokens after this position of each window (llama-perplexity -c W: "
-                  "W/2)");
-  cmd->add_flag("--json", f->json, "print JSON");
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("-f,--file", f->file, "UTF-8 text file")->required());
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("--tokens", f->tokens, "use the first N tokens of the file"));
+  modes.Put(FlagModes::kGeneral, cmd->add_option("--window", f->window, "tokens per window"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option(
+                "--score-from", f->score_from,
+                "score only tokens after this position of each window (llama-perplexity -c W: "
+                "W/2)"));
+  modes.Put(FlagModes::kGeneral, cmd->add_flag("--json", f->json, "print JSON"));
   cmd->callback([f] {
     Status s = Perplexity(*f);
     if (!s.ok()) ExitCode() = ReportError("perplexity", s);

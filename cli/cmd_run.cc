@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "cli/cmd_run_beams.h"
+#include "common/file.h"
 #include "runtime/engine/session.h"
 #include "runtime/kv/disk_kv.h"
 
@@ -23,8 +24,8 @@ struct RunFlags {
   GenerateParams gen;
   std::vector<std::string> stop;
   BeamFlags beams;
-  CLI::Option *n_opt, *temp_opt, *top_k_opt, *top_p_opt, *min_p_opt, *rp_opt, *seed_opt, *stop_opt,
-      *ignore_eos_opt;
+  CLI::Option *prompt_opt, *file_opt, *n_opt, *temp_opt, *top_k_opt, *top_p_opt, *min_p_opt,
+      *rp_opt, *seed_opt, *stop_opt, *ignore_eos_opt;
 };
 
 void ApplyGenerateFlags(const RunFlags& f, GenerateParams* g) {
@@ -57,6 +58,22 @@ void PrintStats(const RunFlags& f, const Config& cfg, const GenerationStats& s, 
   std::fprintf(stderr, "%s\n", j.dump(2).c_str());
 }
 
+// A limit error on a prompt source says where the limit comes from.
+Status ExplainLimit(Status s, uint64_t limit, int32_t n_ctx) {
+  if (s.code() != Status::Code::kResourceExhausted) return s;
+  return Status::ResourceExhausted(s.message() + " (a context of " + std::to_string(n_ctx) +
+                                   " tokens holds at most " + std::to_string(limit) +
+                                   " bytes of text; --ctx sets the context)");
+}
+
+Status CheckTextLimit(const char* what, const std::string& text, uint64_t limit, int32_t n_ctx) {
+  if (text.size() <= limit) return Status::OK();
+  return ExplainLimit(
+      Status::ResourceExhausted(std::string(what) + " holds " + std::to_string(text.size()) +
+                                " bytes; the limit is " + std::to_string(limit) + " bytes"),
+      limit, n_ctx);
+}
+
 Status Run(RunFlags& f) {
   Config cfg;
   STRATA_RETURN_IF_ERROR(ResolveConfig(f.common, &cfg, std::max(1, f.parallel)));
@@ -64,30 +81,38 @@ Status Run(RunFlags& f) {
   if (f.parallel < 1 || f.parallel > 4096)
     return Status::InvalidArgument("--parallel: " + std::to_string(f.parallel) +
                                    " is out of range [1, 4096]");
+  if (f.parallel > 1 && f.chat)
+    return Status::InvalidArgument("--parallel cannot be combined with --chat");
+  if (f.prompt_opt->count() && f.file_opt->count())
+    return Status::InvalidArgument("-p and -f are alternatives: give the prompt one way");
   cfg.engine.max_sequences = std::max(cfg.engine.max_sequences, f.parallel);
-  std::string prompt = f.prompt;
-  if (!f.prompt_file.empty()) {
-    std::ifstream in(f.prompt_file, std::ios::binary);
-    if (!in) return Status::FromErrno("prompt file " + f.prompt_file, errno);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    prompt = ss.str();
-  }
-  const bool interactive = f.chat && prompt.empty() && isatty(STDIN_FILENO);
-  if (prompt.empty() && !interactive) {
-    if (isatty(STDIN_FILENO))
-      return Status::InvalidArgument("no prompt: give -p TEXT, -f FILE, or pipe text to stdin");
-    std::ostringstream ss;
-    ss << std::cin.rdbuf();
-    prompt = ss.str();
-    if (prompt.empty()) return Status::InvalidArgument("no prompt: stdin was empty");
-  }
 
   std::string path;
   STRATA_RETURN_IF_ERROR(ResolveModelPath(f.common, cfg, &path));
   std::unique_ptr<Model> model;
   STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
-  WarnAboutConfig(cfg, *model);
+  STRATA_RETURN_IF_ERROR(CheckConfig(cfg, *model));
+
+  // Every prompt source is bounded by what the context can hold.
+  const int32_t n_ctx = ContextOf(cfg, *model);
+  const uint64_t limit = TextByteLimit(*model, n_ctx);
+  STRATA_RETURN_IF_ERROR(CheckTextLimit("-p", f.prompt, limit, n_ctx));
+  STRATA_RETURN_IF_ERROR(CheckTextLimit("--system", f.system, limit, n_ctx));
+  std::string prompt = f.prompt;
+  if (f.file_opt->count())
+    STRATA_RETURN_IF_ERROR(
+        ExplainLimit(ReadTextFile(f.prompt_file, "prompt file", limit, &prompt), limit, n_ctx));
+  const bool interactive = f.chat && prompt.empty() && isatty(STDIN_FILENO);
+  if (prompt.empty() && !interactive) {
+    if (f.file_opt->count())
+      return Status::InvalidArgument("prompt file " + f.prompt_file + " is empty");
+    if (isatty(STDIN_FILENO))
+      return Status::InvalidArgument("no prompt: give -p TEXT, -f FILE, or pipe text to stdin");
+    STRATA_RETURN_IF_ERROR(
+        ExplainLimit(ReadTextStream(STDIN_FILENO, "stdin", limit, &prompt), limit, n_ctx));
+    if (prompt.empty()) return Status::InvalidArgument("no prompt: stdin was empty");
+  }
+
   if (BeamSearchRequested(f.beams)) {
     // Beam search keeps its KV in its own prefix tree (with --beam-slow-dir for a disk tier).
     if (cfg.engine.kv.policy == KvPolicyKind::kDisk)
@@ -100,7 +125,6 @@ Status Run(RunFlags& f) {
   STRATA_RETURN_IF_ERROR(Engine::Create(*model, cfg.engine, &engine));
 
   if (f.parallel > 1) {
-    if (f.chat) return Status::InvalidArgument("--parallel cannot be combined with --chat");
     std::vector<GenerationRequest> reqs(f.parallel);
     for (int32_t i = 0; i < f.parallel; ++i) {
       STRATA_RETURN_IF_ERROR(model->tokenizer().Encode(prompt, true, true, &reqs[i].prompt));
@@ -147,7 +171,15 @@ Status Run(RunFlags& f) {
   std::string line;
   for (;;) {
     std::fprintf(stderr, "> ");
-    if (!std::getline(std::cin, line) || line.empty()) break;
+    bool too_long = false;
+    if (!ReadLineBounded(std::cin, limit, &line, &too_long) || (line.empty() && !too_long)) break;
+    if (too_long) {
+      std::fprintf(stderr,
+                   "strata run: the line holds more than %llu bytes, the most a context "
+                   "of %d tokens holds; it was not sent\n",
+                   static_cast<unsigned long long>(limit), n_ctx);
+      continue;
+    }
     // A line the model cannot take (invalid UTF-8, too long for the context) is reported
     // and the conversation goes on; only a failure of the run itself ends it.
     const Status s = session->Chat(line, cfg.generate, PrintPiece, nullptr, &st);
@@ -168,23 +200,41 @@ void AddRunCommand(CLI::App* app) {
   auto f = std::make_shared<RunFlags>();
   CLI::App* cmd = app->add_subcommand("run", "generate text from a prompt, or chat");
   AddCommonFlags(cmd, &f->common);
-  cmd->add_option("-p,--prompt", f->prompt, "prompt text (else -f, else stdin)");
-  cmd->add_option("-f,--file", f->prompt_file, "read the prompt from a file");
-  cmd->add_flag("--chat", f->chat, "use the model's chat template; interactive without -p");
-  cmd->add_option("--system", f->system, "system prompt for --chat");
-  f->n_opt = cmd->add_option("-n,--max-tokens", f->gen.max_tokens, "new tokens at most");
-  f->temp_opt = cmd->add_option("--temp", f->gen.sampling.temperature, "temperature, 0 = greedy");
-  f->top_k_opt = cmd->add_option("--top-k", f->gen.sampling.top_k, "top-k, 0 = off");
-  f->top_p_opt = cmd->add_option("--top-p", f->gen.sampling.top_p, "top-p, 1 = off");
-  f->min_p_opt = cmd->add_option("--min-p", f->gen.sampling.min_p, "min-p, 0 = off");
-  f->rp_opt = cmd->add_option("--repeat-penalty", f->gen.sampling.repeat_penalty, "1 = off");
-  f->seed_opt = cmd->add_option("--seed", f->gen.sampling.seed, "random seed");
-  f->stop_opt = cmd->add_option("--stop", f->stop, "stop string (repeatable)");
-  f->ignore_eos_opt =
-      cmd->add_flag("--ignore-eos", f->gen.ignore_eos, "do not stop at end-of-generation tokens");
-  cmd->add_option("--parallel", f->parallel, "decode N copies of the prompt as one batch");
-  cmd->add_flag("--stats", f->stats, "print statistics as JSON on stderr");
-  AddBeamFlags(cmd, &f->beams);
+  FlagModes& modes = FlagModes::Of(cmd);
+  const std::string gen = FlagModes::kGeneral, chat = "Chat (--chat)",
+                    plain = "Generation (without --beams)";
+  const RunFlags* rf = f.get();
+  modes.Declare(chat, "with --chat (and without --beams)",
+                [rf] { return rf->chat && !BeamSearchRequested(rf->beams); });
+  modes.Declare(plain, "without --beams", [rf] { return !BeamSearchRequested(rf->beams); });
+  f->prompt_opt = modes.Put(
+      gen, cmd->add_option("-p,--prompt", f->prompt, "prompt text (else -f, else stdin)"));
+  f->file_opt =
+      modes.Put(gen, cmd->add_option("-f,--file", f->prompt_file,
+                                     "read the prompt from a file, a named pipe or a terminal"));
+  modes.Put(gen, cmd->add_flag("--chat", f->chat,
+                               "use the model's chat template; interactive without -p"));
+  modes.Put(chat, cmd->add_option("--system", f->system, "system prompt for --chat"));
+  f->n_opt =
+      modes.Put(gen, cmd->add_option("-n,--max-tokens", f->gen.max_tokens, "new tokens at most"));
+  f->temp_opt = modes.Put(
+      gen, cmd->add_option("--temp", f->gen.sampling.temperature, "temperature, 0 = greedy"));
+  f->top_k_opt =
+      modes.Put(gen, cmd->add_option("--top-k", f->gen.sampling.top_k, "top-k, 0 = off"));
+  f->top_p_opt =
+      modes.Put(gen, cmd->add_option("--top-p", f->gen.sampling.top_p, "top-p, 1 = off"));
+  f->min_p_opt =
+      modes.Put(gen, cmd->add_option("--min-p", f->gen.sampling.min_p, "min-p, 0 = off"));
+  f->rp_opt = modes.Put(
+      gen, cmd->add_option("--repeat-penalty", f->gen.sampling.repeat_penalty, "1 = off"));
+  f->seed_opt = modes.Put(gen, cmd->add_option("--seed", f->gen.sampling.seed, "random seed"));
+  f->stop_opt = modes.Put(plain, cmd->add_option("--stop", f->stop, "stop string (repeatable)"));
+  f->ignore_eos_opt = modes.Put(gen, cmd->add_flag("--ignore-eos", f->gen.ignore_eos,
+                                                   "do not stop at end-of-generation tokens"));
+  modes.Put(plain, cmd->add_option("--parallel", f->parallel,
+                                   "decode N copies of the prompt as one batch"));
+  modes.Put(gen, cmd->add_flag("--stats", f->stats, "print statistics as JSON on stderr"));
+  AddBeamFlags(cmd, &f->beams, &f->common);
   cmd->callback([f] {
     Status s = Run(*f);
     if (!s.ok()) ExitCode() = ReportError("run", s);

@@ -8,38 +8,72 @@
 
 namespace strata::cli {
 
-void AddBeamFlags(CLI::App* cmd, BeamFlags* f) {
+void AddBeamFlags(CLI::App* cmd, BeamFlags* f, const CommonFlags* common) {
+  FlagModes& modes = FlagModes::Of(cmd);
+  const std::string beam = "Beam search (--beams)",
+                    slow = "Beam search's slow tier (--beam-budget)",
+                    slow_gpu = "Beam search's slow tier on a GPU",
+                    shared = "Beam search with a scorer in the budget";
+  const auto budget = [f] { return BeamSearchRequested(*f) && !f->budget.empty(); };
+  modes.Declare(beam, "with --beams N", [f] { return BeamSearchRequested(*f); });
+  modes.Declare(slow,
+                "with --beams N and --beam-budget (the slow tier holds what the budget "
+                "does not)",
+                budget);
+  modes.Declare(slow_gpu,
+                "with --beams N, --beam-budget and a GPU (--beam-device or --device cuda)",
+                [f, common, budget] {
+                  int32_t dev = common->cfg ? common->cfg->engine.cuda_device : -1;
+                  if (f->device_opt->count() && !ParseComputeDevice(f->device, &dev).ok())
+                    return true;  // the bad device is reported when the search starts
+                  return budget() && dev >= 0;
+                });
+  modes.Declare(shared, "with --beams N, --scorer-model and --beam-budget",
+                [f, budget] { return budget() && !f->scorer_model.empty(); });
   f->beams_opt =
-      cmd->add_option("--beams", f->beams, "step-wise beam search: beams generating in every step");
-  cmd->add_option("--beam-width", f->width, "children of each kept beam (beams / width kept)");
-  cmd->add_option("--step-tokens", f->step_tokens, "tokens per step (the most, with a delimiter)");
-  cmd->add_option("--step-delimiter", f->delimiter,
-                  "a step ends after the token that completes this text (e.g. $'\\n\\n')");
-  cmd->add_option("--max-steps", f->max_steps, "steps at most (0: until every beam ended)");
-  cmd->add_option("--beam-budget", f->budget,
-                  "fast-tier KV bytes for the search, K/M/G suffixes (default: all in memory)");
-  cmd->add_option("--beam-schedule", f->schedule,
-                  "balanced (default), prefix, grouped or tokenwise (the baseline)");
-  cmd->add_option("--speculate", f->speculate,
-                  "speculative beam extension: a beam that ends its step early goes on as its "
-                  "first child for this share of the mean step length (0.5 when given alone); "
-                  "the results do not change")
-      ->expected(0, 1)
-      ->default_str("0.5");
-  cmd->add_option("--scorer-model", f->scorer_model,
-                  "GGUF model scoring each step (default: the generator's mean log-probability)");
-  cmd->add_option("--verifier-share", f->verifier_share,
-                  "with --scorer-model and --beam-budget the budget holds both models' KV: "
-                  "auto (default: a cost model splits it before each phase) or the scorer's "
-                  "fixed share in [0, 1] (0.5: even)");
-  cmd->add_option("--beam-slow-dir", f->slow_dir, "directory of the slow tier's file");
-  cmd->add_flag("--beam-slow-ram", f->slow_ram, "keep the slow tier in host RAM instead");
-  cmd->add_flag("--beam-slow-disk", f->slow_disk,
-                "on a GPU: the slow tier is the block store in --beam-slow-dir, staged through "
-                "pinned host RAM, instead of pinned host RAM");
-  f->device_opt = cmd->add_option(
-      "--beam-device", f->device,
-      "cpu or cuda[:N] (default: --device): KV in GPU memory, slow tier in pinned host RAM");
+      modes.Put(FlagModes::kGeneral,
+                cmd->add_option("--beams", f->beams,
+                                "step-wise beam search: beams generating in every step"));
+  modes.Put(beam, cmd->add_option("--beam-width", f->width,
+                                  "children of each kept beam (beams / width kept)"));
+  modes.Put(beam, cmd->add_option("--step-tokens", f->step_tokens,
+                                  "tokens per step (the most, with a delimiter)"));
+  modes.Put(beam, cmd->add_option("--step-delimiter", f->delimiter,
+                                  "a step ends after the token that completes this text (e.g. "
+                                  "$'\\n\\n')"));
+  modes.Put(beam, cmd->add_option("--max-steps", f->max_steps,
+                                  "steps at most (0: until every beam ended)"));
+  modes.Put(beam, cmd->add_option("--beam-budget", f->budget,
+                                  "fast-tier KV bytes for the search, K/M/G suffixes (default: "
+                                  "all in memory)"));
+  modes.Put(beam, cmd->add_option("--beam-schedule", f->schedule,
+                                  "balanced (default), prefix, grouped or tokenwise (the "
+                                  "baseline)"));
+  modes.Put(beam,
+            cmd->add_option("--speculate", f->speculate,
+                            "speculative beam extension: a beam that ends its step early goes "
+                            "on as its first child for this share of the mean step length (0.5 "
+                            "when given alone); the results do not change")
+                ->expected(0, 1)
+                ->default_str("0.5"));
+  modes.Put(beam, cmd->add_option("--scorer-model", f->scorer_model,
+                                  "GGUF model scoring each step (default: the generator's mean "
+                                  "log-probability)"));
+  modes.Put(shared, cmd->add_option("--verifier-share", f->verifier_share,
+                                    "the budget holds both models' KV: auto (default: a cost "
+                                    "model splits it before each phase) or the scorer's fixed "
+                                    "share in [0, 1] (0.5: even)"));
+  modes.Put(slow,
+            cmd->add_option("--beam-slow-dir", f->slow_dir, "directory of the slow tier's file"));
+  modes.Put(slow, cmd->add_flag("--beam-slow-ram", f->slow_ram,
+                                "keep the slow tier in host RAM instead"));
+  modes.Put(slow_gpu, cmd->add_flag("--beam-slow-disk", f->slow_disk,
+                                    "the slow tier is the block store in --beam-slow-dir, staged "
+                                    "through pinned host RAM, instead of pinned host RAM"));
+  f->device_opt = modes.Put(
+      beam, cmd->add_option("--beam-device", f->device,
+                            "cpu or cuda[:N] (default: --device): KV in GPU memory, slow tier "
+                            "in pinned host RAM"));
 }
 
 bool BeamSearchRequested(const BeamFlags& f) { return f.beams_opt && f.beams_opt->count() > 0; }

@@ -31,7 +31,10 @@ struct BeamFlags {
   CLI::Option* device_opt = nullptr;
 };
 
-void AddBeamFlags(CLI::App* cmd, BeamFlags* f);
+// Declares the beam search's modes on `cmd` (whether a GPU applies is read from `common`'s
+// resolved config).
+struct CommonFlags;
+void AddBeamFlags(CLI::App* cmd, BeamFlags* f, const CommonFlags* common);
 bool BeamSearchRequested(const BeamFlags& f);
 // cfg supplies threads and the generation flags (-n, sampling, --ignore-eos).
 Status RunBeamSearchCommand(const BeamFlags& f, const Config& cfg, const Model& model,

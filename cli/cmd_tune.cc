@@ -55,7 +55,10 @@ Status ParseBytes(const std::string& flag, const std::string& text, int64_t* out
 
 std::string Join(const std::vector<int32_t>& v) {
   std::string s;
-  for (int32_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  for (int32_t x : v) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(x);
+  }
   return s;
 }
 
@@ -454,63 +457,102 @@ void AddTuneCommand(CLI::App* app) {
   auto f = std::make_shared<TuneFlags>();
   CLI::App* cmd = app->add_subcommand(
       "tune", "measure this machine and the model, choose KV settings, write strata.yaml");
-  cmd->add_option("-m,--model", f->model, "GGUF model file (default: as for run)");
-  cmd->add_option("-o,--output", f->output, "the strata.yaml to write");
-  cmd->add_flag("--force", f->force, "replace the output file if it exists");
-  cmd->add_option("--report", f->report,
-                  "also write everything measured and chosen as JSON to this file");
-  cmd->add_option("--plot", f->plot,
-                  "also draw predicted against measured step time and quality against budget "
-                  "(SVG) to this file");
-  cmd->add_option("--text", f->options.text_path,
-                  "evaluation text (UTF-8; its second half, which calibration did not use)")
-      ->required();
-  cmd->add_option("--batches", f->options.batches, "sequences decoded together, comma separated")
-      ->delimiter(',');
-  cmd->add_option("--contexts", f->options.contexts, "context lengths, comma separated")
-      ->delimiter(',');
-  cmd->add_option("--memory", f->memory,
-                  "memory for the whole process (e.g. 1G): KV gets what the model and scratch "
-                  "leave; default: what is free now");
-  cmd->add_option("--kv-memory", f->kv_memory,
-                  "or KV memory for a whole batch (e.g. 512M), whatever the rest needs");
-  cmd->add_option("--max-ppl-loss", f->options.max_ppl_loss,
-                  "largest perplexity loss against full KV a disk plan may have (0.03 = 3%)");
-  cmd->add_option("--kv-dir", f->options.kv_dir, "directory of the disk KV store to profile");
-  cmd->add_flag("--emmc", f->options.emulate_emmc, "profile and tune under the eMMC emulation");
-  cmd->add_option("--adapters", f->options.adapters, "adapters file (default: MODEL.adapters)");
-  cmd->add_option("--work-dir", f->options.work_dir,
-                  "where captures and quality results are kept (default: "
-                  "~/.cache/strata/tune/MODEL_IDENTITY)");
-  cmd->add_option("--windows", f->options.windows, "quality windows per context");
-  cmd->add_option("--scored", f->options.scored, "scored positions per window");
-  CLI::Option* verify =
-      cmd->add_option("--verify-steps", f->options.verify_steps, "decode steps of each check run");
-  CLI::Option* runners =
+  FlagModes& modes = FlagModes::Of(cmd);
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("-m,--model", f->model, "GGUF model file (default: as for run)"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("-o,--output", f->output, "the strata.yaml to write"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_flag("--force", f->force, "replace the output file if it exists"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("--report", f->report,
+                            "also write everything measured and chosen as JSON to this file"));
+  modes.Put(
+      FlagModes::kGeneral,
+      cmd->add_option("--plot", f->plot,
+                      "also draw predicted against measured step time and quality against budget "
+                      "(SVG) to this file"));
+  modes.Put(
+      FlagModes::kGeneral,
+      cmd->add_option("--text", f->options.text_path,
+                      "evaluation text (UTF-8; its second half, which calibration did not use)")
+          ->required());
+  modes.Put(FlagModes::kGeneral, cmd->add_option("--batches", f->options.batches,
+                                                 "sequences decoded together, comma separated")
+                                     ->delimiter(','));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("--contexts", f->options.contexts, "context lengths, comma separated")
+                ->delimiter(','));
+  modes.Put(
+      FlagModes::kGeneral,
+      cmd->add_option("--memory", f->memory,
+                      "memory for the whole process (e.g. 1G): KV gets what the model and scratch "
+                      "leave; default: what is free now"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("--kv-memory", f->kv_memory,
+                            "or KV memory for a whole batch (e.g. 512M), whatever the rest needs"));
+  modes.Put(
+      FlagModes::kGeneral,
+      cmd->add_option("--max-ppl-loss", f->options.max_ppl_loss,
+                      "largest perplexity loss against full KV a disk plan may have (0.03 = 3%)"));
+  modes.Put(FlagModes::kGeneral, cmd->add_option("--kv-dir", f->options.kv_dir,
+                                                 "directory of the disk KV store to profile"));
+  modes.Put(FlagModes::kGeneral, cmd->add_flag("--emmc", f->options.emulate_emmc,
+                                               "profile and tune under the eMMC emulation"));
+  modes.Put(FlagModes::kGeneral, cmd->add_option("--adapters", f->options.adapters,
+                                                 "adapters file (default: MODEL.adapters)"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("--work-dir", f->options.work_dir,
+                            "where captures and quality results are kept (default: "
+                            "~/.cache/strata/tune/MODEL_IDENTITY)"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("--windows", f->options.windows, "quality windows per context"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("--scored", f->options.scored, "scored positions per window"));
+  CLI::Option* verify = modes.Put(
+      FlagModes::kGeneral,
+      cmd->add_option("--verify-steps", f->options.verify_steps, "decode steps of each check run"));
+  CLI::Option* runners = modes.Put(
+      FlagModes::kGeneral,
       cmd->add_option("--runners-up", f->options.runners_up,
                       "besides the plan predicted fastest, run this many of the next ones and "
-                      "keep the measured fastest");
-  cmd->add_option("--validate", f->options.validate,
-                  "also run up to this many other measured plans per entry, to check the cost "
-                  "model (their speed goes in the report)");
-  cmd->add_flag("--repeat-checks{1}", f->options.repeat_checks,
-                "after the grid, measure each run again (=N: N rounds) and report how far the "
-                "measurements lie apart, and the cost model's error against each run's median")
-      ->check(CLI::Range(0, 16));
-  CLI::Option* candidates =
+                      "keep the measured fastest"));
+  modes.Put(
+      FlagModes::kGeneral,
+      cmd->add_option("--validate", f->options.validate,
+                      "also run up to this many other measured plans per entry, to check the cost "
+                      "model (their speed goes in the report)"));
+  modes.Put(
+      FlagModes::kGeneral,
+      cmd->add_flag("--repeat-checks{1}", f->options.repeat_checks,
+                    "after the grid, measure each run again (=N: N rounds) and report how far the "
+                    "measurements lie apart, and the cost model's error against each run's median")
+          ->check(CLI::Range(0, 16)));
+  CLI::Option* candidates = modes.Put(
+      FlagModes::kGeneral,
       cmd->add_option("--max-candidates", f->options.max_candidates,
-                      "disk plans whose quality is measured per (batch, context), at most");
-  CLI::Option* variants =
+                      "disk plans whose quality is measured per (batch, context), at most"));
+  CLI::Option* variants = modes.Put(
+      FlagModes::kGeneral,
       cmd->add_option("--max-variants", f->options.max_variants,
                       "besides those, plans re-selecting fewer groups a step (kv.groups_per_step) "
-                      "than a measured one, per (batch, context), at most");
-  cmd->add_option("-t,--threads", f->options.threads, "worker threads (0 = all cores)");
-  cmd->add_option("--device", f->device,
-                  "where decode speed is measured: cpu, cuda or cuda:N (quality runs on the CPU)");
-  cmd->add_flag("--quick", f->options.quick,
-                "shorter device and compute profiles, and unless given --max-candidates 8 "
-                "--max-variants 3 --runners-up 1, and --verify-steps 16 without --validate");
-  cmd->callback([f, candidates, variants, runners, verify] {
+                      "than a measured one, per (batch, context), at most"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option("-t,--threads", f->options.threads, "worker threads (0 = all cores)"));
+  modes.Put(FlagModes::kGeneral,
+            cmd->add_option(
+                "--device", f->device,
+                "where decode speed is measured: cpu, cuda or cuda:N (quality runs on the CPU)"));
+  modes.Put(
+      FlagModes::kGeneral,
+      cmd->add_flag("--quick", f->options.quick,
+                    "shorter device and compute profiles, and unless given --max-candidates 8 "
+                    "--max-variants 3 --runners-up 1, and --verify-steps 16 without --validate"));
+  cmd->callback([f, candidates, variants, runners, verify, &modes] {
+    if (const Status s = modes.Check(); !s.ok()) {
+      ExitCode() = ReportError("tune", s);
+      return;
+    }
     // Not fewer windows: the upper loss estimate counts positions as independent, and
     // windows of one text differ by more than that allows (two windows let through a plan
     // that lost more than the bound on unseen text; docs/experiments/tuner.md).

@@ -8,13 +8,7 @@ int main(int argc, char** argv) {
   CLI::App app{"strata: LLM runtime for devices whose memory cannot hold the KV cache"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "strata 0.1.0");
-  strata::cli::AddRunCommand(&app);
-  strata::cli::AddInfoCommand(&app);
-  strata::cli::AddPerplexityCommand(&app);
-  strata::cli::AddBenchCommand(&app);
-  strata::cli::AddCalibrateCommand(&app);
-  strata::cli::AddConfigCommand(&app);
-  strata::cli::AddTuneCommand(&app);
+  strata::cli::AddCommands(&app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -57,14 +57,56 @@ expect dir-model "is a directory, not a regular file" -- "$strata" run -m "$tmp"
 expect dir-config "is a directory, not a regular file" -- "$strata" run -m "$model" --config "$tmp/dir.yaml" -p hi
 expect dev-config "/dev/zero' is a character device" -- "$strata" run -m "$model" --config /dev/zero -p hi
 expect dup-config "given twice (first on line 1)" -- "$strata" run -m "$model" --config "$tmp/dup.yaml" -p hi
-expect disk-flag-memory "--kv-dir applies to the disk KV policy only" -- "$strata" run -m "$model" --kv-dir "$tmp" -p hi
-expect budget-flag-memory "--kv-budget applies to the disk KV policy only" -- "$strata" run -m "$model" --kv memory --kv-budget 1000000 -p hi
+expect disk-flag-memory "--kv-dir applies only with the disk KV policy" -- "$strata" run -m "$model" --kv-dir "$tmp" -p hi
+expect budget-flag-memory "--kv-budget applies only with the disk KV policy" -- "$strata" run -m "$model" --kv memory --kv-budget 1000000 -p hi
 expect beams-disk "kv.policy disk does not apply" -- "$strata" run -m "$model" --kv disk --beams 4 -p hi
 expect verifier-share "--verifier-share: verifier share: 'half' is neither auto nor a share in [0, 1]" -- \
   "$strata" run -m "$model" --beams 4 --scorer-model "$model" --beam-budget 8M --verifier-share half -p hi
 expect shared-budget-min "holds the scorer model's KV too" -- \
   "$strata" run -m "$model" --beams 4 --scorer-model "$model" --beam-budget 3M -n 64 -p hi
 expect seed-range "sampling.seed: 9223372036854775808 is out of range" -- "$strata" run -m "$model" --seed 9223372036854775808 -p hi -n 2
+
+# A prompt source is a regular file, a pipe or a terminal, read no further than the context
+# can hold (without the limit, an endless source grows the process until the timeout).
+expect dev-zero-prompt "prompt file '/dev/zero' is a character device, not a regular file, a pipe or a terminal" -- \
+  "$strata" run -m "$model" -f /dev/zero -n 2
+expect dev-zero-stdin "stdin is a character device" -- bash -c '"$0" run -m "$1" -n 2 </dev/zero' "$strata" "$model"
+expect endless-pipe "stdin holds more than 663552 bytes; the limit is 663552 bytes (a context of 8192 tokens" -- \
+  bash -c 'cat /dev/zero | "$0" run -m "$1" -n 2' "$strata" "$model"
+expect dir-prompt "prompt file '/etc' is a directory" -- bash -c 'echo hi | "$0" run -m "$1" -f /etc -n 2' "$strata" "$model"
+expect prompt-twice "-p and -f are alternatives" -- "$strata" run -m "$model" -p hi -f "$tmp/long.txt"
+head -c 30000 "$tmp/long.txt" >"$tmp/system.txt"
+expect long-system "--system holds 30000 bytes; the limit is 20736 bytes" -- \
+  "$strata" run -m "$model" --ctx 256 --chat --system "$(cat "$tmp/system.txt")" -p hi
+
+# A flag that does not apply to the mode being run names what it needs (every flag is walked
+# by cli_flag_modes_test; these are the ones users tripped on).
+expect scorer-no-beams "--scorer-model applies only with --beams N" -- "$strata" run -m "$model" --scorer-model /etc/passwd -p hi
+expect system-no-chat "--system applies only with --chat" -- "$strata" run -m "$model" --system x -p hi
+expect gpu-weights-cpu "--gpu-weights applies only with --device cuda" -- "$strata" run -m "$model" --gpu-weights device -p hi
+expect slow-dir-no-budget "--beam-slow-dir applies only with --beams N and --beam-budget" -- \
+  "$strata" run -m "$model" --beams 2 --beam-slow-dir "$tmp" -p hi
+
+# A context out of range is refused before any warning about it.
+out=$(timeout 120 "$strata" run -m "$model" --ctx 99999999 -p hi -n 2 2>&1 >/dev/null)
+if grep -q "context: 99999999 is out of range" <<<"$out" && ! grep -q "warning" <<<"$out"; then
+  echo "ok   ctx-range: $out"
+else
+  echo "FAIL ctx-range: $out"; fails=$((fails + 1))
+fi
+
+# An interactive chat line longer than the context can hold is refused and the chat goes on
+# (a pseudo-terminal from script(1); a terminal's line holds at most 4095 bytes).
+{ head -c 3500 /dev/zero | tr '\0' 'a'; printf '\nhi\n\n'; } >"$tmp/chat.txt"
+out=$(timeout 120 script -qec "'$strata' run -m '$model' --chat --ctx 40 -n 4 --temp 0" /dev/null \
+  <"$tmp/chat.txt" 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "the line holds more than 3240 bytes" <<<"$out" &&
+   [ "$(grep -c '^> ' <<<"$out")" -ge 3 ]; then
+  echo "ok   chat-line: $(grep -o 'the line holds.*' <<<"$out" | cut -c1-120)"
+else
+  echo "FAIL chat-line: exit $rc: $(tail -c 600 <<<"$out")"; fails=$((fails + 1))
+fi
 
 # strata tune refuses what it cannot do before it measures anything.
 expect tune-output "cannot write $tmp/nodir/strata.yaml.tmp" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/nodir/strata.yaml"
