@@ -34,6 +34,8 @@ constexpr uint32_t kFlagTemporary = 2;  // OpenMode::kTemporary: removable once 
 // A .creating file older than this whose lock no process holds was left by a crash during
 // creation (a live creator takes the lock right after making it).
 constexpr int64_t kAbandonedCreatingSeconds = 60;
+// Every store file is readable and writable by its owner only (see MakeOwnerOnly).
+constexpr mode_t kStoreFileMode = 0600;
 
 // CRC-32C (Castagnoli polynomial, reflected), bit by bit: it runs once per Open over 64 bytes.
 uint32_t Crc32c(const uint8_t* data, size_t n) {
@@ -95,6 +97,27 @@ int FullIo(int fd, bool write, void* buf, size_t n, uint64_t off) {
   return 0;
 }
 
+// Store files hold KV caches, which are as private as the prompts they were computed from,
+// and their directory is often shared (/var/tmp by default). Creation asks for 0600 and
+// this then makes the mode exactly that, whatever the umask or a default ACL of the directory
+// left. A filesystem that cannot keep Unix modes (vfat, exfat) refuses the change; the store
+// still works there, and `report` says the file may be readable by others.
+void MakeOwnerOnly(int fd, const std::string& path, const StoreOptions& options) {
+  struct stat st {};
+  if (fstat(fd, &st) == 0 && (st.st_mode & 07777) == kStoreFileMode) return;
+  if (fchmod(fd, kStoreFileMode) == 0) return;
+  const int err = errno;
+  if (fstat(fd, &st) == 0 && (st.st_mode & 077) == 0) return;  // still private to its owner
+  const std::string msg = "cannot make " + Quote(path) + " readable by its owner only (fchmod " +
+                          "0600: " + std::strerror(err) + ", errno " + std::to_string(err) +
+                          "); other users may be able to read the KV cache it holds";
+  if (options.report) {
+    options.report(msg);
+  } else {
+    std::fprintf(stderr, "strata: %s\n", msg.c_str());
+  }
+}
+
 }  // namespace
 
 Status StoreFile::Open(const StoreOptions& options, std::unique_ptr<StoreFile>* out) {
@@ -128,7 +151,7 @@ void StoreFile::Close() {
 }
 
 Status StoreFile::OpenFd(int extra_flags, bool want_direct) {
-  fd_ = open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | extra_flags, 0644);
+  fd_ = open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | extra_flags, kStoreFileMode);
   if (fd_ < 0) {
     const int err = errno;
     if (err == ELOOP) {
@@ -364,6 +387,12 @@ Status StoreFile::OpenExisting(const StoreOptions& options, bool allow_claim) {
     }
     return Status::OK();  // the caller claims the device
   }
+  // A kept store made before files were private (or chmod-ed since) becomes private too; a
+  // device node's mode is the administrator's, and a file of another user's is left as it is.
+  if (!is_device_) {
+    struct stat own {};
+    if (fstat(fd_, &own) == 0 && own.st_uid == geteuid()) MakeOwnerOnly(fd_, path_, options);
+  }
   if (options.capacity != 0 && options.capacity != capacity_) {
     return Status::InvalidArgument("store " + Quote(path_) + " holds " + std::to_string(capacity_) +
                                    " bytes but capacity " + std::to_string(options.capacity) +
@@ -412,6 +441,7 @@ Status StoreFile::CreateNew(const StoreOptions& options) {
     return st;
   };
   if (!s.ok()) return fail(s);
+  MakeOwnerOnly(fd_, path_, options);
   s = FillNew(options);
   if (!s.ok()) return fail(s);
   // No-replace rename: the final name appears complete or not at all, and never over a file
@@ -490,7 +520,7 @@ Status StoreFile::FillNew(const StoreOptions& options) {
 Status StoreFile::CreateTemporary(const StoreOptions& options) {
   temporary_ = true;
   if (ForcedFallback() != "tmpfile") {
-    fd_ = open(directory_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    fd_ = open(directory_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, kStoreFileMode);
     const int err = fd_ < 0 ? errno : 0;
     if (fd_ >= 0) {
       if (getrandom(id_bytes_, sizeof(id_bytes_), 0) != static_cast<ssize_t>(sizeof(id_bytes_))) {
@@ -501,6 +531,9 @@ Status StoreFile::CreateTemporary(const StoreOptions& options) {
           directory_ + "/(unnamed " + options.file_name + " store " + store_id_.substr(0, 12) + ")";
       unnamed_ = true;
       created_ = true;
+      // No other user can reach it while it has no name; private anyway, so that every store
+      // file has one mode and one given a name later (linkat) stays private.
+      MakeOwnerOnly(fd_, path_, options);
       Status s = TakeFd(options.direct_io);
       if (s.ok()) s = FillNew(options);
       if (!s.ok()) Close();  // an unnamed file vanishes with its descriptor

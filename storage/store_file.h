@@ -7,6 +7,8 @@
 // no-replace rename, so the final path never holds a half-made store. An exclusive flock keeps
 // two stores (in one process or several) off the same file. Data offset 0 lives right after
 // the header, which is a multiple of the block size, so data requests keep their alignment.
+// A store file holds a KV cache, so it is readable and writable by its owner only (0600),
+// whatever the umask: when made, named or not, and when a kept one of the owner's is reopened.
 //
 // Internal to storage/ (BlockStore owns one). Threads: Open and the destructor on one thread;
 // the accessors are constant after Open.

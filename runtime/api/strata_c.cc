@@ -3,6 +3,7 @@
 // point that allocates catches std::bad_alloc and reports it as a status.
 #include "strata/strata.h"
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -26,9 +27,6 @@ strata_status Fail(strata_status code, std::string msg) {
   g_last_error = std::move(msg);
   return code;
 }
-
-#define STRATA_C_REQUIRE(cond, what) \
-  if (!(cond)) return Fail(STRATA_ERR_INVALID_ARGUMENT, std::string(__func__) + ": " + what)
 
 // Runs `fn` and turns an escaping allocation failure into a status.
 template <class Fn>
@@ -67,8 +65,7 @@ strata::GenerateParams ToGenerateParams(const strata_generate_params& p) {
   g.sampling.repeat_penalty = p.repeat_penalty;
   g.sampling.repeat_last_n = p.repeat_last_n;
   g.sampling.seed = p.seed;
-  for (size_t i = 0; i < p.n_stop; ++i)
-    if (p.stop && p.stop[i]) g.stop.emplace_back(p.stop[i]);
+  for (size_t i = 0; i < p.n_stop; ++i) g.stop.emplace_back(p.stop[i]);  // checked on entry
   g.ignore_eos = p.ignore_eos != 0;
   return g;
 }
@@ -84,6 +81,43 @@ strata::TokenCallback ToCallback(strata_token_callback cb, void* user) {
 
 void strata::api::SetLastError(std::string message) { g_last_error = std::move(message); }
 
+strata_status strata::api::CheckRequired(const char* fn, const char* name, const void* ptr) {
+  if (ptr) return STRATA_OK;
+  return Fail(STRATA_ERR_INVALID_ARGUMENT, std::string(fn) + ": " + name + " must not be NULL");
+}
+
+strata_status strata::api::CheckArray(const char* fn, const char* name, const void* ptr,
+                                      const char* count_name, size_t count) {
+  // A C caller's -1 arrives as SIZE_MAX: no array is that long, so such a count is taken
+  // for the negative number it was.
+  if (count > size_t(PTRDIFF_MAX))
+    return Fail(STRATA_ERR_INVALID_ARGUMENT,
+                std::string(fn) + ": " + count_name + " is negative (" +
+                    std::to_string(static_cast<long long>(static_cast<ptrdiff_t>(count))) +
+                    ", passed as size_t " + std::to_string(count) + ")");
+  if (!ptr && count > 0)
+    return Fail(STRATA_ERR_INVALID_ARGUMENT, std::string(fn) + ": " + name + " is NULL but " +
+                                                 count_name + " is " + std::to_string(count));
+  return STRATA_OK;
+}
+
+strata_status strata::api::CheckStrings(const char* fn, const char* name, const char* const* ptr,
+                                        const char* count_name, size_t count) {
+  STRATA_C_CHECK(CheckArray(fn, name, ptr, count_name, count));
+  for (size_t i = 0; i < count; ++i)
+    if (!ptr[i])
+      return Fail(STRATA_ERR_INVALID_ARGUMENT, std::string(fn) + ": " + name + "[" +
+                                                   std::to_string(i) + "] is NULL (" + count_name +
+                                                   " is " + std::to_string(count) + ")");
+  return STRATA_OK;
+}
+
+strata_status strata::api::CheckGenerateParams(const char* fn,
+                                               const strata_generate_params* params) {
+  if (!params) return STRATA_OK;
+  return CheckStrings(fn, "params->stop", params->stop, "params->n_stop", params->n_stop);
+}
+
 extern "C" {
 
 const char* strata_version(void) { return "0.1.0"; }
@@ -96,7 +130,8 @@ const char* strata_status_name(strata_status status) {
 }
 
 strata_status strata_model_load(const char* path, strata_model** out) {
-  STRATA_C_REQUIRE(path && out, "path and out must not be NULL");
+  STRATA_C_REQUIRE_ARG(path);
+  STRATA_C_REQUIRE_ARG(out);
   *out = nullptr;
   return Guard([&] {
     auto m = std::make_unique<strata_model>();
@@ -109,7 +144,8 @@ strata_status strata_model_load(const char* path, strata_model** out) {
 void strata_model_free(strata_model* model) { delete model; }
 
 strata_status strata_model_get_info(const strata_model* model, strata_model_info* out) {
-  STRATA_C_REQUIRE(model && out, "model and out must not be NULL");
+  STRATA_C_REQUIRE_ARG(model);
+  STRATA_C_REQUIRE_ARG(out);
   const strata::HParams& hp = model->model->hparams();
   std::memset(out, 0, sizeof(*out));
   CopyString(out->architecture, sizeof(out->architecture), hp.arch_name);
@@ -137,9 +173,10 @@ strata_status strata_model_get_info(const strata_model* model, strata_model_info
 strata_status strata_tokenize(const strata_model* model, const char* text, size_t text_len,
                               int add_bos, int parse_special, int32_t* tokens, size_t capacity,
                               size_t* n_tokens) {
-  STRATA_C_REQUIRE(model && (text || text_len == 0) && n_tokens,
-                   "model, text and n_tokens must not be NULL");
-  STRATA_C_REQUIRE(tokens || capacity == 0, "tokens is NULL but capacity is not 0");
+  STRATA_C_REQUIRE_ARG(model);
+  STRATA_C_CHECK_ARRAY(text, text_len);
+  STRATA_C_CHECK_ARRAY(tokens, capacity);
+  STRATA_C_REQUIRE_ARG(n_tokens);
   return Guard([&] {
     std::vector<int32_t> ids;
     strata_status s = ToC(model->model->tokenizer().Encode(std::string_view(text, text_len),
@@ -157,8 +194,10 @@ strata_status strata_tokenize(const strata_model* model, const char* text, size_
 
 strata_status strata_detokenize(const strata_model* model, const int32_t* tokens, size_t n_tokens,
                                 char* buf, size_t capacity, size_t* text_len) {
-  STRATA_C_REQUIRE(model && (tokens || n_tokens == 0) && text_len,
-                   "model, tokens and text_len must not be NULL");
+  STRATA_C_REQUIRE_ARG(model);
+  STRATA_C_CHECK_ARRAY(tokens, n_tokens);
+  STRATA_C_CHECK_ARRAY(buf, capacity);  // NULL with capacity 0 asks for the length
+  STRATA_C_REQUIRE_ARG(text_len);
   return Guard([&] {
     const int32_t n_vocab = model->model->tokenizer().n_vocab();
     for (size_t i = 0; i < n_tokens; ++i)
@@ -192,7 +231,8 @@ strata_engine_params strata_engine_default_params(void) {
 
 strata_status strata_engine_create(const strata_model* model, const strata_engine_params* params,
                                    strata_engine** out) {
-  STRATA_C_REQUIRE(model && out, "model and out must not be NULL");
+  STRATA_C_REQUIRE_ARG(model);
+  STRATA_C_REQUIRE_ARG(out);
   *out = nullptr;
   return Guard([&] {
     const strata_engine_params p = params ? *params : strata_engine_default_params();
@@ -236,7 +276,8 @@ strata_generate_params strata_generate_default_params(void) {
 }
 
 strata_status strata_session_create(strata_engine* engine, strata_session** out) {
-  STRATA_C_REQUIRE(engine && out, "engine and out must not be NULL");
+  STRATA_C_REQUIRE_ARG(engine);
+  STRATA_C_REQUIRE_ARG(out);
   *out = nullptr;
   return Guard([&] {
     auto s = std::make_unique<strata_session>();
@@ -249,14 +290,16 @@ strata_status strata_session_create(strata_engine* engine, strata_session** out)
 void strata_session_free(strata_session* session) { delete session; }
 
 strata_status strata_session_reset(strata_session* session) {
-  STRATA_C_REQUIRE(session, "session must not be NULL");
+  STRATA_C_REQUIRE_ARG(session);
   return Guard([&] { return ToC(session->session->Reset()); });
 }
 
 strata_status strata_generate(strata_session* session, const char* prompt,
                               const strata_generate_params* params, strata_token_callback callback,
                               void* user_data, char** text_out) {
-  STRATA_C_REQUIRE(session && prompt, "session and prompt must not be NULL");
+  STRATA_C_REQUIRE_ARG(session);
+  STRATA_C_REQUIRE_ARG(prompt);
+  STRATA_C_CHECK(strata::api::CheckGenerateParams(__func__, params));
   if (text_out) *text_out = nullptr;
   return Guard([&] {
     const strata_generate_params p = params ? *params : strata_generate_default_params();
@@ -279,12 +322,13 @@ strata_status strata_generate_batch(strata_engine* engine, const char* const* pr
                                     size_t n_prompts, const strata_generate_params* params,
                                     strata_token_callback callback, void* const* user_data,
                                     char** texts_out) {
-  STRATA_C_REQUIRE(engine && prompts && n_prompts > 0,
-                   "engine and prompts must not be NULL and n_prompts must be > 0");
-  for (size_t i = 0; i < n_prompts; ++i) {
-    STRATA_C_REQUIRE(prompts[i], "prompt " + std::to_string(i) + " is NULL");
-    if (texts_out) texts_out[i] = nullptr;
-  }
+  STRATA_C_REQUIRE_ARG(engine);
+  STRATA_C_CHECK_STRINGS(prompts, n_prompts);
+  if (n_prompts == 0)
+    return Fail(STRATA_ERR_INVALID_ARGUMENT, std::string(__func__) + ": n_prompts is 0");
+  STRATA_C_CHECK(strata::api::CheckGenerateParams(__func__, params));
+  if (texts_out)
+    for (size_t i = 0; i < n_prompts; ++i) texts_out[i] = nullptr;
   return Guard([&] {
     strata::Engine& e = *engine->engine;
     const strata_generate_params p = params ? *params : strata_generate_default_params();
@@ -311,7 +355,8 @@ strata_status strata_generate_batch(strata_engine* engine, const char* const* pr
 void strata_string_free(char* s) { std::free(s); }
 
 strata_status strata_session_get_stats(const strata_session* session, strata_stats* out) {
-  STRATA_C_REQUIRE(session && out, "session and out must not be NULL");
+  STRATA_C_REQUIRE_ARG(session);
+  STRATA_C_REQUIRE_ARG(out);
   const strata::GenerationStats& s = session->stats;
   std::memset(out, 0, sizeof(*out));
   out->prompt_tokens = s.prompt_tokens;

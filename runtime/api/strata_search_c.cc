@@ -83,9 +83,10 @@ strata_beam_params strata_beam_default_params(void) {
 strata_status strata_beam_search(const strata_model* model, const char* prompt,
                                  const strata_beam_params* params, strata_beam_scorer scorer,
                                  void* user_data, strata_beam_results** out) {
-  if (!model || !prompt || !params || !out)
-    return Fail(STRATA_ERR_INVALID_ARGUMENT,
-                "strata_beam_search: model, prompt, params and out must not be NULL");
+  STRATA_C_REQUIRE_ARG(model);
+  STRATA_C_REQUIRE_ARG(prompt);
+  STRATA_C_REQUIRE_ARG(params);
+  STRATA_C_REQUIRE_ARG(out);
   *out = nullptr;
   try {
     const strata::Model& m = *model->model;
@@ -171,9 +172,8 @@ const strata_beam_result* strata_beam_results_get(const strata_beam_results* res
 
 strata_status strata_beam_results_get_stats(const strata_beam_results* results,
                                             strata_beam_stats* out) {
-  if (!results || !out)
-    return Fail(STRATA_ERR_INVALID_ARGUMENT,
-                "strata_beam_results_get_stats: results and out must not be NULL");
+  STRATA_C_REQUIRE_ARG(results);
+  STRATA_C_REQUIRE_ARG(out);
   const strata::BeamSearchStats& s = results->stats;
   std::memset(out, 0, sizeof(*out));
   out->steps = s.steps;

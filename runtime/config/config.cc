@@ -449,16 +449,27 @@ bool IsSection(const std::string& prefix) {
   return false;
 }
 
-// Counts the nodes a walk of n visits, an alias as often as it is referenced (its expansion),
-// stopping at `budget`: false when the document expands beyond it.
-bool WithinExpansion(const YAML::Node& n, int64_t* budget) {
-  if (--*budget < 0) return false;
+// What the walk that reads a document may meet, aliases expanded: nodes and scalar bytes.
+struct Expansion {
+  int64_t nodes;
+  int64_t bytes;
+};
+
+// Walks n as the reader will, an alias as often as it is referenced, taking each node and its
+// scalar's bytes off `left`: false as soon as either runs out. Aliases share one node in the
+// parsed tree, so this walk copies nothing; the reader copies every scalar it meets.
+bool WithinExpansion(const YAML::Node& n, Expansion* left) {
+  if (--left->nodes < 0) return false;
+  if (n.IsScalar()) {
+    left->bytes -= int64_t(n.Scalar().size());
+    return left->bytes >= 0;
+  }
   if (n.IsMap()) {
     for (auto it = n.begin(); it != n.end(); ++it)
-      if (!WithinExpansion(it->first, budget) || !WithinExpansion(it->second, budget)) return false;
+      if (!WithinExpansion(it->first, left) || !WithinExpansion(it->second, left)) return false;
   } else if (n.IsSequence()) {
     for (const YAML::Node& e : n)
-      if (!WithinExpansion(e, budget)) return false;
+      if (!WithinExpansion(e, left)) return false;
   }
   return true;
 }
@@ -676,12 +687,18 @@ Status ParseConfig(std::string_view yaml_text, const std::string& source, Config
   if (!root.IsMap())
     return Status::InvalidArgument(source + ": the top level must be a map of settings");
   // Aliases share nodes while parsed but expand when read: a small file can stand for
-  // billions of values. The walk below reads every node, so the expansion is bounded first.
-  int64_t budget = kMaxConfigNodes;
-  if (!WithinExpansion(root, &budget))
-    return Status::ResourceExhausted(source + ": expands to more than " +
-                                     std::to_string(kMaxConfigNodes) +
-                                     " values (YAML aliases repeating a large node?)");
+  // billions of values, or for one long string repeated until it fills memory. The walk below
+  // copies every node it reads, so the expansion is bounded first, in values and in bytes.
+  Expansion left{kMaxConfigNodes, kMaxConfigExpandedBytes};
+  if (!WithinExpansion(root, &left)) {
+    if (left.nodes < 0)
+      return Status::ResourceExhausted(source + ": expands to more than " +
+                                       std::to_string(kMaxConfigNodes) +
+                                       " values, the limit (YAML aliases repeating a large node?)");
+    return Status::ResourceExhausted(source + ": its values expand to more than " +
+                                     std::to_string(kMaxConfigExpandedBytes) +
+                                     " bytes, the limit (YAML aliases repeating a long value?)");
+  }
   Config c = *cfg;  // all or nothing: *cfg changes only if every setting is valid
   try {
     STRATA_RETURN_IF_ERROR(Walk(root, "", source, &c));

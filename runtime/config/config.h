@@ -65,10 +65,13 @@ Status SelectTuned(int32_t batch, int32_t context, Config* cfg);
 // Applies the settings in `yaml_text` on top of *cfg (which holds defaults or earlier
 // settings). `source` names the text in errors (usually its file path).
 // Limits on what a config may be: its size, the nesting of its flow collections, and the
-// values it expands to with its aliases (each checked before the values are read).
+// values it expands to with its aliases, counted and in scalar bytes (each checked before the
+// values are read). Without aliases a config holds at most kMaxConfigBytes of scalars; the
+// expanded limit leaves aliases room for that several times over, and no more.
 constexpr size_t kMaxConfigBytes = size_t(1) << 20;
 constexpr int kMaxConfigDepth = 64;
 constexpr int64_t kMaxConfigNodes = 100000;
+constexpr int64_t kMaxConfigExpandedBytes = int64_t(8) << 20;
 Status ParseConfig(std::string_view yaml_text, const std::string& source, Config* cfg);
 // Reads and parses a file.
 Status LoadConfigFile(const std::string& path, Config* cfg);

@@ -194,6 +194,8 @@ int main(int argc, char** argv) {
   CHECK(strstr(strata_last_error(), "'fastest'") != NULL);
   CHECK(strata_beam_search(NULL, kPrompt, &bp, NULL, NULL, &none) == STRATA_ERR_INVALID_ARGUMENT);
   CHECK(strata_beam_results_get_stats(NULL, &st) == STRATA_ERR_INVALID_ARGUMENT);
+  CHECK(strata_beam_results_get_stats(fits, NULL) == STRATA_ERR_INVALID_ARGUMENT);
+  CHECK(strcmp(strata_last_error(), "strata_beam_results_get_stats: out must not be NULL") == 0);
   CHECK(none == NULL);
 
   strata_beam_results_free(fits);

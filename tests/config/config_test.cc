@@ -398,6 +398,45 @@ TEST(ConfigTest, AliasesThatExpandBeyondTheLimitAreRefusedBeforeTheyAreRead) {
   EXPECT_TRUE(c.generate.stop.empty());
 }
 
+// One long string aliased thousands of times stays within the count of values but would
+// expand to gigabytes of stop strings: the expansion's bytes are bounded too.
+TEST(ConfigTest, ALongValueAliasedManyTimesIsRefusedBeforeItIsCopied) {
+  const std::string head = "generate:\n  stop: [&a \"";
+  const std::string aliases = [] {
+    std::string a;
+    for (int i = 0; i < 3000; ++i) a += ", *a";
+    return a;
+  }();
+  const std::string tail = "]\n";
+  // The whole document just fits the size limit; 3001 values are far below the count limit.
+  const size_t value_bytes = kMaxConfigBytes - head.size() - 1 - aliases.size() - tail.size();
+  const std::string doc = head + std::string(value_bytes, 'A') + "\"" + aliases + tail;
+  ASSERT_LE(doc.size(), kMaxConfigBytes);
+  ASSERT_LT(3001, kMaxConfigNodes);
+  Config c;
+  const Status s = Parse(doc, &c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kResourceExhausted) << s.message().substr(0, 300);
+  EXPECT_NE(s.message().find("strata.yaml"), std::string::npos) << s.message().substr(0, 300);
+  EXPECT_NE(s.message().find(std::to_string(kMaxConfigExpandedBytes) + " bytes"), std::string::npos)
+      << s.message().substr(0, 300);
+  EXPECT_TRUE(c.generate.stop.empty());
+
+  // A few aliases of short values are fine, and read as their values.
+  const Status ok = Parse(
+      "generate:\n  stop: [&nl \"\\n\\n\", &u \"User:\", *nl, *u]\n"
+      "tuned:\n"
+      "  - {batch: 1, context: 512, settings: &s {kv.group_size: 8}}\n"
+      "  - {batch: 2, context: 512, settings: *s}\n",
+      &c);
+  ASSERT_TRUE(ok.ok()) << ok.ToString();
+  ASSERT_EQ(c.generate.stop.size(), 4u);
+  EXPECT_EQ(c.generate.stop[2], "\n\n");
+  EXPECT_EQ(c.generate.stop[3], "User:");
+  ASSERT_EQ(c.tuned.size(), 2u);
+  EXPECT_EQ(c.tuned[1].settings, c.tuned[0].settings);
+}
+
 TEST(ConfigTest, OversizedAndDeeplyNestedTextIsRefused) {
   Config c;
   std::string big(kMaxConfigBytes + 1, 'x');

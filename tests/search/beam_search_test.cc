@@ -14,6 +14,7 @@
 
 #include "runtime/model/synthetic_model.h"
 #include "runtime/search/beam_search.h"
+#include "tests/testing/file_modes.h"
 
 namespace strata {
 namespace {
@@ -157,6 +158,46 @@ TEST_F(BeamSearchTest, RAMSlowTierGivesTheSameResultsAsTheBlockStore) {
   ASSERT_OK(RunBeamSearch(model(), prompt, p, nullptr, &ram, &st));
   EXPECT_EQ(st.slow_tier, "ram");
   ExpectSameResults(disk, ram, "ram vs block store");
+}
+
+// The slow tier's file holds the beams' KV: readable by its owner only, unnamed or named
+// (STRATA_STORAGE_FORCE_FALLBACK=tmpfile), whatever the umask (0 would leave a file created
+// 0644 open to everyone, 0277 one created 0600 without its owner's write bit). The scorer
+// looks at the files the process holds open in slow_dir while the search runs.
+TEST_F(BeamSearchTest, SlowTierFileIsOwnerOnly) {
+  const auto prompt = Prompt();
+  for (const char* force : {"", "tmpfile"})
+    for (const mode_t mask : {mode_t(0), mode_t(0277)}) {
+      SCOPED_TRACE(std::string("forced fallback: '") + force + "', umask " +
+                   strata::testing::OctalMode(mask));
+      std::string dir =
+          (std::filesystem::temp_directory_path() / "strata_beam_modes_XXXXXX").string();
+      ASSERT_NE(mkdtemp(dir.data()), nullptr);
+      if (*force) setenv("STRATA_STORAGE_FORCE_FALLBACK", force, 1);
+      BeamSearchParams p = Base();
+      p.slow_dir = dir;
+      p.max_tokens = 32;
+      p.fast_budget_bytes = SearchKvBytes(p, model().hparams(), int32_t(prompt.size())) / 2;
+      std::set<mode_t> seen;
+      CallbackVerifier v([&](const StepCandidate& c, double* score) {
+        for (mode_t m : strata::testing::ModesOfOpenFilesIn(dir)) seen.insert(m);
+        *score = c.step_logprobs.empty() ? 0 : c.step_logprobs[0];
+        return Status::OK();
+      });
+      std::vector<BeamResult> r;
+      BeamSearchStats st;
+      Status s;
+      {
+        strata::testing::ScopedUmask um(mask);
+        s = RunBeamSearch(model(), prompt, p, &v, &r, &st);
+      }
+      unsetenv("STRATA_STORAGE_FORCE_FALLBACK");
+      std::filesystem::remove_all(dir);
+      ASSERT_OK(s);
+      EXPECT_NE(st.slow_tier.find("block store"), std::string::npos) << st.slow_tier;
+      ASSERT_FALSE(seen.empty());
+      for (mode_t m : seen) EXPECT_EQ(strata::testing::OctalMode(m), "0600");
+    }
 }
 
 TEST_F(BeamSearchTest, GreedyChildrenStartDifferentlyAndStayDeterministic) {

@@ -24,6 +24,7 @@
 #include "storage/aligned_buffer.h"
 #include "storage/block_store.h"
 #include "tests/storage/storage_test_util.h"
+#include "tests/testing/file_modes.h"
 
 namespace strata::storage {
 namespace {
@@ -456,6 +457,91 @@ TEST(StoreFileTest, AKeptStoreWithATemporaryLookingNameIsNotRemoved) {
     EXPECT_TRUE(reports.empty());
   }
   EXPECT_EQ(dir.Listing(), "kv-123-4.strata ");
+}
+
+// ---- File modes: a store holds a KV cache, readable by its owner only --------------------
+
+using strata::testing::ModesOfOpenFilesIn;
+using strata::testing::OctalMode;
+using strata::testing::ScopedUmask;
+
+std::string ModeOfPath(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 ? OctalMode(st.st_mode & 07777) : "(no file)";
+}
+
+// 0 and 022 would leave a file created 0644 readable by everyone; 0277 would leave one
+// created 0600 without its owner's write bit.
+constexpr mode_t kUmasks[] = {0, 022, 0277};
+
+TEST(StoreFileTest, AnUnnamedTemporaryStoreIsOwnerOnlyWhateverTheUmask) {
+  for (const mode_t mask : kUmasks) {
+    SCOPED_TRACE("umask " + OctalMode(mask));
+    TempDir dir;
+    ScopedUmask um(mask);
+    std::vector<std::string> reports;
+    std::unique_ptr<BlockStore> store;
+    ASSERT_TRUE(OpenWith(TemporaryOptions(dir.path(), &reports), &store).ok());
+    if (!store->unnamed())
+      GTEST_SKIP() << "the filesystem of " << dir.path() << " has no O_TMPFILE";
+    const std::vector<mode_t> modes = ModesOfOpenFilesIn(dir.path());
+    ASSERT_EQ(modes.size(), 1u);
+    EXPECT_EQ(OctalMode(modes[0]), "0600");
+    EXPECT_TRUE(reports.empty());
+  }
+}
+
+TEST(StoreFileTest, ANamedTemporaryStoreIsOwnerOnlyWhateverTheUmask) {
+  for (const mode_t mask : kUmasks) {
+    SCOPED_TRACE("umask " + OctalMode(mask));
+    TempDir dir;
+    ScopedForce force("tmpfile");
+    ScopedUmask um(mask);
+    std::vector<std::string> reports;
+    std::unique_ptr<BlockStore> store;
+    ASSERT_TRUE(OpenWith(TemporaryOptions(dir.path(), &reports), &store).ok());
+    ASSERT_FALSE(store->unnamed());
+    EXPECT_EQ(ModeOfPath(store->path()), "0600") << store->path();
+    const std::vector<mode_t> modes = ModesOfOpenFilesIn(dir.path());
+    ASSERT_EQ(modes.size(), 1u);
+    EXPECT_EQ(OctalMode(modes[0]), "0600");
+    EXPECT_TRUE(reports.empty());
+  }
+}
+
+TEST(StoreFileTest, ACreatedStoreIsOwnerOnlyWhateverTheUmask) {
+  for (const mode_t mask : kUmasks) {
+    SCOPED_TRACE("umask " + OctalMode(mask));
+    TempDir dir;
+    ScopedUmask um(mask);
+    std::unique_ptr<BlockStore> store;
+    ASSERT_TRUE(OpenWith(Options(dir.path()), &store).ok());
+    EXPECT_EQ(ModeOfPath(dir.path() + "/blocks.strata"), "0600");
+  }
+}
+
+TEST(StoreFileTest, AReopenedKeptStoreBecomesOwnerOnly) {
+  TempDir dir;
+  StoreOptions keep = Options(dir.path());
+  keep.keep_files = true;
+  const std::string path = dir.path() + "/blocks.strata";
+  {
+    std::unique_ptr<BlockStore> store;
+    ASSERT_TRUE(OpenWith(keep, &store).ok());
+  }
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);  // as an earlier version made it
+  keep.mode = OpenMode::kOpenExisting;
+  keep.capacity = 0;
+  std::unique_ptr<BlockStore> store;
+  ASSERT_TRUE(OpenWith(keep, &store).ok());
+  EXPECT_EQ(ModeOfPath(path), "0600");
+  store.reset();
+  // A file that is not a store is refused untouched, its mode included.
+  WriteWholeFile(dir.path() + "/other", std::string(8192, 'x'));
+  ASSERT_EQ(chmod((dir.path() + "/other").c_str(), 0644), 0);
+  keep.file_name = "other";
+  EXPECT_FALSE(OpenWith(keep, &store).ok());
+  EXPECT_EQ(ModeOfPath(dir.path() + "/other"), "0644");
 }
 
 }  // namespace

@@ -9,6 +9,21 @@
  *   and stays valid until the next failing call on the same thread.
  * - Parameter structs come with a *_default_params() function: take the defaults, change
  *   the fields you need, pass a pointer.
+ * - Arguments, checked the same way by every function before it does anything else:
+ *   - A pointer the function needs (a handle, an input, an out parameter) must not be NULL.
+ *     The pointers that may be NULL say so below, and so do the _free functions.
+ *   - An array comes with its count (text/text_len, tokens/capacity, buf/capacity,
+ *     prompts/n_prompts, params->stop/params->n_stop). Its pointer may be NULL only when
+ *     the count is 0.
+ *   - A count above PTRDIFF_MAX is a negative number converted to size_t (-1 arrives as
+ *     SIZE_MAX) and is refused, whatever the pointer.
+ *   - An array of strings holds no NULL element.
+ *   A call that breaks one returns STRATA_ERR_INVALID_ARGUMENT and changes nothing (out
+ *   parameters included); strata_last_error() names the function, the argument and its
+ *   count: "strata_generate: params->stop is NULL but params->n_stop is 3",
+ *   "strata_tokenize: capacity is negative (-1, passed as size_t 18446744073709551615)",
+ *   "strata_generate_batch: prompts[1] is NULL (n_prompts is 2)",
+ *   "strata_model_load: out must not be NULL".
  * - A model may be shared by several engines and threads. An engine and its sessions
  *   belong to one thread at a time.
  * - The header is C99; it never exposes a C++ type.
@@ -92,7 +107,8 @@ STRATA_API strata_status strata_tokenize(const strata_model* model, const char* 
                                          size_t text_len, int add_bos, int parse_special,
                                          int32_t* tokens, size_t capacity, size_t* n_tokens);
 /* Writes the text of `tokens` (NUL-terminated) to `buf`; *text_len gets its length without
- * the NUL. STRATA_ERR_OUT_OF_RANGE with *text_len set when capacity is too small. */
+ * the NUL. STRATA_ERR_OUT_OF_RANGE with *text_len set when capacity is too small (buf NULL
+ * with capacity 0 asks for the length that way). */
 STRATA_API strata_status strata_detokenize(const strata_model* model, const int32_t* tokens,
                                            size_t n_tokens, char* buf, size_t capacity,
                                            size_t* text_len);
@@ -110,6 +126,7 @@ typedef struct strata_engine_params {
 } strata_engine_params;
 
 STRATA_API strata_engine_params strata_engine_default_params(void);
+/* `params` may be NULL: the defaults. */
 STRATA_API strata_status strata_engine_create(const strata_model* model,
                                               const strata_engine_params* params,
                                               strata_engine** out);
@@ -147,16 +164,17 @@ STRATA_API void strata_session_free(strata_session* session);
 /* Forgets the conversation and its KV. */
 STRATA_API strata_status strata_session_reset(strata_session* session);
 
-/* Generates a continuation of `prompt` (NUL-terminated UTF-8). `callback` may be NULL.
- * If `text_out` is not NULL it receives the whole generated text, to be released with
- * strata_string_free. */
+/* Generates a continuation of `prompt` (NUL-terminated UTF-8). `params` may be NULL (the
+ * defaults), and so may `callback`. If `text_out` is not NULL it receives the whole
+ * generated text, to be released with strata_string_free. */
 STRATA_API strata_status strata_generate(strata_session* session, const char* prompt,
                                          const strata_generate_params* params,
                                          strata_token_callback callback, void* user_data,
                                          char** text_out);
 
 /* Generates for n_prompts prompts at once, decoding them together as one batch (the
- * engine needs max_sequences >= n_prompts). The callback's user data is
+ * engine needs max_sequences >= n_prompts; n_prompts 0 is refused). `params` and
+ * `callback` may be NULL, as for strata_generate. The callback's user data is
  * user_data[i] for prompt i (user_data may be NULL). texts_out (NULL or an array of
  * n_prompts pointers) receives each text, to be released with strata_string_free. */
 STRATA_API strata_status strata_generate_batch(strata_engine* engine, const char* const* prompts,
@@ -298,8 +316,10 @@ STRATA_API strata_status strata_beam_search(const strata_model* model, const cha
                                             const strata_beam_params* params,
                                             strata_beam_scorer scorer, void* user_data,
                                             strata_beam_results** out);
+/* 0 when results is NULL. */
 STRATA_API size_t strata_beam_results_count(const strata_beam_results* results);
-/* The i-th best beam, or NULL when i >= count. Valid until strata_beam_results_free. */
+/* The i-th best beam, or NULL when i >= count (or results is NULL). Valid until
+ * strata_beam_results_free. */
 STRATA_API const strata_beam_result* strata_beam_results_get(const strata_beam_results* results,
                                                              size_t i);
 STRATA_API strata_status strata_beam_results_get_stats(const strata_beam_results* results,
