@@ -1,28 +1,18 @@
 #include "runtime/engine/options.h"
 
+#include "common/enum_names.h"
+
 namespace strata {
 
-const char* GpuWeightsName(GpuWeights w) {
-  switch (w) {
-    case GpuWeights::kAuto:
-      return "auto";
-    case GpuWeights::kDevice:
-      return "device";
-    case GpuWeights::kMapped:
-      return "mapped";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumName<GpuWeights> kGpuWeightsNames[] = {
+    {GpuWeights::kAuto, "auto"}, {GpuWeights::kDevice, "device"}, {GpuWeights::kMapped, "mapped"}};
+}  // namespace
+
+const char* GpuWeightsName(GpuWeights w) { return EnumToName(kGpuWeightsNames, w); }
 
 Status ParseGpuWeights(const std::string& text, GpuWeights* out) {
-  for (GpuWeights w : {GpuWeights::kAuto, GpuWeights::kDevice, GpuWeights::kMapped}) {
-    if (text == GpuWeightsName(w)) {
-      *out = w;
-      return Status::OK();
-    }
-  }
-  return Status::InvalidArgument("'" + text +
-                                 "' is not a GPU weight placement (auto, device or mapped)");
+  return EnumFromName(kGpuWeightsNames, "GPU weight placement", text, out);
 }
 
 }  // namespace strata

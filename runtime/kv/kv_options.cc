@@ -1,5 +1,7 @@
 #include "runtime/kv/kv_options.h"
 
+#include "common/enum_names.h"
+
 #include "runtime/kv/disk_kv.h"
 #include "runtime/kv/memory_kv.h"
 #include "runtime/model/model.h"
@@ -16,121 +18,55 @@ Status Range(const char* key, int64_t v, int64_t lo, int64_t hi) {
 
 }  // namespace
 
-const char* KvPolicyKindName(KvPolicyKind kind) {
-  switch (kind) {
-    case KvPolicyKind::kMemory:
-      return "memory";
-    case KvPolicyKind::kDisk:
-      return "disk";
-  }
-  return "?";
-}
+namespace {
 
+constexpr EnumName<KvPolicyKind> kKvPolicyNames[] = {{KvPolicyKind::kMemory, "memory"},
+                                                     {KvPolicyKind::kDisk, "disk"}};
+constexpr EnumName<ReusePolicy> kReusePolicyNames[] = {
+    {ReusePolicy::kFifo, "fifo"}, {ReusePolicy::kLru, "lru"}, {ReusePolicy::kLfu, "lfu"}};
+constexpr EnumName<GroupScoring> kGroupScoringNames[] = {{GroupScoring::kSoftmax, "softmax"},
+                                                         {GroupScoring::kSum, "sum"}};
+constexpr EnumName<AutoSwitch> kAutoSwitchNames[] = {
+    {AutoSwitch::kAuto, "auto"}, {AutoSwitch::kOn, "true"}, {AutoSwitch::kOff, "false"},
+    {AutoSwitch::kOn, "on"},     {AutoSwitch::kOff, "off"}, {AutoSwitch::kOn, "yes"},
+    {AutoSwitch::kOff, "no"},    {AutoSwitch::kOn, "1"},    {AutoSwitch::kOff, "0"}};
+constexpr EnumName<KvRecordType> kKvRecordTypeNames[] = {
+    {KvRecordType::kAuto, "auto"}, {KvRecordType::kF16, "f16"}, {KvRecordType::kQ8_0, "q8_0"}};
+constexpr EnumName<KeySummaryType> kKeySummaryTypeNames[] = {
+    {KeySummaryType::kF16, "f16"}, {KeySummaryType::kQ8, "q8"}, {KeySummaryType::kQ4, "q4"}};
+
+}  // namespace
+
+const char* KvPolicyKindName(KvPolicyKind kind) { return EnumToName(kKvPolicyNames, kind); }
 Status ParseKvPolicyKind(const std::string& name, KvPolicyKind* out) {
-  if (name == "memory") {
-    *out = KvPolicyKind::kMemory;
-    return Status::OK();
-  }
-  if (name == "disk") {
-    *out = KvPolicyKind::kDisk;
-    return Status::OK();
-  }
-  return Status::InvalidArgument("unknown KV policy '" + name + "' (accepted: memory, disk)");
+  return EnumFromName(kKvPolicyNames, "KV policy", name, out);
 }
 
-const char* ReusePolicyName(ReusePolicy p) {
-  switch (p) {
-    case ReusePolicy::kFifo:
-      return "fifo";
-    case ReusePolicy::kLru:
-      return "lru";
-    case ReusePolicy::kLfu:
-      return "lfu";
-  }
-  return "?";
-}
-
+const char* ReusePolicyName(ReusePolicy p) { return EnumToName(kReusePolicyNames, p); }
 Status ParseReusePolicy(const std::string& name, ReusePolicy* out) {
-  for (ReusePolicy p : {ReusePolicy::kFifo, ReusePolicy::kLru, ReusePolicy::kLfu}) {
-    if (name == ReusePolicyName(p)) {
-      *out = p;
-      return Status::OK();
-    }
-  }
-  return Status::InvalidArgument("unknown reuse policy '" + name + "' (accepted: fifo, lru, lfu)");
+  return EnumFromName(kReusePolicyNames, "reuse policy", name, out);
 }
 
-const char* GroupScoringName(GroupScoring s) {
-  return s == GroupScoring::kSoftmax ? "softmax" : "sum";
-}
-
+const char* GroupScoringName(GroupScoring s) { return EnumToName(kGroupScoringNames, s); }
 Status ParseGroupScoring(const std::string& name, GroupScoring* out) {
-  if (name == "softmax" || name == "sum") {
-    *out = name == "sum" ? GroupScoring::kSum : GroupScoring::kSoftmax;
-    return Status::OK();
-  }
-  return Status::InvalidArgument("unknown group scoring '" + name + "' (accepted: softmax, sum)");
+  return EnumFromName(kGroupScoringNames, "group scoring", name, out);
 }
 
-const char* AutoSwitchName(AutoSwitch s) {
-  return s == AutoSwitch::kAuto ? "auto" : s == AutoSwitch::kOn ? "true" : "false";
-}
-
+const char* AutoSwitchName(AutoSwitch s) { return EnumToName(kAutoSwitchNames, s); }
 Status ParseAutoSwitch(const std::string& name, AutoSwitch* out) {
-  if (name == "auto") {
-    *out = AutoSwitch::kAuto;
-  } else if (name == "true" || name == "on" || name == "yes" || name == "1") {
-    *out = AutoSwitch::kOn;
-  } else if (name == "false" || name == "off" || name == "no" || name == "0") {
-    *out = AutoSwitch::kOff;
-  } else {
-    return Status::InvalidArgument("'" + name + "' is not auto, true or false");
-  }
-  return Status::OK();
+  // The message names the three meanings, not every spelling of them.
+  if (EnumFromName(kAutoSwitchNames, "switch", name, out).ok()) return Status::OK();
+  return Status::InvalidArgument("'" + name + "' is not auto, true or false");
 }
 
-const char* KvRecordTypeName(KvRecordType t) {
-  switch (t) {
-    case KvRecordType::kAuto:
-      return "auto";
-    case KvRecordType::kF16:
-      return "f16";
-    case KvRecordType::kQ8_0:
-      return "q8_0";
-  }
-  return "?";
-}
-
+const char* KvRecordTypeName(KvRecordType t) { return EnumToName(kKvRecordTypeNames, t); }
 Status ParseKvRecordType(const std::string& name, KvRecordType* out) {
-  for (KvRecordType t : {KvRecordType::kAuto, KvRecordType::kF16, KvRecordType::kQ8_0}) {
-    if (name == KvRecordTypeName(t)) {
-      *out = t;
-      return Status::OK();
-    }
-  }
-  return Status::InvalidArgument("unknown KV record type '" + name +
-                                 "' (accepted: auto, f16, q8_0)");
+  return EnumFromName(kKvRecordTypeNames, "KV record type", name, out);
 }
 
-const char* KeySummaryTypeName(KeySummaryType t) {
-  switch (t) {
-    case KeySummaryType::kQ8:
-      return "q8";
-    case KeySummaryType::kQ4:
-      return "q4";
-    default:
-      return "f16";
-  }
-}
-
+const char* KeySummaryTypeName(KeySummaryType t) { return EnumToName(kKeySummaryTypeNames, t); }
 Status ParseKeySummaryType(const std::string& name, KeySummaryType* out) {
-  for (KeySummaryType t : {KeySummaryType::kF16, KeySummaryType::kQ8, KeySummaryType::kQ4}) {
-    if (name == KeySummaryTypeName(t)) {
-      *out = t;
-      return Status::OK();
-    }
-  }
-  return Status::InvalidArgument("unknown key summary type '" + name + "' (accepted: f16, q8, q4)");
+  return EnumFromName(kKeySummaryTypeNames, "key summary type", name, out);
 }
 
 Status ValidateDiskKvOptions(const DiskKvOptions& o) {

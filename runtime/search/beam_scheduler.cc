@@ -4,39 +4,26 @@
 #include <numeric>
 #include <unordered_set>
 
+#include "common/enum_names.h"
+
 namespace strata {
 
-const char* BeamScheduleName(BeamSchedule s) {
-  switch (s) {
-    case BeamSchedule::kTokenwise:
-      return "tokenwise";
-    case BeamSchedule::kGrouped:
-      return "grouped";
-    case BeamSchedule::kPrefix:
-      return "prefix";
-    case BeamSchedule::kBalanced:
-      return "balanced";
-  }
-  return "?";
-}
+namespace {
+// The benchmark's letters for the schedules, beside their names.
+constexpr EnumName<BeamSchedule> kBeamScheduleNames[] = {{BeamSchedule::kTokenwise, "tokenwise"},
+                                                         {BeamSchedule::kGrouped, "grouped"},
+                                                         {BeamSchedule::kPrefix, "prefix"},
+                                                         {BeamSchedule::kBalanced, "balanced"},
+                                                         {BeamSchedule::kTokenwise, "a"},
+                                                         {BeamSchedule::kGrouped, "b"},
+                                                         {BeamSchedule::kPrefix, "c"},
+                                                         {BeamSchedule::kBalanced, "d"}};
+}  // namespace
+
+const char* BeamScheduleName(BeamSchedule s) { return EnumToName(kBeamScheduleNames, s); }
 
 Status ParseBeamSchedule(const std::string& name, BeamSchedule* out) {
-  static const struct {
-    const char* name;
-    const char* letter;
-    BeamSchedule s;
-  } kNames[] = {{"tokenwise", "a", BeamSchedule::kTokenwise},
-                {"grouped", "b", BeamSchedule::kGrouped},
-                {"prefix", "c", BeamSchedule::kPrefix},
-                {"balanced", "d", BeamSchedule::kBalanced}};
-  for (const auto& n : kNames)
-    if (name == n.name || name == n.letter) {
-      *out = n.s;
-      return Status::OK();
-    }
-  return Status::InvalidArgument("beam schedule '" + name +
-                                 "': expected tokenwise (a), grouped (b), prefix (c) or "
-                                 "balanced (d)");
+  return EnumFromName(kBeamScheduleNames, "beam schedule", name, out);
 }
 
 int32_t WorkingSetBlocks(std::span<const BeamWork> work, std::span<const int32_t> beams) {
