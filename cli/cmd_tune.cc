@@ -1,8 +1,11 @@
 // strata tune: profile this machine and the model, choose the KV settings per (batch,
 // context), check them by running them, and write strata.yaml (see tuner/tune.h).
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +18,7 @@
 #include "common/file.h"
 #include "common/progress_bar.h"
 #include "platforms/cuda_device.h"
+#include "platforms/platform.h"
 #include "runtime/kv/adapters.h"
 #include "tuner/plot.h"
 #include "tuner/tune.h"
@@ -34,26 +38,50 @@ struct TuneFlags {
   TuneOptions options;
 };
 
-// "512M", "2G", "1048576": bytes.
+// "512M", "2G", "1.5GiB", "1048576": bytes. K, M, G and T are powers of 1024, with or
+// without "iB" (any case); the number is read digit by digit, so a large one is exact.
 Status ParseBytes(const std::string& flag, const std::string& text, int64_t* out) {
-  if (text.empty()) return Status::InvalidArgument(flag + ": empty");
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    return Status::InvalidArgument(flag + ": '" + text + "' is not a size (e.g. 512M, 2G)");
+  const std::string what = flag + ": '" + text + "'";
+  if (text.empty()) return Status::InvalidArgument(flag + ": empty; give a size such as 512M");
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  using Wide = unsigned __int128;
+  constexpr Wide kMax = Wide(INT64_MAX);
+  size_t i = 0;
+  Wide whole = 0, frac = 0, scale = 1;
+  bool too_large = false;
+  for (; i < text.size() && digit(text[i]); ++i) {
+    whole = whole * 10 + Wide(text[i] - '0');
+    too_large = too_large || whole > kMax;
+    if (too_large) whole = kMax + 1;
   }
-  const std::string unit = text.substr(used);
-  const double mul = unit.empty() || unit == "B"    ? 1
-                     : unit == "K" || unit == "KiB" ? 1024.0
-                     : unit == "M" || unit == "MiB" ? 1048576.0
-                     : unit == "G" || unit == "GiB" ? 1073741824.0
-                                                    : -1;
-  if (mul < 0 || !(v > 0) || v * mul > 9.0e18)
-    return Status::InvalidArgument(flag + ": '" + text +
-                                   "' is not a positive size (bytes, or with K, M, G)");
-  *out = int64_t(v * mul);
+  if (i == 0)
+    return Status::InvalidArgument(what + " is not a number (give a size such as 512M or 2G)");
+  if (i < text.size() && text[i] == '.') {
+    const size_t first = ++i;
+    for (; i < text.size() && digit(text[i]); ++i)
+      if (scale < Wide(1000000000000000000ull)) {  // digits past 18 cannot move a byte
+        frac = frac * 10 + Wide(text[i] - '0');
+        scale *= 10;
+      }
+    if (i == first)
+      return Status::InvalidArgument(what + " is not a number (give a size such as 1.5G)");
+  }
+  std::string unit = text.substr(i);
+  for (char& c : unit) c = char(std::tolower(static_cast<unsigned char>(c)));
+  int shift = -1;
+  if (unit.empty() || unit == "b") shift = 0;
+  for (const auto& [name, bits] :
+       {std::pair<const char*, int>{"k", 10}, {"m", 20}, {"g", 30}, {"t", 40}})
+    if (unit == name || unit == std::string(name) + "ib") shift = bits;
+  if (shift < 0)
+    return Status::InvalidArgument(what + ": unknown suffix '" + text.substr(i) +
+                                   "' (use K, M, G or T)");
+  const Wide bytes = too_large ? kMax + 1 : (whole << shift) + (frac << shift) / scale;
+  if (bytes > kMax)
+    return Status::InvalidArgument(what + " is too large (at most " + std::to_string(INT64_MAX) +
+                                   " bytes)");
+  if (bytes == 0) return Status::InvalidArgument(what + " is not a positive size");
+  *out = int64_t(bytes);
   return Status::OK();
 }
 
@@ -369,6 +397,19 @@ Status Tune(TuneFlags& f) {
              ? std::string("no CUDA device is visible to this process")
              : "this process sees " + std::to_string(CudaDevice::Count()) +
                    " CUDA device(s), cuda:0 to cuda:" + std::to_string(CudaDevice::Count() - 1)));
+  // Memory the machine does not have cannot be tuned for: the plans would be chosen for a
+  // process that cannot run here.
+  {
+    PlatformInfo machine;
+    if (DetectPlatform(&machine).ok() && machine.memory_total > 0)
+      for (const auto& [flag, bytes] :
+           {std::pair<const char*, int64_t>{"--memory", f.options.process_memory_bytes},
+            {"--kv-memory", f.options.kv_memory_bytes}})
+        if (bytes > 0 && uint64_t(bytes) > machine.memory_total)
+          return Status::InvalidArgument(
+              std::string("tune: ") + flag + " " + ReadableBytes(uint64_t(bytes)) +
+              " is more than this machine's memory, " + ReadableBytes(machine.memory_total));
+  }
   // Found out now, not after the measurements: every file to write must be new (or
   // --force), a file, and writable; every input there and readable.
   const std::string tmp = f.output + ".tmp";

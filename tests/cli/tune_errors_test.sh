@@ -60,6 +60,16 @@ mkdir -p "$tmp/wq/quality.jsonl"
 expect work-file-dir "--work-dir: '$tmp/wq/quality.jsonl' is a directory, not a regular file" -- --text "$text" --adapters "$tmp/m.adapters" --kv-dir "$tmp/kv" --work-dir "$tmp/wq" -o "$tmp/out/t.yaml"
 rm -r "$tmp/wq"
 
+# Sizes: one parser for K, M, G and T (with or without iB), exact; then the machine.
+expect size-suffix "--memory: '12X': unknown suffix 'X' (use K, M, G or T)" -- "${ok[@]}" --memory 12X -o "$tmp/out/t.yaml"
+expect size-garbage "--kv-memory: 'lots' is not a number" -- "${ok[@]}" --kv-memory lots -o "$tmp/out/t.yaml"
+expect size-zero "--memory: '0' is not a positive size" -- "${ok[@]}" --memory 0 -o "$tmp/out/t.yaml"
+expect size-huge "--memory 976.6 TiB is more than this machine's memory" -- "${ok[@]}" --memory 999999G -o "$tmp/out/t.yaml"
+expect size-tera "--memory 999.0 TiB is more than this machine's memory" -- "${ok[@]}" --memory 999TiB -o "$tmp/out/t.yaml"
+expect kv-size-huge "--kv-memory 976.6 TiB is more than this machine's memory" -- "${ok[@]}" --kv-memory 999999G -o "$tmp/out/t.yaml"
+# Past the model's loading: a byte is less than its weights, and says so in bytes.
+expect size-byte "--memory 1 B leaves no room for KV: the model's weights alone take" -- "${ok[@]}" --memory 1 -o "$tmp/out/t.yaml"
+
 after=$(cd "$tmp" && find . | sort)
 if [ "$before" != "$after" ]; then
   echo "FAIL left behind: $(diff <(echo "$before") <(echo "$after") | grep '^>' | tr '\n' ' ')"

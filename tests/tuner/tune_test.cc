@@ -37,6 +37,17 @@ DeviceProfile Curve() {
   return d;
 }
 
+TEST(ReadableBytesTest, NoSizeButZeroReadsAsZero) {
+  EXPECT_EQ(ReadableBytes(0), "0 B");
+  EXPECT_EQ(ReadableBytes(1), "1 B");
+  EXPECT_EQ(ReadableBytes(1023), "1023 B");
+  EXPECT_EQ(ReadableBytes(1024), "1.0 KiB");
+  EXPECT_EQ(ReadableBytes(1536), "1.5 KiB");
+  EXPECT_EQ(ReadableBytes(uint64_t(512) << 20), "512.0 MiB");
+  EXPECT_EQ(ReadableBytes(uint64_t(999999) << 30), "976.6 TiB");
+  EXPECT_EQ(ReadableBytes(UINT64_MAX), "16.0 EiB");
+}
+
 TEST(DeviceProfileTest, ReadSecondsFollowTheCurve) {
   const DeviceProfile d = Curve();
   // On the curve's points.
@@ -1202,14 +1213,31 @@ TEST_F(TuneTest, ABatchLargerThanAPlansPassIsTunedInSeveralPasses) {
   EXPECT_GT(c.default_tokens_per_second, 0);
 }
 
+// Memory no plan fits is refused before anything is measured (nothing logged), naming the
+// flag, what it gives and the least the tuner could plan with.
 TEST_F(TuneTest, NoPlanInTheMemoryIsAnErrorThatSaysSo) {
   TuneOptions o = Options();
   o.kv_memory_bytes = 4 << 10;
   TuneReport r;
-  Status st = Tune(*model_, o, nullptr, &r);
+  std::vector<std::string> said;
+  const auto say = [&said](const std::string& line) { said.push_back(line); };
+  Status st = Tune(*model_, o, say, &r);
   EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.ToString();
-  EXPECT_NE(st.message().find("--memory"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("--kv-memory 4.0 KiB"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("the least the tuner can plan with is"), std::string::npos)
+      << st.ToString();
+  EXPECT_TRUE(said.empty()) << said[0];
+  // The whole process in a byte: less than the weights, known before the step that measures
+  // what the process needs.
   o.kv_memory_bytes = 0;
+  o.process_memory_bytes = 1;
+  st = Tune(*model_, o, say, &r);
+  EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.ToString();
+  EXPECT_NE(st.message().find("--memory 1 B leaves no room for KV: the model's weights"),
+            std::string::npos)
+      << st.ToString();
+  EXPECT_TRUE(said.empty()) << said[0];
+  o.process_memory_bytes = 0;
   o.contexts = {1 << 20};
   st = Tune(*model_, o, nullptr, &r);
   EXPECT_FALSE(st.ok());
