@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "runtime/engine/engine.h"
+#include "tuner/work_file.h"
 
 namespace strata {
 namespace {
@@ -62,6 +63,7 @@ Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
         in.read(reinterpret_cast<char*>(&stored_key), 8) && stored_key == key) {
       cap.data.resize(values);
       if (in.read(reinterpret_cast<char*>(cap.data.data()), std::streamsize(values * 2))) {
+        ::chmod(path.c_str(), 0600);  // older versions created it with the umask's mode
         *out = std::move(cap);
         return Status::OK();
       }
@@ -86,17 +88,11 @@ Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
     std::copy(view[0].k, view[0].k + n, cap.data.begin() + ptrdiff_t(2 * l * n));
     std::copy(view[0].v, view[0].v + n, cap.data.begin() + ptrdiff_t((2 * l + 1) * n));
   }
-  mkdir(cache_dir.c_str(), 0755);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
-    o.write(kMagic, 8);
-    o.write(reinterpret_cast<const char*>(&key), 8);
-    o.write(reinterpret_cast<const char*>(cap.data.data()), std::streamsize(values * 2));
-    if (!o) return Status::FromErrno("capture: writing " + tmp, errno);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return Status::FromErrno("capture: renaming " + tmp, errno);
+  STRATA_RETURN_IF_ERROR(MakeWorkDir(cache_dir));
+  const std::string_view parts[] = {
+      std::string_view(kMagic, 8), std::string_view(reinterpret_cast<const char*>(&key), 8),
+      std::string_view(reinterpret_cast<const char*>(cap.data.data()), values * 2)};
+  STRATA_RETURN_IF_ERROR(ReplaceWorkFile(path, parts, /*sync=*/false).WithContext("capture"));
   *computed = true;
   *out = std::move(cap);
   return Status::OK();

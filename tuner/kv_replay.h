@@ -48,7 +48,7 @@ struct KvCapture {
 uint64_t FullKvBytes(const HParams& hp, int32_t context);
 
 // Loads the capture of `tokens` from cache_dir, or computes it (memory policy, `threads`
-// workers) and stores it there. *computed tells which.
+// workers) and stores it there (mode 0600: tuner/work_file.h). *computed tells which.
 Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
                      const std::string& cache_dir, int32_t threads, KvCapture* out, bool* computed);
 

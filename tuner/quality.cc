@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -12,6 +14,7 @@
 #include "runtime/engine/engine.h"
 #include "tuner/cost_model.h"
 #include "tuner/kv_replay.h"
+#include "tuner/work_file.h"
 
 namespace strata {
 namespace {
@@ -149,12 +152,10 @@ Status QualityProfiler::Open(const Model& model, const QualityOptions& options,
   STRATA_RETURN_IF_ERROR(
       EvaluationTokens(model, options.text_path, options.skip_fraction, &q->tokens_));
   q->text_hash_ = Fnv64(q->tokens_.data(), q->tokens_.size() * sizeof(int32_t));
-  std::error_code ec;
-  std::filesystem::create_directories(options.cache_dir, ec);
-  if (ec)
-    return Status::IOError("tune: cannot create the work directory " + options.cache_dir + ": " +
-                           ec.message());
+  STRATA_RETURN_IF_ERROR(MakeWorkDir(options.cache_dir));
   q->results_path_ = options.cache_dir + "/quality.jsonl";
+  // Older versions created it with the umask's mode; a file of someone else's stays as it is.
+  ::chmod(q->results_path_.c_str(), 0600);
   std::ifstream in(q->results_path_);
   std::string line;
   int64_t line_no = 0;
@@ -368,14 +369,7 @@ Status QualityProfiler::Measure(const DiskKvOptions& disk, const std::string& ke
 
 Status QualityProfiler::Record(const std::string& key, const WindowQuality& q) {
   results_[key] = q;
-  std::FILE* f = std::fopen(results_path_.c_str(), "a");
-  if (!f) return Status::FromErrno("tune: appending to " + results_path_, errno);
-  const std::string line = ToJson(key, q).dump() + "\n";
-  const bool ok = std::fwrite(line.data(), 1, line.size(), f) == line.size();
-  const bool flushed = std::fflush(f) == 0;
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !flushed || !closed) return Status::FromErrno("tune: writing " + results_path_, errno);
-  return Status::OK();
+  return AppendWorkFile(results_path_, ToJson(key, q).dump() + "\n");
 }
 
 }  // namespace strata

@@ -13,7 +13,8 @@
 // Results are kept in a JSON-lines file, one line per (model, configuration, context,
 // window), so an interrupted tune resumes where it stopped and a rerun measures nothing
 // twice. A line is appended and flushed as soon as its window is done (windows decoded side
-// by side: as soon as they are).
+// by side: as soon as they are). The file and the captures beside it hold the model's
+// activations on the text: they are created readable by their owner only.
 //
 // Runs engines on the caller's thread plus their pools.
 #pragma once

@@ -36,6 +36,14 @@ refused "--memory 150.0 MiB leaves no room for KV: the process needs" --memory 1
   >"$tmp/out.txt" 2>"$tmp/err.txt" ||
   { tail -5 "$tmp/err.txt"; fail "tune"; }
 grep -q "wrote $tmp/strata.yaml" "$tmp/out.txt" || fail "no 'wrote' line: $(cat "$tmp/out.txt")"
+# The work directory holds the model's activations on the text: its owner's only, with no
+# temporary file left.
+[ "$(stat -c %a "$tmp/work")" = 700 ] || fail "work directory mode $(stat -c %a "$tmp/work")"
+ls "$tmp/work"/*.kvcap "$tmp/work/quality.jsonl" >/dev/null || fail "no work files: $(ls "$tmp/work")"
+for f in "$tmp/work"/*; do
+  [ "$(stat -c %a "$f")" = 600 ] || fail "$f has mode $(stat -c %a "$f")"
+  case "$f" in *.tmp) fail "temporary file left: $f" ;; esac
+done
 grep -q "^| 1 | 512 | disk |" "$tmp/out.txt" || fail "no disk entry: $(cat "$tmp/out.txt")"
 python3 - "$tmp/report.json" <<'PY' || fail "report"
 import json, sys
