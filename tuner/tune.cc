@@ -739,6 +739,7 @@ Status Tune(const Model& model, const TuneOptions& options,
   qo.windows = o.windows;
   qo.cache_dir = o.work_dir;
   qo.threads = o.threads;
+  qo.log = say;
   qo.window_stride = *std::max_element(o.contexts.begin(), o.contexts.end());
   {
     // A quarter of what is free now keeps every capture of a usual grid loaded (they are a

@@ -31,6 +31,12 @@ bool WriteAll(int fd, std::string_view data) {
 
 }  // namespace
 
+uint64_t Fnv1a64(const void* p, size_t n, uint64_t h) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
 Status MakeWorkDir(const std::string& dir) {
   std::filesystem::path d(dir);
   if (!d.has_filename() && d.has_parent_path()) d = d.parent_path();  // "work/"

@@ -17,6 +17,10 @@
 
 namespace strata {
 
+// FNV-1a 64 of n bytes from `h` on: what a work file's record carries to tell a whole
+// record from one cut short or altered.
+uint64_t Fnv1a64(const void* p, size_t n, uint64_t h = 0xcbf29ce484222325ull);
+
 // Creates `dir` (and its missing parents, those with the usual mode) with mode 0700 when it
 // does not exist; an existing one is left as it is.
 Status MakeWorkDir(const std::string& dir);
