@@ -1,17 +1,25 @@
 // strata tune: profile this machine and the model, choose the KV settings per (batch,
 // context), check them by running them, and write strata.yaml (see tuner/tune.h).
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "common/file.h"
 #include "common/progress_bar.h"
 #include "platforms/cuda_device.h"
+#include "platforms/platform.h"
+#include "runtime/kv/adapters.h"
 #include "tuner/plot.h"
 #include "tuner/tune.h"
 
@@ -30,31 +38,152 @@ struct TuneFlags {
   TuneOptions options;
 };
 
-// "512M", "2G", "1048576": bytes.
+// "512M", "2G", "1.5GiB", "1048576": bytes. K, M, G and T are powers of 1024, with or
+// without "iB" (any case); the number is read digit by digit, so a large one is exact.
 Status ParseBytes(const std::string& flag, const std::string& text, int64_t* out) {
-  if (text.empty()) return Status::InvalidArgument(flag + ": empty");
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    return Status::InvalidArgument(flag + ": '" + text + "' is not a size (e.g. 512M, 2G)");
+  const std::string what = flag + ": '" + text + "'";
+  if (text.empty()) return Status::InvalidArgument(flag + ": empty; give a size such as 512M");
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  using Wide = unsigned __int128;
+  constexpr Wide kMax = Wide(INT64_MAX);
+  size_t i = 0;
+  Wide whole = 0, frac = 0, scale = 1;
+  bool too_large = false;
+  for (; i < text.size() && digit(text[i]); ++i) {
+    whole = whole * 10 + Wide(text[i] - '0');
+    too_large = too_large || whole > kMax;
+    if (too_large) whole = kMax + 1;
   }
-  const std::string unit = text.substr(used);
-  const double mul = unit.empty() || unit == "B"    ? 1
-                     : unit == "K" || unit == "KiB" ? 1024.0
-                     : unit == "M" || unit == "MiB" ? 1048576.0
-                     : unit == "G" || unit == "GiB" ? 1073741824.0
-                                                    : -1;
-  if (mul < 0 || !(v > 0) || v * mul > 9.0e18)
-    return Status::InvalidArgument(flag + ": '" + text +
-                                   "' is not a positive size (bytes, or with K, M, G)");
-  *out = int64_t(v * mul);
+  if (i == 0)
+    return Status::InvalidArgument(what + " is not a number (give a size such as 512M or 2G)");
+  if (i < text.size() && text[i] == '.') {
+    const size_t first = ++i;
+    for (; i < text.size() && digit(text[i]); ++i)
+      if (scale < Wide(1000000000000000000ull)) {  // digits past 18 cannot move a byte
+        frac = frac * 10 + Wide(text[i] - '0');
+        scale *= 10;
+      }
+    if (i == first)
+      return Status::InvalidArgument(what + " is not a number (give a size such as 1.5G)");
+  }
+  std::string unit = text.substr(i);
+  for (char& c : unit) c = char(std::tolower(static_cast<unsigned char>(c)));
+  int shift = -1;
+  if (unit.empty() || unit == "b") shift = 0;
+  for (const auto& [name, bits] :
+       {std::pair<const char*, int>{"k", 10}, {"m", 20}, {"g", 30}, {"t", 40}})
+    if (unit == name || unit == std::string(name) + "ib") shift = bits;
+  if (shift < 0)
+    return Status::InvalidArgument(what + ": unknown suffix '" + text.substr(i) +
+                                   "' (use K, M, G or T)");
+  const Wide bytes = too_large ? kMax + 1 : (whole << shift) + (frac << shift) / scale;
+  if (bytes > kMax)
+    return Status::InvalidArgument(what + " is too large (at most " + std::to_string(INT64_MAX) +
+                                   " bytes)");
+  if (bytes == 0) return Status::InvalidArgument(what + " is not a positive size");
+  *out = int64_t(bytes);
+  return Status::OK();
+}
+
+const char* KindOf(mode_t m) {
+  if (S_ISREG(m)) return "a regular file";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  return "not a plain file";
+}
+
+std::string DirOf(const std::string& path) {
+  const std::string d = std::filesystem::path(path).parent_path().string();
+  return d.empty() ? "." : d;
+}
+
+// A directory the command will create files in; `name` is what messages call it
+// ("tune: --kv-dir '/x'").
+Status CheckWritableDir(const std::string& name, const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::NotFound(name + " does not exist");
+    return Status::FromErrno(name, errno);
+  }
+  if (!S_ISDIR(st.st_mode))
+    return Status::InvalidArgument(name + " is " + KindOf(st.st_mode) + ", not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return Status::FromErrno(name + ": cannot create files in it", errno);
+  return Status::OK();
+}
+
+// A file the command will write at the end (whole, replacing what is there when `force`):
+// checked before anything is measured, so that a tune never ends in an error about where
+// its result goes.
+Status CheckOutputFile(const std::string& flag, const std::string& path, bool force) {
+  if (path.empty()) return Status::InvalidArgument("tune: " + flag + ": the path is empty");
+  const std::string name = "tune: " + flag + " '" + path + "'";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode))
+      return Status::InvalidArgument(name + " is a directory; give the file to write");
+    if (!S_ISREG(st.st_mode))
+      return Status::InvalidArgument(name + " is " + KindOf(st.st_mode) + ", not a regular file");
+    if (!force)
+      return Status::InvalidArgument("tune: " + path + " exists; give another " + flag +
+                                     " or --force to replace it");
+    if (::access(path.c_str(), W_OK) != 0)
+      return Status::FromErrno(name + " cannot be replaced", errno);
+  } else if (errno != ENOENT) {
+    return Status::FromErrno(name, errno);
+  }
+  const std::string dir = DirOf(path);
+  return CheckWritableDir(name + ": its directory '" + dir + "'", dir);
+}
+
+// A file the command reads: there, a regular file, readable.
+Status CheckInputFile(const std::string& flag, const std::string& path) {
+  int fd = -1;
+  uint64_t size = 0;
+  STRATA_RETURN_IF_ERROR(OpenRegularFile(path, flag.c_str(), &fd, &size));
+  ::close(fd);
+  return Status::OK();
+}
+
+// The work directory and the results file in it: an existing directory must take new files
+// and the file must be a readable and writable regular file; a new one must be creatable,
+// which is decided by the nearest directory above it that exists. Nothing is created here.
+Status CheckWorkDir(const std::string& dir) {
+  const std::string flag = "--work-dir";
+  if (dir.empty()) return Status::InvalidArgument("tune: " + flag + ": the path is empty");
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec)) {
+    STRATA_RETURN_IF_ERROR(CheckWritableDir("tune: " + flag + " '" + dir + "'", dir));
+    const std::string results = dir + "/quality.jsonl";
+    struct stat st {};
+    if (::stat(results.c_str(), &st) == 0) {
+      if (!S_ISREG(st.st_mode))
+        return Status::InvalidArgument("tune: " + flag + ": '" + results + "' is " +
+                                       KindOf(st.st_mode) + ", not a regular file");
+      if (::access(results.c_str(), R_OK | W_OK) != 0)
+        return Status::FromErrno("tune: " + flag + ": '" + results + "'", errno);
+    }
+    return Status::OK();
+  }
+  std::filesystem::path above = std::filesystem::path(dir).parent_path();
+  while (!above.empty() && !std::filesystem::exists(above, ec)) above = above.parent_path();
+  const std::string parent = above.empty() ? "." : above.string();
+  struct stat st {};
+  if (::stat(parent.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+    return Status::InvalidArgument("tune: " + flag + " '" + dir + "': '" + parent + "' is " +
+                                   KindOf(st.st_mode) + ", not a directory");
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    return Status::FromErrno(
+        "tune: " + flag + " '" + dir + "': cannot create it in '" + parent + "'", errno);
   return Status::OK();
 }
 
 std::string Join(const std::vector<int32_t>& v) {
   std::string s;
+  // Appended piece by piece: g++ 12 warns (-Wrestrict, wrongly) on "," + to_string(x) here.
   for (int32_t x : v) {
     if (!s.empty()) s += ',';
     s += std::to_string(x);
@@ -268,24 +397,59 @@ Status Tune(TuneFlags& f) {
              ? std::string("no CUDA device is visible to this process")
              : "this process sees " + std::to_string(CudaDevice::Count()) +
                    " CUDA device(s), cuda:0 to cuda:" + std::to_string(CudaDevice::Count() - 1)));
-  // Found out now, not after the measurements: every file to write must be new (or
-  // --force) and writable.
-  const std::string tmp = f.output + ".tmp";
-  for (const auto& [flag, file] : {std::pair<std::string, std::string>{"-o", f.output},
-                                   {"--report", f.report},
-                                   {"--plot", f.plot}}) {
-    if (file.empty()) continue;
-    if (!f.force && std::filesystem::exists(file))
-      return Status::InvalidArgument("tune: " + file + " exists; give another " + flag +
-                                     " or --force to replace it");
-    const std::string probe_path = flag == "-o" ? tmp : file;
-    const bool existed = std::filesystem::exists(probe_path);
-    std::FILE* probe = std::fopen(probe_path.c_str(), "a");
-    if (!probe)
-      return Status::FromErrno("tune: cannot write " + probe_path + " (" + flag + ")", errno);
-    std::fclose(probe);
-    if (!existed) std::remove(probe_path.c_str());
+  // Memory the machine does not have cannot be tuned for: the plans would be chosen for a
+  // process that cannot run here.
+  {
+    PlatformInfo machine;
+    if (DetectPlatform(&machine).ok() && machine.memory_total > 0)
+      for (const auto& [flag, bytes] :
+           {std::pair<const char*, int64_t>{"--memory", f.options.process_memory_bytes},
+            {"--kv-memory", f.options.kv_memory_bytes}})
+        if (bytes > 0 && uint64_t(bytes) > machine.memory_total)
+          return Status::InvalidArgument(
+              std::string("tune: ") + flag + " " + ReadableBytes(uint64_t(bytes)) +
+              " is more than this machine's memory, " + ReadableBytes(machine.memory_total));
   }
+  // Found out now, not after the measurements: every file to write must be new (or
+  // --force), a file, and writable; every input there and readable.
+  const std::string tmp = f.output + ".tmp";
+  const std::pair<std::string, std::string> outputs[] = {
+      {"-o", f.output}, {"--report", f.report}, {"--plot", f.plot}};
+  for (const auto& [flag, file] : outputs) {
+    if (flag == "-o" || !file.empty()) STRATA_RETURN_IF_ERROR(CheckOutputFile(flag, file, f.force));
+  }
+  for (size_t i = 0; i < std::size(outputs); ++i)
+    for (size_t j = i + 1; j < std::size(outputs); ++j) {
+      if (outputs[i].second.empty() || outputs[j].second.empty()) continue;
+      std::error_code ec;
+      const auto where = [&ec](const std::string& p) {
+        return std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec);
+      };
+      if (where(outputs[i].second) == where(outputs[j].second))
+        return Status::InvalidArgument("tune: " + outputs[i].first + " and " + outputs[j].first +
+                                       " name the same file, " + outputs[j].second);
+    }
+  {
+    // The result is written here first, then renamed over -o.
+    struct stat st {};
+    if (::stat(tmp.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      return Status::InvalidArgument("tune: -o: '" + tmp +
+                                     "', where the result is written before " +
+                                     "it is renamed to " + f.output + ", is " + KindOf(st.st_mode));
+  }
+  STRATA_RETURN_IF_ERROR(CheckInputFile("tune: --text", f.options.text_path));
+  {
+    const std::string adapters =
+        f.options.adapters.empty() ? Adapters::DefaultPath(path) : f.options.adapters;
+    STRATA_RETURN_IF_ERROR(
+        CheckInputFile(
+            f.options.adapters.empty() ? "adapters (beside the model; --adapters)" : "--adapters",
+            adapters)
+            .WithContext("tune needs the model's adapters (strata calibrate writes them)"));
+  }
+  STRATA_RETURN_IF_ERROR(
+      CheckWritableDir("tune: --kv-dir '" + f.options.kv_dir + "'", f.options.kv_dir));
+  if (!f.options.work_dir.empty()) STRATA_RETURN_IF_ERROR(CheckWorkDir(f.options.work_dir));
   std::unique_ptr<Model> model;
   STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
   TuneOptions& o = f.options;
@@ -294,6 +458,7 @@ Status Tune(TuneFlags& f) {
   if (o.work_dir.empty()) {
     const char* home = std::getenv("HOME");
     o.work_dir = std::string(home ? home : ".") + "/.cache/strata/tune/" + model->identity_hex();
+    STRATA_RETURN_IF_ERROR(CheckWorkDir(o.work_dir));
   }
   std::fprintf(stderr, "tune: results kept in %s (a rerun resumes there)\n", o.work_dir.c_str());
   TuneReport report;
@@ -315,10 +480,18 @@ Status Tune(TuneFlags& f) {
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << yaml;
-    if (!out) return Status::FromErrno("tune: writing " + tmp, errno);
+    out.close();
+    if (!out) {
+      const int err = errno;
+      std::remove(tmp.c_str());
+      return Status::FromErrno("tune: writing " + tmp, err);
+    }
   }
-  if (std::rename(tmp.c_str(), f.output.c_str()) != 0)
-    return Status::FromErrno("tune: renaming " + tmp + " to " + f.output, errno);
+  if (std::rename(tmp.c_str(), f.output.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    return Status::FromErrno("tune: renaming " + tmp + " to " + f.output, err);
+  }
   if (!f.report.empty()) {
     std::ofstream out(f.report, std::ios::binary | std::ios::trunc);
     out << ReportJson(o, report).dump(2) << "\n";

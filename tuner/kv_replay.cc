@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "runtime/engine/engine.h"
+#include "tuner/work_file.h"
 
 namespace strata {
 namespace {
@@ -16,9 +18,23 @@ namespace {
 constexpr char kMagic[8] = {'S', 'T', 'R', 'K', 'V', 'C', 'A', 'P'};
 
 uint64_t Fnv64(const void* p, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
-  const auto* b = static_cast<const uint8_t*>(p);
-  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
+  return Fnv1a64(p, n, h);
+}
+
+// A capture's checksum, after its data: FNV-1a's step over 8 bytes at a time, seeded with
+// the capture's key. A capture is tens of megabytes that a tune reads back often; a byte at
+// a time would cost several times the read.
+uint64_t CaptureSum(uint64_t key, const std::vector<uint16_t>& data) {
+  const auto* b = reinterpret_cast<const uint8_t*>(data.data());
+  const size_t n = data.size() * sizeof(uint16_t);
+  uint64_t h = key ^ 0xcbf29ce484222325ull;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, b + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+  }
+  return Fnv1a64(b + i, n - i, h);
 }
 
 }  // namespace
@@ -41,8 +57,8 @@ uint64_t FullKvBytes(const HParams& hp, int32_t context) {
 }
 
 Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
-                     const std::string& cache_dir, int32_t threads, KvCapture* out,
-                     bool* computed) {
+                     const std::string& cache_dir, int32_t threads, KvCapture* out, bool* computed,
+                     const std::function<void(const std::string&)>& log) {
   const HParams& hp = model.hparams();
   KvCapture cap;
   cap.n_layer = hp.n_layer;
@@ -56,15 +72,33 @@ Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
   *computed = false;
   {
     std::ifstream in(path, std::ios::binary);
-    char magic[8];
-    uint64_t stored_key = 0;
-    if (in && in.read(magic, 8) && std::equal(magic, magic + 8, kMagic) &&
-        in.read(reinterpret_cast<char*>(&stored_key), 8) && stored_key == key) {
-      cap.data.resize(values);
-      if (in.read(reinterpret_cast<char*>(cap.data.data()), std::streamsize(values * 2))) {
+    if (in) {
+      char magic[8];
+      uint64_t stored_key = 0, stored_sum = 0;
+      bool whole = in.read(magic, 8) && std::equal(magic, magic + 8, kMagic) &&
+                   in.read(reinterpret_cast<char*>(&stored_key), 8) && stored_key == key;
+      if (whole) {
+        cap.data.resize(values);
+        whole =
+            bool(in.read(reinterpret_cast<char*>(cap.data.data()), std::streamsize(values * 2)));
+      }
+      if (whole) {
+        // The checksum after the data; captures written before it end with the data.
+        if (in.read(reinterpret_cast<char*>(&stored_sum), 8))
+          whole = in.peek() == std::ifstream::traits_type::eof() &&
+                  stored_sum == CaptureSum(key, cap.data);
+        else
+          whole = in.gcount() == 0;
+      }
+      if (whole) {
+        ::chmod(path.c_str(), 0600);  // older versions created it with the umask's mode
         *out = std::move(cap);
         return Status::OK();
       }
+      if (log)
+        log("work file " + path +
+            " is cut short or damaged (its size or checksum does not match); computed again");
+      cap.data.clear();
     }
   }
   EngineOptions eo;
@@ -86,17 +120,13 @@ Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
     std::copy(view[0].k, view[0].k + n, cap.data.begin() + ptrdiff_t(2 * l * n));
     std::copy(view[0].v, view[0].v + n, cap.data.begin() + ptrdiff_t((2 * l + 1) * n));
   }
-  mkdir(cache_dir.c_str(), 0755);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
-    o.write(kMagic, 8);
-    o.write(reinterpret_cast<const char*>(&key), 8);
-    o.write(reinterpret_cast<const char*>(cap.data.data()), std::streamsize(values * 2));
-    if (!o) return Status::FromErrno("capture: writing " + tmp, errno);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return Status::FromErrno("capture: renaming " + tmp, errno);
+  STRATA_RETURN_IF_ERROR(MakeWorkDir(cache_dir));
+  const uint64_t sum = CaptureSum(key, cap.data);
+  const std::string_view parts[] = {
+      std::string_view(kMagic, 8), std::string_view(reinterpret_cast<const char*>(&key), 8),
+      std::string_view(reinterpret_cast<const char*>(cap.data.data()), values * 2),
+      std::string_view(reinterpret_cast<const char*>(&sum), 8)};
+  STRATA_RETURN_IF_ERROR(ReplaceWorkFile(path, parts, /*sync=*/false).WithContext("capture"));
   *computed = true;
   *out = std::move(cap);
   return Status::OK();

@@ -48,9 +48,12 @@ struct KvCapture {
 uint64_t FullKvBytes(const HParams& hp, int32_t context);
 
 // Loads the capture of `tokens` from cache_dir, or computes it (memory policy, `threads`
-// workers) and stores it there. *computed tells which.
+// workers) and stores it there (mode 0600, with a checksum: tuner/work_file.h). *computed
+// tells which. A stored capture cut short or damaged is reported to `log` (optional) and
+// computed again.
 Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
-                     const std::string& cache_dir, int32_t threads, KvCapture* out, bool* computed);
+                     const std::string& cache_dir, int32_t threads, KvCapture* out, bool* computed,
+                     const std::function<void(const std::string&)>& log = nullptr);
 
 // An engine for the tuner's runs: `threads` workers, n_ctx tokens, up to max_sequences
 // sequences, full KV in memory or the disk policy `disk` (when not null), on the CPU or the

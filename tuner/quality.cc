@@ -2,16 +2,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <string_view>
 
+#include "common/file.h"
 #include "runtime/engine/engine.h"
 #include "tuner/cost_model.h"
 #include "tuner/kv_replay.h"
+#include "tuner/work_file.h"
 
 namespace strata {
 namespace {
@@ -21,10 +25,38 @@ namespace {
 constexpr float kClearMargin = 0.5f;
 constexpr char kFullKey[] = "full";
 
-uint64_t Fnv64(const void* p, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
-  const auto* b = static_cast<const uint8_t*>(p);
-  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
+uint64_t Fnv64(const void* p, size_t n) { return Fnv1a64(p, n); }
+
+// A record's line: its JSON with one more field, last, "fnv1a": the FNV-1a 64 of the JSON
+// text without it, in 16 hex digits. The line stays a JSON object.
+constexpr std::string_view kSealHead = ",\"fnv1a\":\"";
+constexpr size_t kSealSize = kSealHead.size() + 16 + 2;  // the head, the digits, "}
+
+std::string Sealed(const nlohmann::json& record) {
+  const std::string text = record.dump();
+  char sum[17];
+  std::snprintf(sum, sizeof sum, "%016llx", (unsigned long long)Fnv1a64(text.data(), text.size()));
+  return text.substr(0, text.size() - 1) + std::string(kSealHead) + sum + "\"}\n";
+}
+
+// The record of a line, in *text: a sealed line's without its seal, when the checksum
+// matches; a line without a seal (written before lines had one) as it is, to be parsed
+// whole. False for a seal that does not match its record, or is not one.
+bool Unseal(std::string_view line, std::string* text) {
+  const size_t head = line.size() >= kSealSize ? line.size() - kSealSize : std::string_view::npos;
+  if (head == std::string_view::npos || line.substr(head, kSealHead.size()) != kSealHead) {
+    *text = std::string(line);
+    return line.find(kSealHead.substr(1)) == std::string_view::npos;  // a seal cut short
+  }
+  if (line.substr(line.size() - 2) != "\"}") return false;
+  uint64_t sum = 0;
+  for (char c : line.substr(head + kSealHead.size(), 16)) {
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return false;
+    sum = sum << 4 | uint64_t(d);
+  }
+  *text = std::string(line.substr(0, head)) + "}";
+  return Fnv1a64(text->data(), text->size()) == sum;
 }
 
 void Accumulate(const float* logits, int32_t n_vocab, int32_t target, WindowQuality* q) {
@@ -149,26 +181,68 @@ Status QualityProfiler::Open(const Model& model, const QualityOptions& options,
   STRATA_RETURN_IF_ERROR(
       EvaluationTokens(model, options.text_path, options.skip_fraction, &q->tokens_));
   q->text_hash_ = Fnv64(q->tokens_.data(), q->tokens_.size() * sizeof(int32_t));
-  std::error_code ec;
-  std::filesystem::create_directories(options.cache_dir, ec);
-  if (ec)
-    return Status::IOError("tune: cannot create the work directory " + options.cache_dir + ": " +
-                           ec.message());
+  STRATA_RETURN_IF_ERROR(MakeWorkDir(options.cache_dir));
   q->results_path_ = options.cache_dir + "/quality.jsonl";
-  std::ifstream in(q->results_path_);
-  std::string line;
-  int64_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.empty()) continue;
-    // A line cut short by an interruption is measured again, not trusted.
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    std::string key;
-    WindowQuality w;
-    if (!j.is_discarded() && FromJson(j, &key, &w)) q->results_[key] = std::move(w);
-  }
+  STRATA_RETURN_IF_ERROR(q->Load());
   *out = std::move(q);
   return Status::OK();
+}
+
+Status QualityProfiler::Load() {
+  std::string all;
+  {
+    std::error_code ec;
+    if (!std::filesystem::exists(results_path_, ec)) return Status::OK();
+    STRATA_RETURN_IF_ERROR(
+        ReadRegularFile(results_path_, "tune's results file", uint64_t(1) << 40, &all));
+    // Older versions created it with the umask's mode; a file of someone else's stays as
+    // it is.
+    ::chmod(results_path_.c_str(), 0600);
+  }
+  // The whole lines, as they were: what the file is rewritten to when some are damaged.
+  std::string kept;
+  std::vector<int64_t> damaged;
+  int64_t line_no = 0;
+  for (size_t at = 0; at < all.size();) {
+    const size_t end = all.find('\n', at);
+    const bool terminated = end != std::string::npos;
+    const std::string_view line =
+        std::string_view(all).substr(at, (terminated ? end : all.size()) - at);
+    at = terminated ? end + 1 : all.size();
+    ++line_no;
+    if (line.empty()) continue;
+    // A line without its newline was cut short while it was written, however whole it
+    // reads: it is measured again, like one whose checksum does not match.
+    std::string text;
+    nlohmann::json j;
+    if (terminated && Unseal(line, &text))
+      j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) {
+      damaged.push_back(line_no);
+      continue;
+    }
+    kept.append(line);
+    kept += '\n';
+    // Lines of older versions that lack a field are measured again too (FromJson), but
+    // they are whole: kept, as an older tune may still read them.
+    std::string key;
+    WindowQuality w;
+    if (FromJson(j, &key, &w)) results_[key] = std::move(w);
+  }
+  if (damaged.empty()) return Status::OK();
+  std::string lines;
+  for (size_t i = 0; i < damaged.size() && i < 10; ++i)
+    lines += (i ? ", " : "") + std::to_string(damaged[i]);
+  if (damaged.size() > 10) lines += " and " + std::to_string(damaged.size() - 10) + " more";
+  if (options_.log)
+    options_.log("work file " + results_path_ + ": line" + (damaged.size() > 1 ? "s " : " ") +
+                 lines +
+                 " cut short or damaged (no newline, or a checksum that does not match); not "
+                 "used, measured again");
+  // Rewritten with the whole lines only: the next record appended starts a line of its own,
+  // and the damage is reported once.
+  const std::string_view parts[] = {kept};
+  return ReplaceWorkFile(results_path_, parts, /*sync=*/true);
 }
 
 int32_t QualityProfiler::WindowsAvailable(int32_t context) const {
@@ -204,7 +278,8 @@ Status QualityProfiler::Capture(int32_t context, int32_t w,
   auto cap = std::make_shared<KvCapture>();
   bool computed = false;
   STRATA_RETURN_IF_ERROR(LoadOrCapture(model_, std::span<const int32_t>(tokens_.data() + begin, n),
-                                       options_.cache_dir, options_.threads, cap.get(), &computed));
+                                       options_.cache_dir, options_.threads, cap.get(), &computed,
+                                       options_.log));
   const uint64_t bytes = cap->data.size() * sizeof(uint16_t);
   if (it == held_.end() && held_bytes_ + bytes <= options_.capture_memory_bytes) {
     held_.emplace(begin, cap);
@@ -368,14 +443,7 @@ Status QualityProfiler::Measure(const DiskKvOptions& disk, const std::string& ke
 
 Status QualityProfiler::Record(const std::string& key, const WindowQuality& q) {
   results_[key] = q;
-  std::FILE* f = std::fopen(results_path_.c_str(), "a");
-  if (!f) return Status::FromErrno("tune: appending to " + results_path_, errno);
-  const std::string line = ToJson(key, q).dump() + "\n";
-  const bool ok = std::fwrite(line.data(), 1, line.size(), f) == line.size();
-  const bool flushed = std::fflush(f) == 0;
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !flushed || !closed) return Status::FromErrno("tune: writing " + results_path_, errno);
-  return Status::OK();
+  return AppendWorkFile(results_path_, Sealed(ToJson(key, q)));
 }
 
 }  // namespace strata

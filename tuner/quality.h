@@ -13,13 +13,18 @@
 // Results are kept in a JSON-lines file, one line per (model, configuration, context,
 // window), so an interrupted tune resumes where it stopped and a rerun measures nothing
 // twice. A line is appended and flushed as soon as its window is done (windows decoded side
-// by side: as soon as they are).
+// by side: as soon as they are). Each line ends with a checksum of its record (the field
+// "fnv1a", last): a line cut short by an interruption, or altered, is told from a whole one,
+// reported once, left out of the file (rewritten without it, so the next line appended never
+// continues a partial one) and measured again. The file and the captures beside it hold the
+// model's activations on the text: they are created readable by their owner only.
 //
 // Runs engines on the caller's thread plus their pools.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -112,6 +117,8 @@ struct QualityOptions {
   // same bound holds the KV of windows decoded side by side (full KV, or a plan's budget,
   // a window): past it they run a few at a time.
   uint64_t capture_memory_bytes = 0;
+  // Optional: where damaged work files (results lines, captures) are reported.
+  std::function<void(const std::string&)> log;
 };
 
 class QualityProfiler {
@@ -151,6 +158,9 @@ class QualityProfiler {
   Status Missing(const std::string& config, int32_t context, const DiskKvOptions* disk);
   // Keeps a result and appends it to the results file, flushed.
   Status Record(const std::string& key, const WindowQuality& q);
+  // Reads the results file's whole lines; rewrites it without its damaged ones, which are
+  // reported (options_.log) and measured again.
+  Status Load();
 
   const Model& model_;
   QualityOptions options_;

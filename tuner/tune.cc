@@ -336,6 +336,78 @@ std::string Format(const char* fmt, double a, double b = 0, double c = 0) {
   return buf;
 }
 
+// The settings each budget's disk plans start from (Search::Plans): every sigma (0: the
+// runtime's choice), G, record type and read-through, the first all automatic.
+std::vector<DiskKvOptions> BaseSettings(const TuneOptions& o, const std::string& adapters_path,
+                                        const std::vector<int32_t>& ratios, int64_t budget) {
+  std::vector<int32_t> sigmas = {0};
+  sigmas.insert(sigmas.end(), ratios.begin(), ratios.end());
+  std::vector<DiskKvOptions> out;
+  for (int32_t ratio : sigmas)
+    for (int32_t g : {0, 4, 8, 16})
+      for (KvRecordType rt : {KvRecordType::kAuto, KvRecordType::kF16})
+        for (int32_t t : {-1, 0}) {
+          DiskKvOptions d;
+          d.dir = o.kv_dir;
+          d.adapters = adapters_path;
+          d.emulate_emmc = o.emulate_emmc;
+          d.ratio = ratio;
+          d.group_size = g;
+          d.record_type = rt;
+          d.read_through = t;
+          d.budget_bytes = budget;
+          out.push_back(std::move(d));
+        }
+  return out;
+}
+
+// Whether any disk plan the search could try at `context` fits `budget` bytes a sequence.
+bool AnyPlanFits(const Model& model, const TuneOptions& o, const Adapters& adapters,
+                 const std::string& adapters_path, const std::vector<int32_t>& ratios,
+                 uint32_t block, int32_t context, int64_t budget) {
+  const HParams& hp = model.hparams();
+  DiskKvPlan plan;
+  for (const DiskKvOptions& d : BaseSettings(o, adapters_path, ratios, budget))
+    if (PlanDiskKv({hp.n_layer, hp.n_head_kv, hp.head_dim, context}, d, block, &plan,
+                   &adapters.profile, ratios, hp.n_head)
+            .ok())
+      return true;
+  return false;
+}
+
+// Before anything is measured: every (batch, context) of the grid can be tuned in `memory`
+// bytes of KV for a batch, with full KV or with a disk plan. `given` says where the memory
+// came from ("--kv-memory 4.0 KiB").
+Status CheckKvMemory(const Model& model, const TuneOptions& o, const Adapters& adapters,
+                     const std::string& adapters_path, const std::vector<int32_t>& ratios,
+                     uint32_t block, uint64_t memory, const std::string& given) {
+  for (int32_t context : o.contexts)
+    for (int32_t batch : o.batches) {
+      const uint64_t full = FullKvBytes(model.hparams(), context);
+      const uint64_t per_seq = memory / uint64_t(batch);
+      if (per_seq >= full ||
+          AnyPlanFits(model, o, adapters, adapters_path, ratios, block, context, int64_t(per_seq)))
+        continue;
+      // The least a sequence needs: a plan fits any budget above one that it fits, so the
+      // boundary is found by halving (full KV fits at `full`).
+      uint64_t lo = per_seq, hi = full;
+      while (hi - lo > 1) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (AnyPlanFits(model, o, adapters, adapters_path, ratios, block, context, int64_t(mid)))
+          hi = mid;
+        else
+          lo = mid;
+      }
+      return Status::ResourceExhausted(
+          "tune: " + given + " of KV memory for a batch: at batch " + std::to_string(batch) +
+          " and context " + std::to_string(context) + " a sequence gets " + ReadableBytes(per_seq) +
+          ", where neither full KV (" + ReadableBytes(full) +
+          ") nor any disk plan fits; the least the tuner can plan with is " + ReadableBytes(hi) +
+          " a sequence, " + ReadableBytes(hi * uint64_t(batch)) + " for the batch");
+    }
+  return Status::OK();
+}
+
 // The search for one (batch, context).
 struct Search {
   const Model& model;
@@ -379,41 +451,30 @@ struct Search {
   // settings the plan resolves the same way are one candidate. The first is the runtime's
   // own choice (every setting automatic), when its plan fits.
   std::vector<Candidate> Plans(int32_t batch, int32_t context, int64_t budget) const {
-    std::vector<int32_t> sigmas = {0};
-    sigmas.insert(sigmas.end(), ratios.begin(), ratios.end());
     std::vector<Candidate> out;
-    for (int32_t ratio : sigmas)
-      for (int32_t g : {0, 4, 8, 16})
-        for (KvRecordType rt : {KvRecordType::kAuto, KvRecordType::kF16})
-          for (int32_t t : {-1, 0}) {
-            Candidate c;
-            c.options.dir = o.kv_dir;
-            c.options.adapters = adapters_path;
-            c.options.emulate_emmc = o.emulate_emmc;
-            c.options.ratio = ratio;
-            c.options.group_size = g;
-            c.options.record_type = rt;
-            c.options.read_through = t;
-            c.options.budget_bytes = budget;
-            c.automatic = ratio == 0 && g == 0 && rt == KvRecordType::kAuto && t == -1;
-            const size_t before = out.size();
-            Add(batch, context, c, &out);
-            if (out.size() == before) continue;
-            // The same settings with fewer groups re-selected a step. Read-through serves
-            // selections beyond the slots; with M below the slots it has nothing to do.
-            const DiskKvPlan& base = out.back().plan;
-            const int32_t attended = base.reuse_slots + base.transient_groups;
-            Candidate v = out.back();
-            v.automatic = false;
-            v.parent = int32_t(out.size()) - 1;
-            v.options.read_through = 0;
-            for (double share : kGroupShares) {
-              v.options.groups_per_step = std::max(1, int32_t(std::lround(share * attended)));
-              const size_t n = out.size();
-              Add(batch, context, v, &out);
-              if (out.size() > n) v.parent = int32_t(n);
-            }
-          }
+    for (const DiskKvOptions& base : BaseSettings(o, adapters_path, ratios, budget)) {
+      Candidate c;
+      c.options = base;
+      c.automatic = base.ratio == 0 && base.group_size == 0 &&
+                    base.record_type == KvRecordType::kAuto && base.read_through == -1;
+      const size_t before = out.size();
+      Add(batch, context, c, &out);
+      if (out.size() == before) continue;
+      // The same settings with fewer groups re-selected a step. Read-through serves
+      // selections beyond the slots; with M below the slots it has nothing to do.
+      const DiskKvPlan& plan = out.back().plan;
+      const int32_t attended = plan.reuse_slots + plan.transient_groups;
+      Candidate v = out.back();
+      v.automatic = false;
+      v.parent = int32_t(out.size()) - 1;
+      v.options.read_through = 0;
+      for (double share : kGroupShares) {
+        v.options.groups_per_step = std::max(1, int32_t(std::lround(share * attended)));
+        const size_t n = out.size();
+        Add(batch, context, v, &out);
+        if (out.size() > n) v.parent = int32_t(n);
+      }
+    }
     return out;
   }
 
@@ -444,11 +505,9 @@ struct Search {
     if (n_plans == 0 && !memory_fits)
       return Status::ResourceExhausted(
           "tune: at batch " + std::to_string(batch) + " and context " + std::to_string(context) +
-          " neither full KV (" + std::to_string(full) +
-          " bytes a sequence) nor any disk plan "
-          "fits " +
-          std::to_string(per_seq) + " bytes of KV memory a sequence (--memory " +
-          std::to_string(memory) + " for the batch)");
+          " neither full KV (" + ReadableBytes(full) + " a sequence) nor any disk plan fits " +
+          ReadableBytes(per_seq) + " of KV memory a sequence (" + ReadableBytes(memory) +
+          " for the batch); give more with --memory or --kv-memory");
     say("  full KV " + std::to_string(full >> 10) + " KiB a sequence " +
         (memory_fits ? "fits" : "does not fit") + " in " + std::to_string(per_seq >> 10) +
         " KiB; " + std::to_string(n_plans) + " disk plans at " + std::to_string(budgets.size()) +
@@ -562,6 +621,20 @@ struct Search {
 
 }  // namespace
 
+std::string ReadableBytes(uint64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = double(bytes) / 1024;
+  size_t u = 0;
+  while (v >= 1024 && u + 1 < std::size(kUnits)) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
+  return buf;
+}
+
 Status Tune(const Model& model, const TuneOptions& options,
             const std::function<void(const std::string&)>& progress, TuneReport* out) {
   TuneOptions o = options;  // threads: the search's choice where left at 0
@@ -582,9 +655,47 @@ Status Tune(const Model& model, const TuneOptions& options,
 
   if (!std::filesystem::is_directory(o.kv_dir))
     return Status::InvalidArgument("tune: the KV directory " + o.kv_dir + " is not a directory");
+  if (o.process_memory_bytes > 0 && o.kv_memory_bytes > 0)
+    return Status::InvalidArgument(
+        "tune: --memory (the whole process) and --kv-memory (KV of a batch) are alternatives; "
+        "give one");
 
   TuneReport report;
   const int32_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+  // The process's memory must hold the weights at least: known now, before the measured
+  // step below, which would touch them all.
+  const auto margin_of = [](int64_t process_memory) {
+    return uint64_t(process_memory) / 20 + (uint64_t(16) << 20);
+  };
+  if (o.process_memory_bytes > 0 &&
+      uint64_t(o.process_memory_bytes) <= model.weight_bytes() + margin_of(o.process_memory_bytes))
+    return Status::ResourceExhausted(
+        "tune: --memory " + ReadableBytes(uint64_t(o.process_memory_bytes)) +
+        " leaves no room for KV: the model's weights alone take " +
+        ReadableBytes(model.weight_bytes()) + ", besides a margin of " +
+        ReadableBytes(margin_of(o.process_memory_bytes)));
+
+  // What every disk plan needs, read before anything is measured: the adapters, and the
+  // block size of the KV directory's store.
+  const std::string adapters_path =
+      o.adapters.empty() ? Adapters::DefaultPath(model.path()) : o.adapters;
+  Adapters adapters;
+  STRATA_RETURN_IF_ERROR(Adapters::Read(adapters_path, &adapters)
+                             .WithContext("tune needs the model's adapters (strata calibrate)"));
+  STRATA_RETURN_IF_ERROR(adapters.CheckModel(model, adapters_path));
+  uint32_t block = 0;
+  {
+    DiskKvOptions at;
+    at.dir = o.kv_dir;
+    STRATA_RETURN_IF_ERROR(DiskKvStore::ProbeBlockSize(at, &block));
+  }
+  std::vector<int32_t> ratios;
+  for (const AdapterSet& a : adapters.sets) ratios.push_back(a.ratio);
+  if (o.kv_memory_bytes > 0)
+    STRATA_RETURN_IF_ERROR(
+        CheckKvMemory(model, o, adapters, adapters_path, ratios, block, uint64_t(o.kv_memory_bytes),
+                      "--kv-memory " + ReadableBytes(uint64_t(o.kv_memory_bytes))));
+
   // What the process holds without KV: measured first, before the tuner's own buffers, on a
   // pass as large as a prefill chunk and a decode step of the largest batch (what a run
   // touches of its scratch), with full KV of a short context.
@@ -607,18 +718,19 @@ Status Tune(const Model& model, const TuneOptions& options,
   uint64_t memory = uint64_t(std::max<int64_t>(0, o.kv_memory_bytes));
   if (o.process_memory_bytes > 0) {
     const uint64_t base = uint64_t(report.process_base_bytes);
-    const uint64_t margin = uint64_t(o.process_memory_bytes) / 20 + (uint64_t(16) << 20);
+    const uint64_t margin = margin_of(o.process_memory_bytes);
+    const std::string given = "--memory " + ReadableBytes(uint64_t(o.process_memory_bytes));
     if (uint64_t(o.process_memory_bytes) <= base + margin)
       return Status::ResourceExhausted(
-          "tune: --memory " + std::to_string(o.process_memory_bytes >> 20) +
-          " MiB leaves no room for KV: the process needs " + std::to_string(base >> 20) +
-          " MiB without it (model and scratch at batch " + std::to_string(max_batch) +
-          ", measured) and a margin of " + std::to_string(margin >> 20) + " MiB");
+          "tune: " + given + " leaves no room for KV: the process needs " + ReadableBytes(base) +
+          " without it (model and scratch at batch " + std::to_string(max_batch) +
+          ", measured) and a margin of " + ReadableBytes(margin));
     memory = uint64_t(o.process_memory_bytes) - base - margin;
-    say(Format("KV memory for a batch: %.1f MiB of --memory %.1f MiB (the process needs ",
-               double(memory) / 1048576.0, double(o.process_memory_bytes) / 1048576.0) +
-        Format("%.1f MiB without KV, the margin is %.1f MiB)", double(base) / 1048576.0,
-               double(margin) / 1048576.0));
+    say("KV memory for a batch: " + ReadableBytes(memory) + " of " + given +
+        " (the process needs " + ReadableBytes(base) + " without KV, the margin is " +
+        ReadableBytes(margin) + ")");
+    STRATA_RETURN_IF_ERROR(CheckKvMemory(model, o, adapters, adapters_path, ratios, block, memory,
+                                         given + " leaves " + ReadableBytes(memory)));
   }
 
   QualityOptions qo;
@@ -627,6 +739,7 @@ Status Tune(const Model& model, const TuneOptions& options,
   qo.windows = o.windows;
   qo.cache_dir = o.work_dir;
   qo.threads = o.threads;
+  qo.log = say;
   qo.window_stride = *std::max_element(o.contexts.begin(), o.contexts.end());
   {
     // A quarter of what is free now keeps every capture of a usual grid loaded (they are a
@@ -643,13 +756,6 @@ Status Tune(const Model& model, const TuneOptions& options,
                                    " windows of " + std::to_string(qo.window_stride) +
                                    " tokens (the longest context); --windows asks for " +
                                    std::to_string(o.windows));
-
-  const std::string adapters_path =
-      o.adapters.empty() ? Adapters::DefaultPath(model.path()) : o.adapters;
-  Adapters adapters;
-  STRATA_RETURN_IF_ERROR(Adapters::Read(adapters_path, &adapters)
-                             .WithContext("tune needs the model's adapters (strata calibrate)"));
-  STRATA_RETURN_IF_ERROR(adapters.CheckModel(model, adapters_path));
 
   say("profiling the KV device under " + o.kv_dir);
   DeviceProfileOptions dpo;
@@ -788,15 +894,6 @@ Status Tune(const Model& model, const TuneOptions& options,
     const uint64_t taken = model.weight_bytes() + kMemoryMargin;
     memory = avail > taken ? avail - taken : 0;
   }
-  uint32_t block = 0;
-  {
-    DiskKvOptions at;
-    at.dir = o.kv_dir;
-    STRATA_RETURN_IF_ERROR(DiskKvStore::ProbeBlockSize(at, &block));
-  }
-  std::vector<int32_t> ratios;
-  for (const AdapterSet& a : adapters.sets) ratios.push_back(a.ratio);
-
   Search search{model, o, report, *quality, adapters, adapters_path, ratios, block, say};
   for (int32_t context : o.contexts) {
     for (int32_t batch : o.batches) {

@@ -171,6 +171,11 @@ struct TuneReport {
 Status Tune(const Model& model, const TuneOptions& options,
             const std::function<void(const std::string&)>& progress, TuneReport* out);
 
+// A byte count for people: "1 B", "812 B", "1.5 KiB", "976.6 TiB". Below 1 KiB the exact
+// bytes, else the largest binary unit it holds at least one of, so no size that is not zero
+// reads as zero.
+std::string ReadableBytes(uint64_t bytes);
+
 // The configuration `strata tune` writes: the model, the largest context and the batch-1
 // choice as the base settings, one tuned entry per choice, and the provenance.
 Config TunedConfig(const Model& model, const TuneOptions& options, const TuneReport& report);

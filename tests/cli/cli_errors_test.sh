@@ -108,18 +108,22 @@ else
   echo "FAIL chat-line: exit $rc: $(tail -c 600 <<<"$out")"; fails=$((fails + 1))
 fi
 
-# strata tune refuses what it cannot do before it measures anything.
-expect tune-output "cannot write $tmp/nodir/strata.yaml.tmp" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/nodir/strata.yaml"
+
+# strata tune refuses what it cannot do before it measures anything (more cases in
+# tune_errors_test.sh). An empty adapters file stands in where a case needs one to get past
+# the inputs' checks: none reads it.
+touch "$tmp/m.adapters"
+expect tune-output "-o '$tmp/nodir/strata.yaml': its directory '$tmp/nodir' does not exist" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/nodir/strata.yaml"
 expect tune-exists "typo.yaml exists; give another -o or --force" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/typo.yaml"
-expect tune-memory "--memory: '12X' is not a positive size" -- "$strata" tune -m "$model" --text "$tmp/long.txt" --memory 12X -o "$tmp/t.yaml"
+expect tune-memory "--memory: '12X': unknown suffix 'X' (use K, M, G or T)" -- "$strata" tune -m "$model" --text "$tmp/long.txt" --memory 12X -o "$tmp/t.yaml"
 expect tune-memory-both "--memory (the whole process) and --kv-memory (KV of a batch) are alternatives" -- "$strata" tune -m "$model" --text "$tmp/long.txt" --memory 1G --kv-memory 64M -o "$tmp/t.yaml"
-expect tune-memory-small "--memory 64 MiB leaves no room for KV: the process needs" -- "$strata" tune -m "$model" --text "$tmp/long.txt" --contexts 512 --windows 1 --memory 64M -o "$tmp/t.yaml"
+expect tune-memory-small "--memory 64.0 MiB leaves no room for KV: the model's weights alone take" -- "$strata" tune -m "$model" --text "$tmp/long.txt" --adapters "$tmp/m.adapters" --contexts 512 --windows 1 --memory 64M -o "$tmp/t.yaml"
 expect tune-text "$tmp/missing.txt" -- "$strata" tune -m "$model" --text "$tmp/missing.txt" -o "$tmp/t.yaml"
 expect tune-report-exists "typo.yaml exists; give another --report or --force" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/t.yaml" --report "$tmp/typo.yaml"
-expect tune-plot "cannot write $tmp/nodir/plot.svg (--plot)" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/t.yaml" --plot "$tmp/nodir/plot.svg"
+expect tune-plot "--plot '$tmp/nodir/plot.svg': its directory '$tmp/nodir' does not exist" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/t.yaml" --plot "$tmp/nodir/plot.svg"
 expect tune-device "--device: 'npu:0' is not a device (cpu, cuda or cuda:N)" -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/t.yaml" --device npu:0
 expect tune-device-absent "tune: --device cuda:99: " -- "$strata" tune -m "$model" --text "$tmp/long.txt" -o "$tmp/t.yaml" --device cuda:99
-expect tune-kv-dir "the KV directory $tmp/nodir is not a directory" -- "$strata" tune -m "$model" --text "$tmp/long.txt" --contexts 512 --windows 1 --kv-dir "$tmp/nodir" -o "$tmp/t.yaml"
+expect tune-kv-dir "--kv-dir '$tmp/nodir' does not exist" -- "$strata" tune -m "$model" --text "$tmp/long.txt" --adapters "$tmp/m.adapters" --contexts 512 --windows 1 --kv-dir "$tmp/nodir" -o "$tmp/t.yaml"
 
 # Settings tuned for another model and machine still apply, with a warning saying so.
 printf 'tuned:\n  - {batch: 1, context: 512, settings: {kv.policy: memory}}\nprovenance:\n  model_identity: "0000000000000000"\n  machine: "cpu=elsewhere"\n' >"$tmp/other.yaml"

@@ -12,6 +12,22 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 "$strata" calibrate -m "$model" --text "$text" --tokens 1024 --window 512 --ratios 4,8 \
   -o "$tmp/m.adapters" -t 2 >/dev/null 2>&1 || fail "calibrate"
+# Memory that no plan fits is refused before anything is measured: KV memory below the
+# least plan (which the error names), and a process whose measured needs leave no KV room.
+refused() {
+  local want="$1"
+  shift
+  local out
+  out=$(timeout 60 "$strata" tune -m "$model" --adapters "$tmp/m.adapters" --text "$text" \
+    --contexts 512 --batches 1 --windows 1 --kv-dir "$tmp" --work-dir "$tmp/work" \
+    -o "$tmp/strata.yaml" "$@" 2>&1) && fail "tune $* succeeded"
+  grep -qF -- "$want" <<<"$out" || fail "tune $*: no '$want': $out"
+  if grep -q "profiling" <<<"$out"; then fail "tune $* measured before refusing: $out"; fi
+  return 0
+}
+refused "--kv-memory 1 B of KV memory for a batch: at batch 1 and context 512 a sequence gets 1 B, where neither full KV (11.2 MiB) nor any disk plan fits; the least the tuner can plan with is" --kv-memory 1
+refused "--memory 150.0 MiB leaves no room for KV: the process needs" --memory 150M
+[ ! -e "$tmp/strata.yaml" ] && [ ! -e "$tmp/work" ] || fail "a refused tune left files behind"
 # 512 tokens of context take 11.25 MiB of full KV: 4 MiB forces the disk policy.
 "$strata" tune -m "$model" --adapters "$tmp/m.adapters" --text "$text" --quick \
   --contexts 512 --batches 1 --windows 1 --scored 16 --verify-steps 4 --max-candidates 3 --max-variants 2 \
@@ -20,6 +36,14 @@ fail() { echo "FAIL: $*"; exit 1; }
   >"$tmp/out.txt" 2>"$tmp/err.txt" ||
   { tail -5 "$tmp/err.txt"; fail "tune"; }
 grep -q "wrote $tmp/strata.yaml" "$tmp/out.txt" || fail "no 'wrote' line: $(cat "$tmp/out.txt")"
+# The work directory holds the model's activations on the text: its owner's only, with no
+# temporary file left.
+[ "$(stat -c %a "$tmp/work")" = 700 ] || fail "work directory mode $(stat -c %a "$tmp/work")"
+ls "$tmp/work"/*.kvcap "$tmp/work/quality.jsonl" >/dev/null || fail "no work files: $(ls "$tmp/work")"
+for f in "$tmp/work"/*; do
+  [ "$(stat -c %a "$f")" = 600 ] || fail "$f has mode $(stat -c %a "$f")"
+  case "$f" in *.tmp) fail "temporary file left: $f" ;; esac
+done
 grep -q "^| 1 | 512 | disk |" "$tmp/out.txt" || fail "no disk entry: $(cat "$tmp/out.txt")"
 python3 - "$tmp/report.json" <<'PY' || fail "report"
 import json, sys

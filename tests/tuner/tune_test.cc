@@ -7,10 +7,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <set>
 
 #include <gtest/gtest.h>
+
+#include <sys/stat.h>
 
 #include "runtime/config/config.h"
 #include "runtime/engine/engine.h"
@@ -26,6 +29,30 @@ namespace {
 
 using testing::KvTempDir;
 
+// A results line as versions before the records' checksum wrote it: without the "fnv1a"
+// field. The tests that edit lines to stand for older versions' strip it first.
+std::string WithoutChecksum(const std::string& line) {
+  const size_t at = line.rfind(",\"fnv1a\":\"");
+  return at == std::string::npos ? line : line.substr(0, at) + "}";
+}
+
+std::vector<std::string> Lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? st.st_mode & 0777 : 0;
+}
+
 DeviceProfile Curve() {
   DeviceProfile d;
   // 10K IOPS at depth 1 (100 us), 80K at depth 16 (200 us), 4 KiB; a quarter of the request
@@ -35,6 +62,17 @@ DeviceProfile Curve() {
              {65536, 1, 2500, 400},
              {65536, 16, 20000, 800}};
   return d;
+}
+
+TEST(ReadableBytesTest, NoSizeButZeroReadsAsZero) {
+  EXPECT_EQ(ReadableBytes(0), "0 B");
+  EXPECT_EQ(ReadableBytes(1), "1 B");
+  EXPECT_EQ(ReadableBytes(1023), "1023 B");
+  EXPECT_EQ(ReadableBytes(1024), "1.0 KiB");
+  EXPECT_EQ(ReadableBytes(1536), "1.5 KiB");
+  EXPECT_EQ(ReadableBytes(uint64_t(512) << 20), "512.0 MiB");
+  EXPECT_EQ(ReadableBytes(uint64_t(999999) << 30), "976.6 TiB");
+  EXPECT_EQ(ReadableBytes(UINT64_MAX), "16.0 EiB");
 }
 
 TEST(DeviceProfileTest, ReadSecondsFollowTheCurve) {
@@ -841,6 +879,7 @@ TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
     std::string line, kept;
     int32_t stripped = 0, unlayered = 0;
     while (std::getline(in, line)) {
+      line = WithoutChecksum(line);
       if (line.find("/two\"") == std::string::npos) {
         const size_t at = line.find("\"layer_reads\"");
         if (at != std::string::npos) {
@@ -871,6 +910,130 @@ TEST_F(TuneTest, QualityRunsResumeFromTheirFile) {
   STRATA_ASSERT_OK(q->Measure(EveryGroup(), "all", 512, &again, &ran));
   EXPECT_EQ(ran, 0);                               // the eight-position lines were kept
   EXPECT_TRUE(again.layer_read_shares().empty());  // without per-layer counts: spread evenly
+}
+
+// The results file after an interruption: its last line cut short, or a line altered.
+// Each such line is reported once, naming the file and the line, and measured again; the
+// whole lines are kept, and a line appended afterwards reads back whole (it does not
+// continue the cut one). The work files are their owner's only: they hold activations.
+TEST_F(TuneTest, ADamagedResultsLineIsReportedOnceAndMeasuredAgain) {
+  QualityOptions qo = Quality();
+  std::vector<std::string> said;
+  qo.log = [&said](const std::string& line) { said.push_back(line); };
+  const std::string results = qo.cache_dir + "/quality.jsonl";
+  const DiskKvOptions d = EveryGroup();
+  QualitySummary first, again;
+  int32_t ran = 0;
+  std::unique_ptr<QualityProfiler> q;
+  STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
+  STRATA_ASSERT_OK(q->Measure(d, "all", 512, &first, &ran));
+  ASSERT_EQ(ran, 2);
+  const std::vector<std::string> whole = Lines(results);
+  ASSERT_EQ(whole.size(), 4u);  // full KV's two windows, then the plan's
+  ASSERT_NE(whole[3].find("/all\""), std::string::npos) << whole[3];
+  EXPECT_TRUE(said.empty());
+
+  EXPECT_EQ(ModeOf(qo.cache_dir), 0700u);
+  int files = 0;
+  for (const auto& f : std::filesystem::directory_iterator(qo.cache_dir)) {
+    EXPECT_EQ(ModeOf(f.path().string()), 0600u) << f.path();
+    ++files;
+  }
+  EXPECT_EQ(files, 3);  // the results and the two windows' captures; no temporary file
+
+  // Cut in the middle of the last line, as a kill while it was written leaves it.
+  {
+    const std::string all = Slurp(results);
+    std::ofstream(results, std::ios::binary | std::ios::trunc)
+        << all.substr(0, all.size() - whole[3].size() / 2);
+  }
+  STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find(results + ": line 4 "), std::string::npos) << said[0];
+  STRATA_ASSERT_OK(q->Measure(d, "all", 512, &again, &ran));
+  EXPECT_EQ(ran, 1);
+  EXPECT_EQ(again.sum.nll, first.sum.nll);
+  EXPECT_EQ(again.sum.reads, first.sum.reads);
+  // The file holds the three whole lines and the window measured again, each a line of its
+  // own: read again, nothing is reported and nothing measured.
+  EXPECT_EQ(Lines(results).size(), 4u);
+  said.clear();
+  STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
+  STRATA_ASSERT_OK(q->Measure(d, "all", 512, &again, &ran));
+  EXPECT_EQ(ran, 0);
+  EXPECT_TRUE(said.empty()) << said[0];
+  EXPECT_EQ(again.sum.nll, first.sum.nll);
+
+  // A line altered, still JSON: its checksum tells. A whole line without its newline (the
+  // write cut just before it) is not trusted either.
+  {
+    std::vector<std::string> lines = Lines(results);
+    ASSERT_EQ(lines.size(), 4u);
+    ASSERT_NE(lines[2].find("/all\""), std::string::npos) << lines[2];
+    const std::string was = "\"positions\":8";
+    const size_t at = lines[2].find(was);
+    ASSERT_NE(at, std::string::npos);
+    lines[2].replace(at, was.size(), "\"positions\":9");
+    std::string text;
+    for (const std::string& l : lines) text += l + "\n";
+    text.pop_back();
+    std::ofstream(results, std::ios::binary | std::ios::trunc) << text;
+    said.clear();
+    STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
+    ASSERT_EQ(said.size(), 1u);
+    EXPECT_NE(said[0].find(results + ": lines 3, 4 "), std::string::npos) << said[0];
+  }
+  STRATA_ASSERT_OK(q->Measure(d, "all", 512, &again, &ran));
+  EXPECT_EQ(ran, 2);
+  EXPECT_EQ(again.sum.nll, first.sum.nll);
+  EXPECT_EQ(again.full_nll, first.full_nll);
+  said.clear();
+  STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
+  STRATA_ASSERT_OK(q->Measure(d, "all", 512, &again, &ran));
+  EXPECT_EQ(ran, 0);
+  EXPECT_TRUE(said.empty());
+  EXPECT_EQ(ModeOf(results), 0600u);
+}
+
+// A capture cut short or altered is reported and computed again; one written before
+// captures carried a checksum (the data and nothing after it) is still read.
+TEST_F(TuneTest, ADamagedCaptureIsReportedAndComputedAgain) {
+  const QualityOptions qo = Quality();
+  std::unique_ptr<QualityProfiler> q;
+  STRATA_ASSERT_OK(QualityProfiler::Open(*model_, qo, &q));
+  const std::span<const int32_t> tokens(q->tokens().data(), 255);
+  std::vector<std::string> said;
+  const auto log = [&said](const std::string& line) { said.push_back(line); };
+  KvCapture made, read;
+  bool computed = false;
+  STRATA_ASSERT_OK(LoadOrCapture(*model_, tokens, qo.cache_dir, 2, &made, &computed, log));
+  EXPECT_TRUE(computed);
+  std::string path;
+  for (const auto& f : std::filesystem::directory_iterator(qo.cache_dir))
+    if (f.path().extension() == ".kvcap") path = f.path().string();
+  ASSERT_FALSE(path.empty());
+  EXPECT_EQ(ModeOf(path), 0600u);
+  const std::string good = Slurp(path);
+  ASSERT_EQ(good.size(), 16 + made.data.size() * 2 + 8);
+  std::string altered = good;
+  altered[good.size() / 2] = char(altered[good.size() / 2] ^ 0x10);
+  for (const std::string& bad :
+       {altered, good.substr(0, good.size() - 3), good.substr(0, good.size() / 2), good + "x"}) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bad;
+    said.clear();
+    STRATA_ASSERT_OK(LoadOrCapture(*model_, tokens, qo.cache_dir, 2, &read, &computed, log));
+    EXPECT_TRUE(computed);
+    ASSERT_EQ(said.size(), 1u);
+    EXPECT_NE(said[0].find(path), std::string::npos) << said[0];
+    EXPECT_TRUE(read.data == made.data);
+    EXPECT_EQ(Slurp(path), good);  // written again: reported once
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << good.substr(0, good.size() - 8);
+  said.clear();
+  STRATA_ASSERT_OK(LoadOrCapture(*model_, tokens, qo.cache_dir, 2, &read, &computed, log));
+  EXPECT_FALSE(computed);
+  EXPECT_TRUE(said.empty());
+  EXPECT_TRUE(read.data == made.data);
 }
 
 // A window's reads are those of its decode once the plan's reads settle (kSettleSteps), as
@@ -924,6 +1087,7 @@ TEST_F(TuneTest, QualityWindowsCountTheirReadsOnceTheySettle) {
     std::ifstream in(qo.cache_dir + "/quality.jsonl");
     std::string line, kept;
     while (std::getline(in, line)) {
+      line = WithoutChecksum(line);
       const size_t at = line.find("\"counted_from\"");
       if (at == std::string::npos) continue;  // stripped in the round before
       kept += line.substr(0, at) + field + line.substr(line.find(',', at) + 1) + "\n";
@@ -1202,14 +1366,31 @@ TEST_F(TuneTest, ABatchLargerThanAPlansPassIsTunedInSeveralPasses) {
   EXPECT_GT(c.default_tokens_per_second, 0);
 }
 
+// Memory no plan fits is refused before anything is measured (nothing logged), naming the
+// flag, what it gives and the least the tuner could plan with.
 TEST_F(TuneTest, NoPlanInTheMemoryIsAnErrorThatSaysSo) {
   TuneOptions o = Options();
   o.kv_memory_bytes = 4 << 10;
   TuneReport r;
-  Status st = Tune(*model_, o, nullptr, &r);
+  std::vector<std::string> said;
+  const auto say = [&said](const std::string& line) { said.push_back(line); };
+  Status st = Tune(*model_, o, say, &r);
   EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.ToString();
-  EXPECT_NE(st.message().find("--memory"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("--kv-memory 4.0 KiB"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("the least the tuner can plan with is"), std::string::npos)
+      << st.ToString();
+  EXPECT_TRUE(said.empty()) << said[0];
+  // The whole process in a byte: less than the weights, known before the step that measures
+  // what the process needs.
   o.kv_memory_bytes = 0;
+  o.process_memory_bytes = 1;
+  st = Tune(*model_, o, say, &r);
+  EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.ToString();
+  EXPECT_NE(st.message().find("--memory 1 B leaves no room for KV: the model's weights"),
+            std::string::npos)
+      << st.ToString();
+  EXPECT_TRUE(said.empty()) << said[0];
+  o.process_memory_bytes = 0;
   o.contexts = {1 << 20};
   st = Tune(*model_, o, nullptr, &r);
   EXPECT_FALSE(st.ok());
