@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/file.h"
 #include "runtime/engine/engine.h"
 #include "runtime/kv/group_predictor.h"
 #include "runtime/kv/memory_kv.h"
@@ -290,11 +291,8 @@ class KeyRecorder final : public KvPolicy {
 };
 
 Status ReadText(const CalibrationOptions& o, std::string* text) {
-  std::ifstream in(o.text_path, std::ios::binary);
-  if (!in) return Status::FromErrno("calibration text " + o.text_path, errno);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  std::string all = ss.str();
+  std::string all;
+  STRATA_RETURN_IF_ERROR(ReadRegularFile(o.text_path, "calibration text", kMaxTextBytes, &all));
   size_t end = size_t(double(all.size()) * o.text_fraction);
   // Cut at a line end so no UTF-8 character is split.
   while (end > 0 && end < all.size() && all[end - 1] != '\n') --end;

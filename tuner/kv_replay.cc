@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/file.h"
 #include "runtime/engine/engine.h"
 #include "tuner/work_file.h"
 
@@ -41,11 +42,8 @@ uint64_t CaptureSum(uint64_t key, const std::vector<uint16_t>& data) {
 
 Status EvaluationTokens(const Model& model, const std::string& text_path, double skip_fraction,
                         std::vector<int32_t>* out) {
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) return Status::FromErrno("text " + text_path, errno);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::string all = ss.str();
+  std::string all;
+  STRATA_RETURN_IF_ERROR(ReadRegularFile(text_path, "text", kMaxTextBytes, &all));
   size_t start = size_t(double(all.size()) * skip_fraction);
   while (start > 0 && start < all.size() && all[start - 1] != '\n') --start;
   return model.tokenizer().Encode(std::string_view(all).substr(start), false, false, out);
