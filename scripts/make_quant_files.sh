@@ -8,9 +8,10 @@
 #   STRATA_TEST_QUANT_DIR=$(scripts/make_quant_files.sh) build/tests/engine/engine_quant_files_tests
 #
 # llama-quantize is built once (about 5 minutes on 2 cores) from the llama.cpp tree vendored
-# in the llama-cpp-python source package on PyPI, the same version as the speed peer
-# (../shared/scripts/build-llama-cpp.sh), static and without -march=native: only its
-# quantization (portable C) is used. LLAMA_QUANTIZE=PATH uses an existing binary instead.
+# in the llama-cpp-python source package on PyPI (fetched with pip), the same version as the
+# llama.cpp that docs/experiments compares speed against, static and without -march=native:
+# only its quantization (portable C) is used. LLAMA_QUANTIZE=PATH uses an existing binary
+# instead.
 # Files go to $STRATA_HOME/quant (default ~/.cache/strata/quant); existing ones are kept,
 # new ones appear only once written whole. Needs the default model (scripts/fetch_model.sh).
 set -euo pipefail

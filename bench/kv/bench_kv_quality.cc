@@ -1,17 +1,18 @@
 // bench_kv_quality: the disk-backed sparse KV policy against full KV in RAM, on text the
 // adapters were not calibrated on.
 //
-// For each window of `--window` tokens of the evaluation text (the second half of
-// tinyshakespeare by default; calibration used the first half), the first window-scored-1
-// tokens are the prefix (computed once with full KV and cached, then appended to every
-// policy), and the last `--scored` tokens are predicted by teacher-forced decoding, one
-// token per pass, with full KV and with each configuration of the policy. It prints
-// perplexity of both, the change, and top-1 next-token agreement, per configuration,
-// aggregated over windows; agreement also where the reference's top two logits are clear of
-// a near-tie ("clear agr") and where the full-KV runs decoded and prefilled agree with each
-// other ("stable agr"), the positions on which agreement is not a matter of rounding. Results go to
-// a JSON-lines file as each (window, configuration) finishes; a rerun skips what is there, so a
-// long run can be stopped and resumed, or split over machines.
+// For each window of `--window` tokens of the evaluation text (`--text`, required: after its
+// first `--skip` share, half by default; the tables in docs/experiments use tinyshakespeare,
+// whose start the adapters were calibrated on), the first window-scored-1 tokens are the
+// prefix (computed once with full KV and cached, then appended to every policy), and the last
+// `--scored` tokens are predicted by teacher-forced decoding, one token per pass, with full KV
+// and with each configuration of the policy. It prints perplexity of both, the change, and
+// top-1 next-token agreement, per configuration, aggregated over windows; agreement also where
+// the reference's top two logits are clear of a near-tie ("clear agr") and where the full-KV
+// runs decoded and prefilled agree with each other ("stable agr"), the positions on which
+// agreement is not a matter of rounding. Results go to a JSON-lines file as each (window,
+// configuration) finishes; a rerun skips what is there, so a long run can be stopped and
+// resumed, or split over machines.
 //
 //   bench_kv_quality --text tinyshakespeare.txt --results quality.jsonl
 //   bench_kv_quality ... --configs "budget_bytes=1/13;group_size=1,budget_bytes=1/13"
@@ -34,7 +35,7 @@ namespace strata::bench {
 namespace {
 
 struct Flags {
-  std::string model, text = "../shared/data/tinyshakespeare.txt", cache = "/var/tmp/strata-kvcap";
+  std::string model, text, cache = "/var/tmp/strata-kvcap";
   std::string kv_dir = "/var/tmp", results = "bench_kv_quality.jsonl", configs = "grid";
   int32_t windows = 16, window = 8192, scored = 1024, threads = 2;
   double skip = 0.5;
@@ -270,6 +271,10 @@ void PrintTable(const Flags& f, const std::vector<std::pair<std::string, std::st
 }
 
 Status Main(Flags& f, const std::string& command) {
+  if (f.text.empty() && !f.table_only)
+    return Status::InvalidArgument(
+        "--text FILE is required: the evaluation text, whose part after --skip the windows come "
+        "from (the tables in docs/experiments use tinyshakespeare.txt)");
   if (f.model.empty()) {
     const char* home = std::getenv("HOME");
     f.model = std::string(home ? home : ".") + "/.cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -373,7 +378,7 @@ int main(int argc, char** argv) {
   strata::bench::Flags f;
   CLI::App app{"bench_kv_quality: disk KV policy vs full KV, perplexity and top-1 agreement"};
   app.add_option("-m,--model", f.model, "GGUF model (default: ~/.cache/strata/SmolLM2...)");
-  app.add_option("--text", f.text, "evaluation text");
+  app.add_option("--text", f.text, "evaluation text, required (but for --table-only)");
   app.add_option("--skip", f.skip, "leading fraction of the text not used (calibration part)");
   app.add_option("--windows", f.windows, "windows evaluated");
   app.add_option("--window", f.window, "tokens per window (the context)");

@@ -2,15 +2,16 @@
 // sparse policy, (c) a FlexGen-style baseline that reads every layer's whole KV back from
 // disk each step, (d) token-level selection (G = 1), at several batch sizes, in one run.
 //
-// Each sequence's context is a window of the evaluation text (second half of
-// tinyshakespeare), its prefix computed once with full KV, cached, and appended to each
-// policy; then `--warmup` and `--steps` teacher-forced decode passes of one token per
-// sequence run, and the timed ones are reported: tokens/s, step time and its split (I/O
-// wait that compute did not hide, prediction, attention, matmuls), bytes and requests read,
-// the reuse ratio, and resident KV memory per sequence. With --fio, the read submissions
-// of (b) are replayed on the store with nothing else running and compared with fio at the
-// same block size and queue depth on the same file. --emmc repeats the disk modes with the
-// store's eMMC emulation (labelled in every row).
+// Each sequence's context is a window of the second half of the evaluation text (`--text`,
+// required; the tables in docs/experiments use tinyshakespeare), its prefix computed once
+// with full KV, cached, and appended to each policy; then `--warmup` and `--steps`
+// teacher-forced decode passes of one token per sequence run, and the timed ones are
+// reported: tokens/s, step time and its split (I/O wait that compute did not hide,
+// prediction, attention, matmuls), bytes and requests read, the reuse ratio, and resident KV
+// memory per sequence. With --fio, the read submissions of (b) are replayed on the store
+// with nothing else running and compared with fio at the same block size and queue depth on
+// the same file. --emmc repeats the disk modes with the store's eMMC emulation (labelled in
+// every row).
 //
 //   bench_kv_speed --text tinyshakespeare.txt --batch 1,8 --fio
 #include <CLI/CLI.hpp>
@@ -34,7 +35,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Flags {
-  std::string model, text = "../shared/data/tinyshakespeare.txt", cache = "/var/tmp/strata-kvcap";
+  std::string model, text, cache = "/var/tmp/strata-kvcap";
   std::string kv_dir = "/var/tmp", json;
   std::string spec_b = "budget_bytes=1/13";  // the defaults otherwise (G auto, sigma 4, Q4 summary)
   // FlexGen keeps its offloaded KV in FP16 by default: the baseline reloads F16 records
@@ -217,6 +218,10 @@ std::string Mib(uint64_t b) {
 }
 
 Status Main(Flags& f, const std::string& command) {
+  if (f.text.empty())
+    return Status::InvalidArgument(
+        "--text FILE is required: the evaluation text, whose second half the windows come from "
+        "(the tables in docs/experiments use tinyshakespeare.txt)");
   if (f.model.empty()) {
     const char* home = std::getenv("HOME");
     f.model = std::string(home ? home : ".") + "/.cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -338,7 +343,7 @@ int main(int argc, char** argv) {
   strata::bench::Flags f;
   CLI::App app{"bench_kv_speed: decode speed of full KV, the disk policy and two baselines"};
   app.add_option("-m,--model", f.model, "GGUF model (default: ~/.cache/strata/SmolLM2...)");
-  app.add_option("--text", f.text, "evaluation text (its second half is used)");
+  app.add_option("--text", f.text, "evaluation text, required (its second half is used)");
   app.add_option("--ctx", f.ctx, "context length");
   app.add_option("--batch", f.batches, "batch sizes")->delimiter(',');
   app.add_option("--steps", f.steps, "timed decode steps");

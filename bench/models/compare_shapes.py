@@ -14,7 +14,8 @@ unless --keep. Random weights: speed and memory only, the outputs mean nothing.
       --shapes llama-3.2-1b,qwen2.5-1.5b --types q4_0,q4_k_m,q8_0 --dir /var/tmp/shapes
 
 --depth N adds decode at depth N (llama-bench -d N -p 0; strata bench -d N --pp 0) with
-full KV in RAM, and Strata's disk policy (--kv disk) beside it.
+full KV in RAM, and Strata's disk policy (--kv disk) beside it; it needs --text FILE, the text
+the disk policy's key adapters are calibrated on.
 """
 import argparse
 import json
@@ -101,9 +102,9 @@ def main():
     ap.add_argument("--types", default="q4_0,q4_k_m,q8_0")
     ap.add_argument("--dir", default="/var/tmp/strata-shapes", help="where the files are written")
     ap.add_argument("--kv-dir", default="/var/tmp", help="disk KV store for the depth runs")
-    ap.add_argument("--text", default=os.path.join(os.path.dirname(ROOT), "shared", "data",
-                                                   "tinyshakespeare.txt"),
-                    help="calibration text for the disk policy's adapters (depth runs)")
+    ap.add_argument("--text", help="calibration text for the disk policy's adapters, "
+                    "required with --depth (the tables in docs/experiments used "
+                    "tinyshakespeare.txt)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--pp", type=int, default=512)
@@ -113,6 +114,9 @@ def main():
     ap.add_argument("--peer-fa", default="0,1",
                     help="llama-bench's -fa values; the faster of each test is reported")
     args = ap.parse_args()
+    if args.depth and not args.text:
+        ap.error("--text FILE is required with --depth: the disk policy's runs calibrate key "
+                 "adapters on it")
     os.makedirs(args.dir, exist_ok=True)
     env = dict(os.environ, LD_LIBRARY_PATH=args.peer)
     bw, bw_lo, bw_hi = stream_gbps(args)

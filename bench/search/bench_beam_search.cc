@@ -8,10 +8,13 @@
 // prefetch. It prints one table per configuration (bytes moved between the tiers, end-to-end
 // time, rounds, stall time) and checks that all four return the same ranked beams.
 //
-//   bench_beam_search --quick                        # a smoke run, about a minute
-//   bench_beam_search --beams 16,32,64 --steps 32,64 --gen 512 --threads 2
-//   bench_beam_search --cuda 0 ...                   # on a GPU, pinned host RAM as slow tier
-//   bench_beam_search --cuda 0 --cuda-slow-disk ...  # on a GPU, the block store as slow tier
+//   bench_beam_search --text FILE --quick              # a smoke run, about a minute
+//   bench_beam_search --text FILE --beams 16,32,64 --steps 32,64 --gen 512 --threads 2
+//   bench_beam_search --text FILE --cuda 0 ...         # on a GPU, pinned host RAM as slow tier
+//   bench_beam_search ... --cuda 0 --cuda-slow-disk    # on a GPU, the block store as slow tier
+//
+// The prompt is the start of --text (required). tuner/data/calibration.txt, the start of
+// tinyshakespeare, gives the prompt of the tables in docs/experiments/beam-search.md.
 //
 // With --scorer-model a second GGUF scores each step and its KV shares the budget (which is
 // then a share of both models' KV); --verifier-shares runs every schedule once per split
@@ -38,7 +41,7 @@ namespace {
 
 struct Flags {
   std::string model;
-  std::string text = "../shared/data/tinyshakespeare.txt";
+  std::string text;  // the prompt source (required)
   std::string slow_dir;
   std::string json;
   std::vector<int32_t> beams = {16, 32, 64};
@@ -165,6 +168,12 @@ int Run(Flags& f) {
     f.gen = 128;
     f.prompt_tokens = 64;
     f.share = 0.6;
+  }
+  if (f.text.empty()) {
+    std::fprintf(stderr,
+                 "bench_beam_search: --text FILE is required: the prompt source, whose start is "
+                 "the prompt (tuner/data/calibration.txt gives the tables' prompt)\n");
+    return 1;
   }
   if (f.model.empty()) f.model = DefaultModel();
   std::unique_ptr<Model> model;
@@ -404,7 +413,7 @@ int main(int argc, char** argv) {
   strata::bench::Flags f;
   CLI::App app{"bench_beam_search: locality-aware beam scheduling vs token-by-token offloading"};
   app.add_option("-m,--model", f.model, "GGUF model (default: the test model)");
-  app.add_option("--text", f.text, "prompt source text");
+  app.add_option("--text", f.text, "prompt source text, required (its start is the prompt)");
   app.add_option("--slow-dir", f.slow_dir, "directory of the slow-tier block store file");
   app.add_option("--beams", f.beams, "beams per step, comma separated")->delimiter(',');
   app.add_option("--steps", f.steps, "step lengths in tokens, comma separated")->delimiter(',');

@@ -8,7 +8,7 @@
 #                                   # comparison, PEER_BENCH=path/to/llama-bench (CUDA build)
 #   .dev/bin: the binaries and the shared libraries the GPU machine's image lacks (this
 #             machine's ICU, liburing, yaml-cpp, LAPACK), with the default model's adapters
-#             and the beam search's prompt text
+#             (the beam search's prompt is the working tree's tuner/data/calibration.txt)
 #   .dev/a, .dev/b: the default model in two pieces (98 MB)
 #   .dev/c: the peer's llama-bench (without PEER_BENCH, no part c)
 #
@@ -49,9 +49,7 @@ for l in $(ldd "$stage/bin/"* | awk '/=>/ {print $3}' | sort -u); do
   esac
 done
 cp "$adapters" "$stage/model.adapters"
-# The beam search's prompt source, as in the CPU tables (gpu_checks.sh search).
-cp "$root/../shared/data/tinyshakespeare.txt" "$stage/"
-tar -C "$stage" -cf - bin lib model.adapters tinyshakespeare.txt | xz -9e -T0 >.dev/bin/strata.tar.xz
+tar -C "$stage" -cf - bin lib model.adapters | xz -9e -T0 >.dev/bin/strata.tar.xz
 rm -rf "$stage"
 if [ -n "$peer" ]; then
   mkdir -p .dev/c

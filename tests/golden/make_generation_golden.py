@@ -13,7 +13,8 @@ and tests/fixtures/perplexity_smollm2.json with the perplexity of the first 32K 
 tinyshakespeare.txt in windows of 1024 tokens, every token after a window's first scored
 (the same quantity `strata perplexity` computes), with the token ids it used.
 
-Usage: python3 tests/golden/make_generation_golden.py [--model PATH] [--ppl-tokens N]
+Usage: python3 tests/golden/make_generation_golden.py --text tinyshakespeare.txt [--model PATH]
+       [--ppl-tokens N]   (or --skip-ppl instead of --text)
 Needs: pip install llama-cpp-python numpy (not needed by the tests themselves).
 """
 import argparse
@@ -157,13 +158,16 @@ def perplexity(llm, text, n_tokens, window):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=default_model())
-    ap.add_argument("--text", default=os.path.join(ROOT, "..", "shared", "data",
-                                                   "tinyshakespeare.txt"))
+    ap.add_argument("--text", help="the perplexity text (the fixture's: tinyshakespeare.txt); "
+                    "required unless --skip-ppl")
     ap.add_argument("--ppl-tokens", type=int, default=32768)
     ap.add_argument("--window", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-ppl", action="store_true")
     args = ap.parse_args()
+    if not args.skip_ppl and not args.text:
+        ap.error("--text FILE is required for the perplexity fixture (it was made from "
+                 "tinyshakespeare.txt); --skip-ppl writes the generation fixture alone")
 
     llm = Llama(model_path=args.model, n_ctx=max(2048, args.window), n_batch=512,
                 n_threads=args.threads, n_threads_batch=args.threads, logits_all=True,

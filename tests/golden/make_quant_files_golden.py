@@ -11,8 +11,8 @@ The checksum is the sum and the xor of the file's little-endian 64-bit words (th
 zero-padded): cheap on both sides, and enough to tell two quantizer outputs apart.
 
 Usage: python3 tests/golden/make_quant_files_golden.py [--dir DIR] [--windows N]
-Needs the llama-cpp-python binding (pip install llama-cpp-python, or the peer of
-../shared/scripts/build-llama-cpp.sh through PYTHONPATH and LLAMA_CPP_LIB_PATH) and numpy.
+Needs the llama-cpp-python binding (pip install llama-cpp-python, or one built elsewhere,
+found through PYTHONPATH and LLAMA_CPP_LIB_PATH) and numpy.
 """
 import argparse
 import json

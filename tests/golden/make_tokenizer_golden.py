@@ -8,7 +8,8 @@ matters), each token's bytes as llama.cpp renders them (token_to_piece, special=
 special=True, hex) and the detokenized text. tests/model/tokenizer_golden_test.cc checks
 that Strata reproduces every id and every byte.
 
-Usage: python3 tests/golden/make_tokenizer_golden.py [--model PATH] [--out PATH]
+Usage: python3 tests/golden/make_tokenizer_golden.py --text tinyshakespeare.txt [--model PATH]
+       [--out PATH]
 Needs: pip install llama-cpp-python (not needed by the tests themselves).
 """
 import argparse
@@ -22,7 +23,6 @@ from llama_cpp import Llama
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-SHAKESPEARE = os.path.join(os.path.dirname(ROOT), "shared", "data", "tinyshakespeare.txt")
 
 CHAT = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
         "Face<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n")
@@ -79,8 +79,8 @@ def default_model():
     return os.path.join(home, "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def shakespeare_cases():
-    with open(SHAKESPEARE, encoding="utf-8") as f:
+def shakespeare_cases(path):
+    with open(path, encoding="utf-8") as f:
         text = f.read()
     # A paragraph from the start and one from the middle (whole lines).
     start = text[:3000]
@@ -96,6 +96,9 @@ def main():
     ap.add_argument("--model", default=default_model())
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "fixtures",
                                                   "tokenizer_smollm2.json"))
+    ap.add_argument("--text", required=True,
+                    help="the text whose start and middle become two cases (the fixture's: "
+                    "tinyshakespeare.txt)")
     args = ap.parse_args()
     llm = Llama(model_path=args.model, vocab_only=True, verbose=False)
     model = llm._model
@@ -103,7 +106,7 @@ def main():
         sha = hashlib.sha256(f.read()).hexdigest()
 
     cases = []
-    for name, text, specials in CASES + shakespeare_cases():
+    for name, text, specials in CASES + shakespeare_cases(args.text):
         for special in specials:
             ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
             with_bos = llm.tokenize(text.encode("utf-8"), add_bos=True, special=special)
