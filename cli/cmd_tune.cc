@@ -85,16 +85,6 @@ Status ParseBytes(const std::string& flag, const std::string& text, int64_t* out
   return Status::OK();
 }
 
-const char* KindOf(mode_t m) {
-  if (S_ISREG(m)) return "a regular file";
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISSOCK(m)) return "a socket";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  return "not a plain file";
-}
-
 std::string DirOf(const std::string& path) {
   const std::string d = std::filesystem::path(path).parent_path().string();
   return d.empty() ? "." : d;
@@ -109,7 +99,7 @@ Status CheckWritableDir(const std::string& name, const std::string& dir) {
     return Status::FromErrno(name, errno);
   }
   if (!S_ISDIR(st.st_mode))
-    return Status::InvalidArgument(name + " is " + KindOf(st.st_mode) + ", not a directory");
+    return Status::InvalidArgument(name + " is " + FileKindName(st.st_mode) + ", not a directory");
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
     return Status::FromErrno(name + ": cannot create files in it", errno);
   return Status::OK();
@@ -126,7 +116,8 @@ Status CheckOutputFile(const std::string& flag, const std::string& path, bool fo
     if (S_ISDIR(st.st_mode))
       return Status::InvalidArgument(name + " is a directory; give the file to write");
     if (!S_ISREG(st.st_mode))
-      return Status::InvalidArgument(name + " is " + KindOf(st.st_mode) + ", not a regular file");
+      return Status::InvalidArgument(name + " is " + FileKindName(st.st_mode) +
+                                     ", not a regular file");
     if (!force)
       return Status::InvalidArgument("tune: " + path + " exists; give another " + flag +
                                      " or --force to replace it");
@@ -162,7 +153,7 @@ Status CheckWorkDir(const std::string& dir) {
     if (::stat(results.c_str(), &st) == 0) {
       if (!S_ISREG(st.st_mode))
         return Status::InvalidArgument("tune: " + flag + ": '" + results + "' is " +
-                                       KindOf(st.st_mode) + ", not a regular file");
+                                       FileKindName(st.st_mode) + ", not a regular file");
       if (::access(results.c_str(), R_OK | W_OK) != 0)
         return Status::FromErrno("tune: " + flag + ": '" + results + "'", errno);
     }
@@ -174,7 +165,7 @@ Status CheckWorkDir(const std::string& dir) {
   struct stat st {};
   if (::stat(parent.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
     return Status::InvalidArgument("tune: " + flag + " '" + dir + "': '" + parent + "' is " +
-                                   KindOf(st.st_mode) + ", not a directory");
+                                   FileKindName(st.st_mode) + ", not a directory");
   if (::access(parent.c_str(), W_OK | X_OK) != 0)
     return Status::FromErrno(
         "tune: " + flag + " '" + dir + "': cannot create it in '" + parent + "'", errno);
@@ -433,9 +424,9 @@ Status Tune(TuneFlags& f) {
     // The result is written here first, then renamed over -o.
     struct stat st {};
     if (::stat(tmp.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-      return Status::InvalidArgument("tune: -o: '" + tmp +
-                                     "', where the result is written before " +
-                                     "it is renamed to " + f.output + ", is " + KindOf(st.st_mode));
+      return Status::InvalidArgument(
+          "tune: -o: '" + tmp + "', where the result is written before " + "it is renamed to " +
+          f.output + ", is " + FileKindName(st.st_mode));
   }
   STRATA_RETURN_IF_ERROR(CheckInputFile("tune: --text", f.options.text_path));
   {

@@ -8,9 +8,9 @@
 #include <cerrno>
 
 namespace strata {
-namespace {
-
-const char* KindOf(mode_t m) {
+const char* FileKindName(uint32_t mode) {
+  const mode_t m = mode_t(mode);
+  if (S_ISREG(m)) return "a regular file";
   if (S_ISDIR(m)) return "a directory";
   if (S_ISFIFO(m)) return "a FIFO";
   if (S_ISSOCK(m)) return "a socket";
@@ -18,8 +18,6 @@ const char* KindOf(mode_t m) {
   if (S_ISBLK(m)) return "a block device";
   return "not a plain file";
 }
-
-}  // namespace
 
 Status OpenRegularFile(const std::string& path, const char* what, int* fd, uint64_t* size) {
   *fd = -1;
@@ -41,7 +39,8 @@ Status OpenRegularFile(const std::string& path, const char* what, int* fd, uint6
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(f);
-    return Status::InvalidArgument(name + " is " + KindOf(st.st_mode) + ", not a regular file");
+    return Status::InvalidArgument(name + " is " + FileKindName(st.st_mode) +
+                                   ", not a regular file");
   }
   const int fl = fcntl(f, F_GETFL);
   if (fl >= 0) fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
@@ -84,7 +83,7 @@ Status ReadTextStream(int fd, const std::string& name, uint64_t max_bytes, std::
   const mode_t m = st.st_mode;
   const bool stream = S_ISREG(m) || S_ISFIFO(m) || S_ISSOCK(m) || (S_ISCHR(m) && isatty(fd));
   if (!stream)
-    return Status::InvalidArgument(name + " is " + KindOf(m) +
+    return Status::InvalidArgument(name + " is " + FileKindName(m) +
                                    ", not a regular file, a pipe or a terminal");
   const auto too_long = [&](const std::string& size) {
     return Status::ResourceExhausted(name + " holds " + size + " bytes; the limit is " +

@@ -17,6 +17,9 @@ namespace strata {
 // reads, and a bound on what a wrong path (a disk image, a log) can cost in memory.
 constexpr uint64_t kMaxTextBytes = uint64_t(256) << 20;
 
+// What a stat mode names, for messages: "a directory", "a FIFO", "a character device", ...
+const char* FileKindName(uint32_t mode);
+
 // Opens `path` read-only (close-on-exec); *fd and *size receive the descriptor and the file's
 // size. `what` names the file's role in messages ("model", "config file"). A directory, FIFO,
 // socket or device is InvalidArgument ("config file '/dev/zero' is a character device, not a
