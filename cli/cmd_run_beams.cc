@@ -134,11 +134,9 @@ Status RunBeamSearchCommand(const BeamFlags& f, const Config& cfg, const Model& 
 
   std::unique_ptr<Model> scorer;
   std::unique_ptr<ModelVerifier> verifier;
-  if (!f.scorer_model.empty()) {
-    STRATA_RETURN_IF_ERROR(LoadModel(f.scorer_model, &scorer));
-    STRATA_RETURN_IF_ERROR(ModelVerifier::Create(
-        *scorer, model, p.n_threads, int32_t(ids.size()) + p.max_tokens + 1, p.n_beams, &verifier));
-  }
+  if (!f.scorer_model.empty())
+    STRATA_RETURN_IF_ERROR(ModelVerifier::Load(f.scorer_model, model, p.n_threads, ids.size(),
+                                               p.max_tokens, p.n_beams, &scorer, &verifier));
   std::vector<BeamResult> results;
   BeamSearchStats st;
   STRATA_RETURN_IF_ERROR(RunBeamSearch(model, ids, p, verifier.get(), &results, &st));

@@ -126,11 +126,9 @@ strata_status strata_beam_search(const strata_model* model, const char* prompt,
             return strata::Status::OK();
           });
     } else if (params->scorer_model && *params->scorer_model) {
-      s = ToC(strata::Model::Load(params->scorer_model, &scorer_model));
-      if (s != STRATA_OK) return s;
       std::unique_ptr<strata::ModelVerifier> mv;
-      s = ToC(strata::ModelVerifier::Create(
-          *scorer_model, m, p.n_threads, int32_t(ids.size()) + p.max_tokens + 1, p.n_beams, &mv));
+      s = ToC(strata::ModelVerifier::Load(params->scorer_model, m, p.n_threads, ids.size(),
+                                          p.max_tokens, p.n_beams, &scorer_model, &mv));
       if (s != STRATA_OK) return s;
       verifier = std::move(mv);
     }

@@ -52,6 +52,14 @@ Status CallbackVerifier::ScoreStep(std::span<const StepCandidate> cands,
 
 ModelVerifier::~ModelVerifier() { End(); }
 
+Status ModelVerifier::Load(const std::string& path, const Model& generator, int32_t n_threads,
+                           size_t prompt_tokens, int32_t max_tokens, int32_t max_beams,
+                           std::unique_ptr<Model>* scorer, std::unique_ptr<ModelVerifier>* out) {
+  STRATA_RETURN_IF_ERROR(Model::Load(path, scorer));
+  return Create(**scorer, generator, n_threads, int32_t(prompt_tokens) + max_tokens + 1, max_beams,
+                out);
+}
+
 Status ModelVerifier::Create(const Model& scorer, const Model& generator, int32_t n_threads,
                              int32_t n_ctx, int32_t max_beams,
                              std::unique_ptr<ModelVerifier>* out) {

@@ -113,6 +113,12 @@ class ModelVerifier final : public Verifier {
   // n_ctx: the longest prompt + path it will see.
   static Status Create(const Model& scorer, const Model& generator, int32_t n_threads,
                        int32_t n_ctx, int32_t max_beams, std::unique_ptr<ModelVerifier>* out);
+  // Loads the scorer model at `path` (kept in *scorer, which must outlive *out) and sizes
+  // its context for a search of `max_tokens` after a prompt of `prompt_tokens`: what the
+  // command and the C API both do with a scorer model's path.
+  static Status Load(const std::string& path, const Model& generator, int32_t n_threads,
+                     size_t prompt_tokens, int32_t max_tokens, int32_t max_beams,
+                     std::unique_ptr<Model>* scorer, std::unique_ptr<ModelVerifier>* out);
   ~ModelVerifier() override;
   const char* name() const override { return "model"; }
   Status Begin(std::span<const int32_t> prompt, uint64_t root_id) override;
