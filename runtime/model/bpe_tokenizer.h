@@ -17,21 +17,12 @@
 
 namespace strata {
 
-class BpeTokenizer final : public Tokenizer {
+class BpeTokenizer final : public VocabTokenizer {
  public:
   static Status Create(const GgufFile& gguf, std::unique_ptr<Tokenizer>* out);
 
   Status Encode(std::string_view text, bool add_bos, bool parse_special,
                 std::vector<int32_t>* out) const override;
-  std::string TokenBytes(int32_t id, bool special = false) const override;
-  int32_t n_vocab() const override { return vocab_.n(); }
-  int32_t bos() const override { return vocab_.bos; }
-  int32_t eos() const override { return vocab_.eos; }
-  bool IsEndOfGeneration(int32_t id) const override {
-    return vocab_.end_of_generation.count(id) != 0;
-  }
-  bool IsControl(int32_t id) const override { return vocab_.IsControl(id); }
-  int32_t Find(std::string_view token_text) const override { return vocab_.Find(token_text); }
   PreTokenizerKind pre_tokenizer() const { return pre_; }
 
  private:
@@ -39,7 +30,6 @@ class BpeTokenizer final : public Tokenizer {
   // Appends the ids of one pre-tokenized word.
   void EncodeWord(std::string_view word, std::vector<int32_t>* out) const;
 
-  Vocab vocab_;
   PreTokenizerKind pre_ = PreTokenizerKind::kGpt2;
   // Llama 3 emits a word that is itself a token without merging (its tokenizer's
   // ignore_merges), which can differ from what the merges would build.
@@ -52,7 +42,6 @@ class BpeTokenizer final : public Tokenizer {
   std::unordered_map<uint64_t, Merge> merges_;
   std::array<int32_t, 256> byte_token_{};   // token of each byte's code point, or -1
   std::array<std::string, 256> byte_text_;  // that code point in UTF-8
-  std::vector<std::string> decoded_;        // raw bytes of each token
 };
 
 }  // namespace strata

@@ -179,13 +179,4 @@ Status SpmTokenizer::Encode(std::string_view text, bool add_bos, bool parse_spec
   return Status::OK();
 }
 
-std::string SpmTokenizer::TokenBytes(int32_t id, bool special) const {
-  if (id < 0 || id >= vocab_.n()) return std::string();
-  const TokenType t = vocab_.type[id];
-  if (t == TokenType::kControl || t == TokenType::kUnknown) {
-    return special ? vocab_.text[id] : std::string();
-  }
-  return decoded_[id];
-}
-
 }  // namespace strata

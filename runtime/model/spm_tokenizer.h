@@ -18,31 +18,20 @@
 
 namespace strata {
 
-class SpmTokenizer final : public Tokenizer {
+class SpmTokenizer final : public VocabTokenizer {
  public:
   static Status Create(const GgufFile& gguf, std::unique_ptr<Tokenizer>* out);
 
   Status Encode(std::string_view text, bool add_bos, bool parse_special,
                 std::vector<int32_t>* out) const override;
-  std::string TokenBytes(int32_t id, bool special = false) const override;
-  int32_t n_vocab() const override { return vocab_.n(); }
-  int32_t bos() const override { return vocab_.bos; }
-  int32_t eos() const override { return vocab_.eos; }
-  bool IsEndOfGeneration(int32_t id) const override {
-    return vocab_.end_of_generation.count(id) != 0;
-  }
-  bool IsControl(int32_t id) const override { return vocab_.IsControl(id); }
-  int32_t Find(std::string_view token_text) const override { return vocab_.Find(token_text); }
 
  private:
   SpmTokenizer() = default;
   // Appends the ids of one fragment of text already in "▁" form.
   void EncodePiece(std::string_view text, std::vector<int32_t>* out) const;
 
-  Vocab vocab_;
   bool add_space_prefix_ = true;
   std::array<int32_t, 256> byte_token_{};  // <0xXX> tokens, -1 where absent
-  std::vector<std::string> decoded_;       // bytes of each token
 };
 
 }  // namespace strata

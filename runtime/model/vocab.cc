@@ -150,4 +150,12 @@ void SplitAtSpecials(const Vocab& vocab, std::string_view text, bool parse_speci
   }
 }
 
+std::string VocabTokenizer::TokenBytes(int32_t id, bool special) const {
+  if (id < 0 || id >= vocab_.n()) return std::string();
+  const TokenType t = vocab_.type[id];
+  if (t == TokenType::kControl || t == TokenType::kUnknown)
+    return special ? vocab_.text[id] : std::string();
+  return decoded_[id];
+}
+
 }  // namespace strata

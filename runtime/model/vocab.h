@@ -1,8 +1,8 @@
 // Vocab: the token table shared by the tokenizer models (tokenizer.ggml.tokens, token
 // types, scores, special ids) and the split of a text at special tokens.
 //
-// Internal to runtime/model (BpeTokenizer, SpmTokenizer). Immutable after Load; safe to
-// read from many threads.
+// Internal to runtime/model (BpeTokenizer, SpmTokenizer derive from VocabTokenizer).
+// Immutable after Load; safe to read from many threads.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "runtime/model/tokenizer.h"
 
 namespace strata {
 
@@ -68,5 +69,24 @@ struct TextFragment {
 // splitting all raw pieces left by the longer ones, so a special token is never split.
 void SplitAtSpecials(const Vocab& vocab, std::string_view text, bool parse_special,
                      std::vector<TextFragment>* out);
+
+// What the tokenizer models share over their Vocab: the ids, the specials and each token's
+// bytes (decoded_, which each model fills at Create its own way).
+class VocabTokenizer : public Tokenizer {
+ public:
+  std::string TokenBytes(int32_t id, bool special = false) const override;
+  int32_t n_vocab() const override { return vocab_.n(); }
+  int32_t bos() const override { return vocab_.bos; }
+  int32_t eos() const override { return vocab_.eos; }
+  bool IsEndOfGeneration(int32_t id) const override {
+    return vocab_.end_of_generation.count(id) != 0;
+  }
+  bool IsControl(int32_t id) const override { return vocab_.IsControl(id); }
+  int32_t Find(std::string_view token_text) const override { return vocab_.Find(token_text); }
+
+ protected:
+  Vocab vocab_;
+  std::vector<std::string> decoded_;  // the raw bytes of each token
+};
 
 }  // namespace strata
