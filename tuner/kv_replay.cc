@@ -54,6 +54,40 @@ uint64_t FullKvBytes(const HParams& hp, int32_t context) {
          2 * sizeof(uint16_t);
 }
 
+Status CaptureKv(const Model& model, std::span<const int32_t> tokens, int32_t threads,
+                 int32_t n_ctx, KvCapture* out, std::unique_ptr<Engine>* engine, SeqId* seq_out) {
+  const HParams& hp = model.hparams();
+  KvCapture cap;
+  cap.n_layer = hp.n_layer;
+  cap.row = hp.n_head_kv * hp.head_dim;
+  cap.n_tokens = int32_t(tokens.size());
+  EngineOptions eo;
+  eo.n_threads = threads;
+  eo.n_ctx = std::max(n_ctx, cap.n_tokens);
+  std::unique_ptr<Engine> e;
+  STRATA_RETURN_IF_ERROR(Engine::Create(model, eo, &e));
+  SeqId seq;
+  STRATA_RETURN_IF_ERROR(e->NewSequence(&seq));
+  std::vector<float> logits;
+  STRATA_RETURN_IF_ERROR(e->Prefill(seq, tokens, &logits));
+  const size_t n = size_t(cap.n_tokens) * cap.row;
+  cap.data.resize(size_t(cap.n_layer) * 2 * n);
+  for (int32_t l = 0; l < cap.n_layer; ++l) {
+    std::span<const kernels::KvSpan> view;
+    STRATA_RETURN_IF_ERROR(e->kv().View(l, seq, &view));
+    if (view.size() != 1 || view[0].n_tokens != cap.n_tokens || view[0].stride != cap.row)
+      return Status::Internal("capture: the memory policy's view is not one full span");
+    std::copy(view[0].k, view[0].k + n, cap.data.begin() + ptrdiff_t(2 * l * n));
+    std::copy(view[0].v, view[0].v + n, cap.data.begin() + ptrdiff_t((2 * l + 1) * n));
+  }
+  *out = std::move(cap);
+  if (engine) {
+    *engine = std::move(e);
+    *seq_out = seq;
+  }
+  return Status::OK();
+}
+
 Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
                      const std::string& cache_dir, int32_t threads, KvCapture* out, bool* computed,
                      const std::function<void(const std::string&)>& log) {
@@ -99,25 +133,7 @@ Status LoadOrCapture(const Model& model, std::span<const int32_t> tokens,
       cap.data.clear();
     }
   }
-  EngineOptions eo;
-  eo.n_threads = threads;
-  eo.n_ctx = cap.n_tokens;
-  std::unique_ptr<Engine> e;
-  STRATA_RETURN_IF_ERROR(Engine::Create(model, eo, &e));
-  SeqId seq;
-  STRATA_RETURN_IF_ERROR(e->NewSequence(&seq));
-  std::vector<float> logits;
-  STRATA_RETURN_IF_ERROR(e->Prefill(seq, tokens, &logits));
-  cap.data.resize(values);
-  for (int32_t l = 0; l < cap.n_layer; ++l) {
-    std::span<const kernels::KvSpan> view;
-    STRATA_RETURN_IF_ERROR(e->kv().View(l, seq, &view));
-    if (view.size() != 1 || view[0].n_tokens != cap.n_tokens || view[0].stride != cap.row)
-      return Status::Internal("capture: the memory policy's view is not one full span");
-    const size_t n = size_t(cap.n_tokens) * cap.row;
-    std::copy(view[0].k, view[0].k + n, cap.data.begin() + ptrdiff_t(2 * l * n));
-    std::copy(view[0].v, view[0].v + n, cap.data.begin() + ptrdiff_t((2 * l + 1) * n));
-  }
+  STRATA_RETURN_IF_ERROR(CaptureKv(model, tokens, threads, 0, &cap));
   STRATA_RETURN_IF_ERROR(MakeWorkDir(cache_dir));
   const uint64_t sum = CaptureSum(key, cap.data);
   const std::string_view parts[] = {

@@ -47,6 +47,14 @@ struct KvCapture {
 // Full KV of one sequence at `context` tokens, in bytes (F16 K and V of every layer).
 uint64_t FullKvBytes(const HParams& hp, int32_t context);
 
+// Computes the capture of `tokens` with the memory policy (`threads` workers, a context of
+// n_ctx tokens or of the tokens, whichever is more). With `engine` given, the engine that
+// computed it is handed over too, `*seq` holding the tokens, so a caller can go on decoding
+// with full KV.
+Status CaptureKv(const Model& model, std::span<const int32_t> tokens, int32_t threads,
+                 int32_t n_ctx, KvCapture* out, std::unique_ptr<Engine>* engine = nullptr,
+                 SeqId* seq = nullptr);
+
 // Loads the capture of `tokens` from cache_dir, or computes it (memory policy, `threads`
 // workers) and stores it there (mode 0600, with a checksum: tuner/work_file.h). *computed
 // tells which. A stored capture cut short or damaged is reported to `log` (optional) and
