@@ -20,7 +20,9 @@
 //
 // Results go to a JSON-lines file as each (case, configuration) finishes; a rerun skips what
 // is there. The table: accuracy per task and length, and per depth for the tasks with one
-// asked needle, for full KV, each configuration, and the difference.
+// asked needle, for full KV, each configuration, and the difference; then, per configuration
+// and task, the share of (needle token span, layer) pairs that attention held at the first
+// answer step (DiskKvHooks::on_decode_view): whether a miss is the selection's.
 //
 //   bench_retrieval --text book.txt --lengths 2048,4096,8192 --cases 20
 //     --configs "budget_bytes=1/13;budget_bytes=1/34" --results retrieval.jsonl   (one line)
@@ -249,6 +251,28 @@ Status MakeCase(const Model& model, const Haystack& h, const std::string& task, 
   return Status::Internal(c->id + ": no haystack size fits " + std::to_string(length) + " tokens");
 }
 
+// Token indices of `ids` that hold the first occurrence in the prompt of each expected string
+// (the needles' values, the chain's names); none for cwe, whose words are everywhere.
+std::vector<std::pair<int32_t, int32_t>> NeedleTokens(const Model& model, const Case& c,
+                                                      const std::vector<int32_t>& ids) {
+  std::vector<std::pair<int32_t, int32_t>> out;
+  if (c.task == "cwe") return out;
+  std::vector<size_t> end(ids.size());  // byte offset after each token
+  size_t at = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    at += model.tokenizer().TokenBytes(ids[i]).size();
+    end[i] = at;
+  }
+  for (const std::string& e : c.expected) {
+    const size_t off = c.prompt.find(e);
+    if (off == std::string::npos) continue;
+    const auto first = std::upper_bound(end.begin(), end.end(), off) - end.begin();
+    const auto last = std::lower_bound(end.begin(), end.end(), off + e.size()) - end.begin();
+    out.push_back({int32_t(first), int32_t(std::min<ptrdiff_t>(last, ptrdiff_t(ids.size()) - 1))});
+  }
+  return out;
+}
+
 double Score(const Case& c, const std::string& answer, int32_t* found) {
   *found = 0;
   for (const std::string& e : c.expected) *found += answer.find(e) != std::string::npos;
@@ -256,8 +280,10 @@ double Score(const Case& c, const std::string& answer, int32_t* found) {
 }
 
 // Greedy continuation of `seq`, whose KV holds all but the last prompt token.
-Status Continue(Engine& e, SeqId seq, const std::vector<int32_t>& ids, int32_t n,
-                std::string* out) {
+// *first_step (when given) is true during the first pass only: the one that reads the
+// question's last token and picks the answer's first.
+Status Continue(Engine& e, SeqId seq, const std::vector<int32_t>& ids, int32_t n, std::string* out,
+                bool* first_step = nullptr) {
   const Tokenizer& tok = e.model().tokenizer();
   const int32_t n_vocab = e.model().hparams().n_vocab;
   std::vector<int32_t> generated;
@@ -268,7 +294,9 @@ Status Continue(Engine& e, SeqId seq, const std::vector<int32_t>& ids, int32_t n
   for (int32_t i = 0; i < n; ++i) {
     b.Clear();
     b.Add(seq, pos++, std::span<const int32_t>(&next, 1));
+    if (first_step) *first_step = i == 0;
     STRATA_RETURN_IF_ERROR(e.Evaluate(b, &logits));
+    if (first_step) *first_step = false;
     next = int32_t(std::max_element(logits.begin(), logits.begin() + n_vocab) - logits.begin());
     if (tok.IsEndOfGeneration(next)) break;
     generated.push_back(next);
@@ -330,6 +358,21 @@ void PrintTable(const Flags& f, const std::vector<std::string>& configs,
     }
     std::printf("\n");
   }
+  // What attention held of the needles at the first answer step, per configuration and task.
+  std::map<std::pair<std::string, std::string>, std::pair<double, double>> held;
+  for (const auto& [key, j] : done)
+    if (j.contains("needle_layers") && j["needle_layers"].get<int>() > 0) {
+      auto& h = held[{key.second, j["task"].get<std::string>()}];
+      h.first += j["needle_layers_attended"].get<double>();
+      h.second += j["needle_layers"].get<double>();
+    }
+  if (held.empty()) return;
+  std::printf("\nneedle tokens in attention at the first answer step, share of (needle, layer):\n");
+  for (const std::string& c : configs)
+    for (const std::string& task : f.tasks)
+      if (const auto it = held.find({c, task}); it != held.end())
+        std::printf("  %-24s %-12s %6.1f%%\n", c.c_str(), task.c_str(),
+                    100 * it->second.first / it->second.second);
 }
 
 Status Main(Flags& f, const std::string& command) {
@@ -393,13 +436,16 @@ Status Main(Flags& f, const std::string& command) {
         STRATA_RETURN_IF_ERROR(CaptureKv(*model,
                                          std::span<const int32_t>(ids.data(), ids.size() - 1),
                                          f.threads, n_ctx, &cap, &full, &seq));
-        auto record = [&](const std::string& cfg, const std::string& answer) {
+        const auto needles = NeedleTokens(*model, c, ids);
+        auto record = [&](const std::string& cfg, const std::string& answer,
+                          const nlohmann::json& extra) {
           int32_t found = 0;
           const double s = Score(c, answer, &found);
           nlohmann::json j = {
               {"case", c.id},           {"config", cfg},    {"task", c.task}, {"length", c.length},
               {"tokens", ids.size()},   {"depth", c.depth}, {"score", s},     {"found", found},
               {"expected", c.expected}, {"answer", answer}};
+          j.update(extra);
           out << j.dump() << "\n" << std::flush;
           done[{c.id, cfg}] = j;
           std::fprintf(stderr, "%s %s: %.2f\n", c.id.c_str(), cfg.c_str(), s);
@@ -407,21 +453,53 @@ Status Main(Flags& f, const std::string& command) {
         if (!done.count({c.id, "full"})) {
           std::string answer;
           STRATA_RETURN_IF_ERROR(Continue(*full, seq, ids, c.answer_tokens, &answer));
-          record("full", answer);
+          record("full", answer, nlohmann::json::object());
         }
         full.reset();
         for (const std::string& cfg : configs) {
           if (done.count({c.id, cfg})) continue;
           DiskKvOptions d;
           STRATA_RETURN_IF_ERROR(ParseDiskSpec(cfg, base, n_ctx, full_cache, &d));
+          // Which layers' attention held each needle token at the first answer step.
+          bool first_step = false;
+          std::vector<std::vector<bool>> seen(needles.size(),
+                                              std::vector<bool>(size_t(model->hparams().n_layer)));
+          EngineOptions eo;
+          eo.n_threads = f.threads;
+          eo.n_ctx = n_ctx;
+          eo.kv.policy = KvPolicyKind::kDisk;
+          eo.kv.disk = d;
+          eo.kv.hooks.on_decode_view = [&](int32_t layer, SeqId,
+                                           std::span<const kernels::KvSpan> view) {
+            if (!first_step) return;
+            for (size_t k = 0; k < needles.size(); ++k)
+              for (const kernels::KvSpan& sp : view)
+                if (sp.pos0 <= needles[k].second && sp.pos0 + sp.n_tokens > needles[k].first)
+                  seen[k][size_t(layer)] = true;
+          };
           std::unique_ptr<Engine> e;
-          STRATA_RETURN_IF_ERROR(CreateRunEngine(*model, f.threads, n_ctx, 1, &d, &e));
+          STRATA_RETURN_IF_ERROR(Engine::Create(*model, eo, &e));
           SeqId s;
           STRATA_RETURN_IF_ERROR(e->NewSequence(&s));
           STRATA_RETURN_IF_ERROR(ReplayPrefix(e->kv(), s, cap, cap.n_tokens));
           std::string answer;
-          STRATA_RETURN_IF_ERROR(Continue(*e, s, ids, c.answer_tokens, &answer));
-          record(cfg, answer);
+          STRATA_RETURN_IF_ERROR(Continue(*e, s, ids, c.answer_tokens, &answer, &first_step));
+          // Per needle: the layers that did not attend to it.
+          nlohmann::json missed = nlohmann::json::array();
+          int32_t attended = 0, total = 0;
+          for (const auto& layers : seen) {
+            nlohmann::json m = nlohmann::json::array();
+            for (size_t l = 0; l < layers.size(); ++l) {
+              attended += layers[l];
+              ++total;
+              if (!layers[l]) m.push_back(l);
+            }
+            missed.push_back(m);
+          }
+          record(cfg, answer,
+                 {{"needle_layers_attended", attended},
+                  {"needle_layers", total},
+                  {"needle_layers_missed", missed}});
         }
       }
     }

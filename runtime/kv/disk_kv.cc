@@ -37,6 +37,7 @@ Status DiskKv::Create(const Model& model, const DiskKvOptions& options, int32_t 
   KvShape shape{hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx};
   std::unique_ptr<DiskKv> kv(new DiskKv(model, options, shape));
   kv->max_sequences_ = max_sequences;
+  kv->on_decode_view_ = hooks.on_decode_view;
 
   if (options.ratio > 0) {
     int32_t rank = 0;
@@ -234,6 +235,7 @@ Status DiskKv::View(int32_t layer, SeqId seq, std::span<const kernels::KvSpan>* 
     c_.resident_attended +=
         uint64_t(disk_kv::AssembleDecodeView(plan_, options_.attend_resident, *s, layer));
     *out = s->layers[size_t(layer)].view;
+    if (on_decode_view_) on_decode_view_(layer, seq, *out);
   }
   return Status::OK();
 }

@@ -122,6 +122,7 @@ class DiskKv final : public KvPolicy, public KvWindowedView, public KvTailEstima
 
   const Model& model_;
   const DiskKvOptions options_;
+  std::function<void(int32_t, SeqId, std::span<const kernels::KvSpan>)> on_decode_view_;
   const KvShape shape_;
   int32_t max_sequences_ = 0;
   DiskKvPlan plan_;

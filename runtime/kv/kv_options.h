@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "common/status.h"
@@ -208,6 +209,10 @@ struct DiskKvHooks {
   std::shared_ptr<storage::FaultInjector> faults;  // the store's fault injection
   // Sees every read submission (one per layer and pass) right after it.
   std::function<void(int32_t layer, const storage::IoBatch& reads)> on_read_submit;
+  // Sees what a decode pass gives a layer's attention for a sequence: the spans of the
+  // groups it kept and selected, with their positions (pos0, n_tokens).
+  std::function<void(int32_t layer, SeqId seq, std::span<const kernels::KvSpan> view)>
+      on_decode_view;
 };
 
 struct KvOptions {
