@@ -269,6 +269,32 @@ TEST_F(DiskKvTest, LayerOneIsSelectedOnlyFromItsExactQuery) {
   }
 }
 
+// The decode-view hook sees, for every layer of every decode pass, the spans attention gets:
+// positions inside what the sequence holds, the newest token among them, and no more groups
+// than the plan keeps (the selection plus the always-kept sink and recent groups).
+TEST_F(DiskKvTest, TheDecodeViewHookSeesEachLayersAttendedSpans) {
+  EngineOptions o = Options();
+  o.kv.disk.groups_per_step = 6;
+  o.kv.disk.reuse_slots = 9;
+  std::vector<int32_t> calls(size_t(model_->hparams().n_layer), 0);
+  int32_t bad = 0, newest_missing = 0;
+  o.kv.hooks.on_decode_view = [&](int32_t layer, SeqId, std::span<const kernels::KvSpan> view) {
+    ++calls[size_t(layer)];
+    int32_t last = -1;
+    for (const kernels::KvSpan& sp : view) {
+      if (sp.pos0 < 0 || sp.n_tokens <= 0) ++bad;
+      last = std::max(last, sp.pos0 + sp.n_tokens - 1);
+    }
+    // The pass appends one token after the prompt and the tokens decoded before it.
+    if (last < int32_t(prompt_.size())) ++newest_missing;
+  };
+  KvCounters c;
+  Run(o, &c);
+  for (int32_t n : calls) EXPECT_EQ(n, int32_t(decode_.size()));
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(newest_missing, 0);
+}
+
 // A resident bonus makes selection keep groups it already holds: more reuse hits and fewer
 // bytes read for the same number of selected groups; off, selection is by score alone.
 TEST_F(DiskKvTest, ResidentBonusTradesReadsForSelection) {
