@@ -10,7 +10,7 @@
 #include "cli/cmd_run_beams.h"
 #include "common/file.h"
 #include "runtime/engine/session.h"
-#include "runtime/kv/disk_kv.h"
+#include "runtime/kv/disk/disk_kv.h"
 
 namespace strata::cli {
 namespace {

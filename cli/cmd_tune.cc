@@ -19,7 +19,7 @@
 #include "common/progress_bar.h"
 #include "platforms/cuda_device.h"
 #include "platforms/platform.h"
-#include "runtime/kv/adapters.h"
+#include "runtime/kv/disk/adapters.h"
 #include "tuner/plot.h"
 #include "tuner/tune.h"
 

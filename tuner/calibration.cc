@@ -10,7 +10,7 @@
 
 #include "common/file.h"
 #include "runtime/engine/engine.h"
-#include "runtime/kv/group_predictor.h"
+#include "runtime/kv/disk/group_predictor.h"
 #include "runtime/kv/memory_kv.h"
 
 namespace strata {

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "runtime/kv/adapters.h"
+#include "runtime/kv/disk/adapters.h"
 
 namespace strata {
 

@@ -12,11 +12,11 @@
 #include "common/thread_pool.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/forward.h"
-#include "runtime/kv/disk_kv.h"
-#include "runtime/kv/disk_kv_plan.h"
-#include "runtime/kv/disk_kv_store.h"
-#include "runtime/kv/group_predictor.h"
-#include "runtime/kv/kv_record_layout.h"
+#include "runtime/kv/disk/disk_kv.h"
+#include "runtime/kv/disk/disk_kv_plan.h"
+#include "runtime/kv/disk/disk_kv_store.h"
+#include "runtime/kv/disk/group_predictor.h"
+#include "runtime/kv/disk/kv_record_layout.h"
 #include "tuner/kv_replay.h"
 
 namespace strata {

@@ -50,8 +50,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "runtime/kv/adapters.h"
-#include "runtime/kv/disk_kv_plan.h"
+#include "runtime/kv/disk/adapters.h"
+#include "runtime/kv/disk/disk_kv_plan.h"
 #include "runtime/kv/kv_options.h"
 #include "runtime/model/model.h"
 #include "tuner/device_profile.h"

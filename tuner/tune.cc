@@ -10,9 +10,9 @@
 
 #include "platforms/platform.h"
 #include "runtime/engine/engine.h"
-#include "runtime/kv/adapters.h"
-#include "runtime/kv/disk_kv_plan.h"
-#include "runtime/kv/disk_kv_store.h"
+#include "runtime/kv/disk/adapters.h"
+#include "runtime/kv/disk/disk_kv_plan.h"
+#include "runtime/kv/disk/disk_kv_store.h"
 #include "strata/strata.h"
 #include "tuner/kv_replay.h"
 #include "tuner/quality.h"

@@ -28,7 +28,7 @@
 
 #include "bench/kv/kv_bench_util.h"
 #include "runtime/engine/engine.h"
-#include "runtime/kv/disk_kv.h"
+#include "runtime/kv/disk/disk_kv.h"
 #include "tuner/quality.h"
 
 namespace strata::bench {

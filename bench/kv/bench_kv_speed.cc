@@ -26,7 +26,7 @@
 #include "bench/kv/kv_bench_util.h"
 #include "bench/storage/fio_runner.h"
 #include "runtime/engine/engine.h"
-#include "runtime/kv/disk_kv.h"
+#include "runtime/kv/disk/disk_kv.h"
 #include "storage/io_batch.h"
 
 namespace strata::bench {

@@ -2,7 +2,7 @@
 
 #include "common/enum_names.h"
 
-#include "runtime/kv/disk_kv.h"
+#include "runtime/kv/disk/disk_kv.h"
 #include "runtime/kv/memory_kv.h"
 #include "runtime/model/model.h"
 

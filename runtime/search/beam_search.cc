@@ -13,8 +13,8 @@
 
 #include "platforms/cuda_device.h"
 #include "runtime/engine/engine.h"
-#include "runtime/kv/cuda_disk_tier.h"
-#include "runtime/kv/cuda_host_tier.h"
+#include "runtime/kv/tree/cuda_disk_tier.h"
+#include "runtime/kv/tree/cuda_host_tier.h"
 #include "runtime/model/chat_template.h"
 
 namespace strata {

@@ -26,7 +26,7 @@
 
 #include "common/status.h"
 #include "runtime/engine/sampler.h"
-#include "runtime/kv/prefix_tree_kv.h"
+#include "runtime/kv/tree/prefix_tree_kv.h"
 #include "runtime/model/model.h"
 #include "runtime/search/beam_scheduler.h"
 #include "runtime/search/verifier.h"

@@ -29,9 +29,9 @@
 
 #include "common/status.h"
 #include "runtime/engine/engine.h"
-#include "runtime/kv/fast_tier.h"
-#include "runtime/kv/prefix_tree_kv.h"
-#include "runtime/kv/slow_tier.h"
+#include "runtime/kv/tree/fast_tier.h"
+#include "runtime/kv/tree/prefix_tree_kv.h"
+#include "runtime/kv/tree/slow_tier.h"
 #include "runtime/model/model.h"
 
 namespace strata {

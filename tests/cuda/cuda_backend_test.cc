@@ -15,8 +15,8 @@
 
 #include "platforms/cuda_device.h"
 #include "runtime/engine/engine.h"
-#include "runtime/kv/cuda_host_tier.h"
-#include "runtime/kv/prefix_tree_kv.h"
+#include "runtime/kv/tree/cuda_host_tier.h"
+#include "runtime/kv/tree/prefix_tree_kv.h"
 #include "runtime/model/synthetic_model.h"
 #include "runtime/search/beam_search.h"
 #include "tests/kv/disk_kv_test_util.h"

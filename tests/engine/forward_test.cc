@@ -13,7 +13,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/forward.h"
 #include "runtime/engine/session.h"
-#include "runtime/kv/prefix_tree_kv.h"
+#include "runtime/kv/tree/prefix_tree_kv.h"
 #include "runtime/model/synthetic_model.h"
 #include "tests/engine/reference_forward.h"
 

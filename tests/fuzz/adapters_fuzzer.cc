@@ -1,4 +1,4 @@
-// libFuzzer target: arbitrary bytes as a key-adapters file (runtime/kv/adapters.h). Parsing
+// libFuzzer target: arbitrary bytes as a key-adapters file (runtime/kv/disk/adapters.h). Parsing
 // must fail cleanly or give adapters whose every set has the promised shape; the checksum is
 // checked on half the inputs and skipped on the other half, so the fields behind it are
 // reached too.
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "runtime/kv/adapters.h"
+#include "runtime/kv/disk/adapters.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

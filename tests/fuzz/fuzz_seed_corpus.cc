@@ -11,7 +11,7 @@
 #include <string>
 
 #include "runtime/config/config.h"
-#include "runtime/kv/adapters.h"
+#include "runtime/kv/disk/adapters.h"
 #include "runtime/model/gguf_writer.h"
 #include "runtime/model/synthetic_model.h"
 #include "storage/block_store.h"

@@ -1,5 +1,5 @@
 // The adapters file: round trip, and every kind of damage refused with the field named.
-#include "runtime/kv/adapters.h"
+#include "runtime/kv/disk/adapters.h"
 
 #include <cstdio>
 #include <cstring>

@@ -7,10 +7,10 @@
 #include <gtest/gtest.h>
 
 #include "common/thread_pool.h"
-#include "runtime/kv/disk_kv_plan.h"
-#include "runtime/kv/disk_kv_select.h"
-#include "runtime/kv/disk_kv_store.h"
-#include "runtime/kv/disk_kv_view.h"
+#include "runtime/kv/disk/disk_kv_plan.h"
+#include "runtime/kv/disk/disk_kv_select.h"
+#include "runtime/kv/disk/disk_kv_store.h"
+#include "runtime/kv/disk/disk_kv_view.h"
 #include "storage/fault_injection.h"
 #include "tests/kv/disk_kv_test_util.h"
 #include "tests/testing/test_model.h"

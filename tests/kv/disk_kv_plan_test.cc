@@ -1,6 +1,6 @@
 // DiskKvPlan: the per-sequence memory plan against the numbers of SmolLM2-135M (30 layers,
 // 3 KV heads x 64 dims) at 8K context, and its refusals.
-#include "runtime/kv/disk_kv_plan.h"
+#include "runtime/kv/disk/disk_kv_plan.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // The disk-backed sparse policy inside the engine, on a tiny synthetic model: exact when
 // every group is selected, within budget, batch decode, and clear errors for a removed KV
 // directory, a full disk, failed reads, bad adapters and bad parameters.
-#include "runtime/kv/disk_kv.h"
+#include "runtime/kv/disk/disk_kv.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/kv/group_predictor.h"
+#include "runtime/kv/disk/group_predictor.h"
 #include "storage/fault_injection.h"
 #include "tests/kv/disk_kv_test_util.h"
 #include "tests/testing/test_model.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "runtime/engine/engine.h"
-#include "runtime/kv/adapters.h"
+#include "runtime/kv/disk/adapters.h"
 #include "runtime/model/model.h"
 #include "runtime/model/synthetic_model.h"
 

@@ -1,7 +1,7 @@
 // GroupPredictor against plain double-precision math: the approximate query of a layer
 // (norm, Wq, RoPE, projection through the head's rows of A) and the group selection
 // (per-head group maxima through a softmax, or raw sums; top M).
-#include "runtime/kv/group_predictor.h"
+#include "runtime/kv/disk/group_predictor.h"
 
 #include <algorithm>
 #include <cmath>

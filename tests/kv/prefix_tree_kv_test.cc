@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "platforms/cuda_device.h"
-#include "runtime/kv/cuda_disk_tier.h"
-#include "runtime/kv/prefix_tree_kv.h"
+#include "runtime/kv/tree/cuda_disk_tier.h"
+#include "runtime/kv/tree/prefix_tree_kv.h"
 #include "tests/testing/host_backed_device.h"
 
 namespace strata {

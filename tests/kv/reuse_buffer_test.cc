@@ -1,6 +1,6 @@
 // ReuseBuffer: hits, victims chosen by FIFO / LRU / frequency, pinning of the current
 // selection, adjacent slots for adjacent groups, invalidation, read-through slots.
-#include "runtime/kv/reuse_buffer.h"
+#include "runtime/kv/disk/reuse_buffer.h"
 
 #include <gtest/gtest.h>
 

@@ -46,11 +46,11 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/kv/adapters.h"
-#include "runtime/kv/disk_kv_plan.h"
-#include "runtime/kv/disk_kv_select.h"
-#include "runtime/kv/disk_kv_state.h"
-#include "runtime/kv/disk_kv_store.h"
+#include "runtime/kv/disk/adapters.h"
+#include "runtime/kv/disk/disk_kv_plan.h"
+#include "runtime/kv/disk/disk_kv_select.h"
+#include "runtime/kv/disk/disk_kv_state.h"
+#include "runtime/kv/disk/disk_kv_store.h"
 #include "runtime/kv/kv_options.h"
 #include "runtime/kv/kv_policy.h"
 #include "storage/block_store.h"

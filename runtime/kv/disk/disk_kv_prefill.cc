@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "runtime/kv/disk_kv.h"
+#include "runtime/kv/disk/disk_kv.h"
 
 namespace strata {
 

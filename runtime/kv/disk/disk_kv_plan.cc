@@ -1,4 +1,4 @@
-#include "runtime/kv/disk_kv_plan.h"
+#include "runtime/kv/disk/disk_kv_plan.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,9 +6,9 @@
 #include <queue>
 #include <tuple>
 
-#include "runtime/kv/adapters.h"
-#include "runtime/kv/group_predictor.h"
-#include "runtime/kv/reuse_buffer.h"
+#include "runtime/kv/disk/adapters.h"
+#include "runtime/kv/disk/group_predictor.h"
+#include "runtime/kv/disk/reuse_buffer.h"
 
 namespace strata {
 namespace {

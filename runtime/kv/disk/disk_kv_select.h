@@ -1,4 +1,4 @@
-// DiskKvSelector: what the disk KV policy reads (internal to runtime/kv).
+// DiskKvSelector: what the disk KV policy reads (internal to runtime/kv/disk).
 //
 // Owns the group predictor (the adapters' low-rank query projection and the scoring of the
 // key summary), the per-worker lists one selection needs, and the gathered inputs of the
@@ -19,10 +19,10 @@
 #include <span>
 #include <vector>
 
-#include "runtime/kv/adapters.h"
-#include "runtime/kv/disk_kv_plan.h"
-#include "runtime/kv/disk_kv_state.h"
-#include "runtime/kv/group_predictor.h"
+#include "runtime/kv/disk/adapters.h"
+#include "runtime/kv/disk/disk_kv_plan.h"
+#include "runtime/kv/disk/disk_kv_state.h"
+#include "runtime/kv/disk/group_predictor.h"
 #include "runtime/kv/kv_options.h"
 
 namespace strata {

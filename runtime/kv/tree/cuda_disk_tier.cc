@@ -1,4 +1,4 @@
-#include "runtime/kv/cuda_disk_tier.h"
+#include "runtime/kv/tree/cuda_disk_tier.h"
 
 #include <iterator>
 #include <list>

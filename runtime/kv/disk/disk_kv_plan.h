@@ -23,9 +23,9 @@
 
 #include "common/status.h"
 #include "kernels/kernels.h"
-#include "runtime/kv/adapters.h"
+#include "runtime/kv/disk/adapters.h"
+#include "runtime/kv/disk/kv_record_layout.h"
 #include "runtime/kv/kv_options.h"
-#include "runtime/kv/kv_record_layout.h"
 
 namespace strata {
 

@@ -20,7 +20,7 @@
 
 #include "common/status.h"
 #include "kernels/kernels.h"
-#include "runtime/kv/adapters.h"
+#include "runtime/kv/disk/adapters.h"
 #include "runtime/kv/kv_options.h"
 
 namespace strata {

@@ -1,4 +1,4 @@
-#include "runtime/kv/prefix_tree_kv.h"
+#include "runtime/kv/tree/prefix_tree_kv.h"
 
 #include <algorithm>
 #include <chrono>

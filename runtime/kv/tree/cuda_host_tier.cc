@@ -1,4 +1,4 @@
-#include "runtime/kv/cuda_host_tier.h"
+#include "runtime/kv/tree/cuda_host_tier.h"
 
 #include <vector>
 

@@ -1,4 +1,4 @@
-#include "runtime/kv/disk_kv_store.h"
+#include "runtime/kv/disk/disk_kv_store.h"
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <chrono>
 
-#include "runtime/kv/group_predictor.h"
+#include "runtime/kv/disk/group_predictor.h"
 
 namespace strata {
 namespace {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "runtime/kv/prefix_tree_kv.h"
+#include "runtime/kv/tree/prefix_tree_kv.h"
 
 namespace strata {
 namespace {

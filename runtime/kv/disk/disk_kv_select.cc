@@ -1,10 +1,10 @@
-#include "runtime/kv/disk_kv_select.h"
+#include "runtime/kv/disk/disk_kv_select.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "common/thread_pool.h"
-#include "runtime/kv/disk_kv_view.h"
+#include "runtime/kv/disk/disk_kv_view.h"
 #include "runtime/model/model.h"
 
 namespace strata {

@@ -1,4 +1,4 @@
-// DiskKvStore: the disk KV policy's record store and arenas (internal to runtime/kv).
+// DiskKvStore: the disk KV policy's record store and arenas (internal to runtime/kv/disk).
 //
 // Owns the block store file that holds every sequence's group records (one region of
 // KvRecordLayout::sequence_bytes() per sequence), its identity (a store file that vanishes
@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/kv/disk_kv_plan.h"
-#include "runtime/kv/disk_kv_state.h"
+#include "runtime/kv/disk/disk_kv_plan.h"
+#include "runtime/kv/disk/disk_kv_state.h"
 #include "runtime/kv/kv_options.h"
 #include "runtime/kv/kv_policy.h"
 #include "storage/block_store.h"

@@ -1,4 +1,4 @@
-#include "runtime/kv/group_predictor.h"
+#include "runtime/kv/disk/group_predictor.h"
 
 #include <algorithm>
 #include <cassert>

@@ -1,4 +1,4 @@
-// The disk KV policy's per-sequence state (internal to runtime/kv: disk_kv*.cc), shared by
+// The disk KV policy's per-sequence state (internal to runtime/kv/disk: disk_kv*.cc), shared by
 // its parts:
 //   * DiskKvStore (disk_kv_store.h) allocates a sequence's arena and carves it into the
 //     pointers below, and moves records between them and the store file;
@@ -17,7 +17,7 @@
 
 #include "common/status.h"
 #include "kernels/kernels.h"
-#include "runtime/kv/reuse_buffer.h"
+#include "runtime/kv/disk/reuse_buffer.h"
 #include "storage/block_store.h"
 
 namespace strata::disk_kv {

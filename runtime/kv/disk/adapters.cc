@@ -1,4 +1,4 @@
-#include "runtime/kv/adapters.h"
+#include "runtime/kv/disk/adapters.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,4 +1,4 @@
-#include "runtime/kv/fast_tier.h"
+#include "runtime/kv/tree/fast_tier.h"
 
 #include <algorithm>
 

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "platforms/cuda_device.h"
-#include "runtime/kv/slow_tier.h"
+#include "runtime/kv/tree/slow_tier.h"
 
 namespace strata {
 

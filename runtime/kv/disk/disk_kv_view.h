@@ -1,4 +1,4 @@
-// How decode attention sees a layer of a disk KV sequence (internal to runtime/kv): which
+// How decode attention sees a layer of a disk KV sequence (internal to runtime/kv/disk): which
 // records it reads, in what order, and the spans that point at them. Owns nothing: it reads
 // the layer's state (disk_kv_state.h) and the plan, and writes the layer's view. Same
 // threading as DiskKv (the selector calls ForEachViewed from pool workers, one sequence
@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "runtime/kv/disk_kv_plan.h"
-#include "runtime/kv/disk_kv_state.h"
+#include "runtime/kv/disk/disk_kv_plan.h"
+#include "runtime/kv/disk/disk_kv_state.h"
 
 namespace strata::disk_kv {
 

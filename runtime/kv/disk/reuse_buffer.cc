@@ -1,4 +1,4 @@
-#include "runtime/kv/reuse_buffer.h"
+#include "runtime/kv/disk/reuse_buffer.h"
 
 #include <algorithm>
 

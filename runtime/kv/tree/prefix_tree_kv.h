@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/kv/fast_tier.h"
 #include "runtime/kv/kv_policy.h"
-#include "runtime/kv/slow_tier.h"
+#include "runtime/kv/tree/fast_tier.h"
+#include "runtime/kv/tree/slow_tier.h"
 
 namespace strata {
 

@@ -1,4 +1,4 @@
-#include "runtime/kv/kv_record_layout.h"
+#include "runtime/kv/disk/kv_record_layout.h"
 
 #include <cstring>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "runtime/kv/slow_tier.h"
+#include "runtime/kv/tree/slow_tier.h"
 
 #include <cstring>
 #include <new>
