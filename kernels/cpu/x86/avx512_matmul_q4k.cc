@@ -26,9 +26,9 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/avx512_common.h"
-#include "kernels/cpu/avx512_internal.h"
-#include "kernels/cpu/avx512_rows16.h"
+#include "kernels/cpu/x86/avx512_common.h"
+#include "kernels/cpu/x86/avx512_internal.h"
+#include "kernels/cpu/x86/avx512_rows16.h"
 
 namespace strata::kernels::cpu {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <immintrin.h>
 
-#include "kernels/cpu/avx512_common.h"
+#include "kernels/cpu/x86/avx512_common.h"
 
 namespace strata::kernels::cpu {
 namespace {

@@ -7,10 +7,10 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/arm/neon_common.h"
+#include "kernels/cpu/arm/neon_internal.h"
 #include "kernels/cpu/attention_driver.h"
 #include "kernels/cpu/kernel_table.h"
-#include "kernels/cpu/neon_common.h"
-#include "kernels/cpu/neon_internal.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -19,7 +19,7 @@ constexpr int kChunk = kAttnChunk;
 
 using RowState = AttnRow;
 
-// What the shared driver (attention_driver.h) asks of an ISA.
+// What the shared driver (kernels/cpu/attention_driver.h) asks of an ISA.
 struct Isa {
   template <int G, class Keys>
   static void ProcessGroup(RowState* rows, const Keys keys, int n, int D, float scale) {

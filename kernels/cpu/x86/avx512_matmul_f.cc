@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/avx512_common.h"
-#include "kernels/cpu/avx512_internal.h"
-#include "kernels/cpu/x86_matmul_driver.h"
-#include "kernels/cpu/x86_unpack_q4.h"
+#include "kernels/cpu/x86/avx512_common.h"
+#include "kernels/cpu/x86/avx512_internal.h"
+#include "kernels/cpu/x86/x86_matmul_driver.h"
+#include "kernels/cpu/x86/x86_unpack_q4.h"
 
 namespace strata::kernels::cpu {
 namespace {

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/cpu/neon_common.h"
-#include "kernels/cpu/neon_internal.h"
-#include "kernels/cpu/neon_matmul_impl.h"
+#include "kernels/cpu/arm/neon_common.h"
+#include "kernels/cpu/arm/neon_internal.h"
+#include "kernels/cpu/arm/neon_matmul_impl.h"
 
 namespace strata::kernels::cpu {
 namespace {

@@ -17,9 +17,9 @@
 #include <type_traits>
 
 #include "kernels/cpu/attention_driver.h"
-#include "kernels/cpu/avx512_internal.h"
-#include "kernels/cpu/avx512_math.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/x86/avx512_internal.h"
+#include "kernels/cpu/x86/avx512_math.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -126,7 +126,7 @@ void AccumulateVAllDims(RowState* rows, const Keys v, int n, int D) {
   }
 }
 
-// What the shared driver (attention_driver.h) asks of an ISA.
+// What the shared driver (kernels/cpu/attention_driver.h) asks of an ISA.
 struct Isa {
   template <int G, class Keys>
   static void ProcessGroup(RowState* rows, const Keys keys, int n, int D, float scale) {

@@ -8,9 +8,9 @@
 #include <type_traits>
 
 #include "kernels/cpu/attention_driver.h"
-#include "kernels/cpu/avx2_common.h"
-#include "kernels/cpu/avx2_internal.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/x86/avx2_common.h"
+#include "kernels/cpu/x86/avx2_internal.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -111,7 +111,7 @@ STRATA_INLINE void AccumulateV(RowState* rows, const Keys keys, int n, int d0) {
   }
 }
 
-// What the shared driver (attention_driver.h) asks of an ISA.
+// What the shared driver (kernels/cpu/attention_driver.h) asks of an ISA.
 struct Isa {
   template <int G, class Keys>
   static void ProcessGroup(RowState* rows, const Keys keys, int n, int D, float scale) {

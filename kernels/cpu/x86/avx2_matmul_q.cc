@@ -2,10 +2,10 @@
 // super-block formats are avx2_matmul_k.cc). A group is two blocks: a register's low 128
 // bits hold block 0 and its high 128 bits block 1, first 16 values in `lo`, last 16 in `hi`
 // (two unaligned 16-byte loads skip the block headers).
-#include "kernels/cpu/avx2_common.h"
-#include "kernels/cpu/avx2_internal.h"
 #include "kernels/cpu/block_math.h"
-#include "kernels/cpu/x86_matmul_driver.h"
+#include "kernels/cpu/x86/avx2_common.h"
+#include "kernels/cpu/x86/avx2_internal.h"
+#include "kernels/cpu/x86/x86_matmul_driver.h"
 
 namespace strata::kernels::cpu {
 namespace {

@@ -8,9 +8,9 @@
 // mins and offsets only need the Q8_K block sums (bsums), one vpmaddwd per (row, token,
 // super-block). IQ4_XS's grid values are signed up to 127, so it takes vpdpbusd on the
 // grid value + 128 instead, with per-lane float scales.
-#include "kernels/cpu/avx512_common.h"
 #include "kernels/cpu/block_math.h"
-#include "kernels/cpu/x86_matmul_driver.h"
+#include "kernels/cpu/x86/avx512_common.h"
+#include "kernels/cpu/x86/x86_matmul_driver.h"
 
 namespace strata::kernels::cpu {
 namespace {

@@ -4,10 +4,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/avx512_internal.h"
-#include "kernels/cpu/avx512_math.h"
 #include "kernels/cpu/kernel_table.h"
-#include "kernels/cpu/x86_rows_times_matrix.h"
+#include "kernels/cpu/x86/avx512_internal.h"
+#include "kernels/cpu/x86/avx512_math.h"
+#include "kernels/cpu/x86/x86_rows_times_matrix.h"
 
 namespace strata::kernels::cpu {
 namespace {

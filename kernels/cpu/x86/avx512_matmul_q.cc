@@ -10,8 +10,8 @@
 // and their -8 offset is folded into the correction (Q5 codes 0..31 and -16 alike); signed
 // Q8_0 weights are biased by +128 (xor 0x80) with -128*sum(x) as correction, and IQ4_NL's
 // codes look up their grid value plus 128 directly.
-#include "kernels/cpu/avx512_common.h"
-#include "kernels/cpu/x86_matmul_driver.h"
+#include "kernels/cpu/x86/avx512_common.h"
+#include "kernels/cpu/x86/x86_matmul_driver.h"
 
 namespace strata::kernels::cpu {
 namespace {

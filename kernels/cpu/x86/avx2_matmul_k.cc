@@ -3,10 +3,10 @@
 // order the panel holds the activations) and scale vectors are kept in a small stack record,
 // since 16 registers cannot hold them. Unsigned codes go through vpmaddubsw into 16-bit pair
 // sums and vpmaddwd applies the sub-block scales; offsets and mins use the Q8_K block sums.
-#include "kernels/cpu/avx2_common.h"
-#include "kernels/cpu/avx2_internal.h"
 #include "kernels/cpu/block_math.h"
-#include "kernels/cpu/x86_matmul_driver.h"
+#include "kernels/cpu/x86/avx2_common.h"
+#include "kernels/cpu/x86/avx2_internal.h"
+#include "kernels/cpu/x86/x86_matmul_driver.h"
 
 namespace strata::kernels::cpu {
 namespace {

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "kernels/cpu/avx512_common.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/x86/avx512_common.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels::cpu {

@@ -3,8 +3,8 @@
 // called after the HWCAP check in dispatch.cc.
 #include <arm_neon.h>
 
-#include "kernels/cpu/neon_internal.h"
-#include "kernels/cpu/neon_matmul_impl.h"
+#include "kernels/cpu/arm/neon_internal.h"
+#include "kernels/cpu/arm/neon_matmul_impl.h"
 
 namespace strata::kernels::cpu {
 namespace {

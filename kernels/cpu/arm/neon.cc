@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/arm/neon_common.h"
+#include "kernels/cpu/arm/neon_internal.h"
 #include "kernels/cpu/kernel_table.h"
-#include "kernels/cpu/neon_common.h"
-#include "kernels/cpu/neon_internal.h"
 
 namespace strata::kernels::cpu {
 namespace {

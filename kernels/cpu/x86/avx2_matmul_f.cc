@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/cpu/avx2_common.h"
-#include "kernels/cpu/avx2_internal.h"
-#include "kernels/cpu/x86_matmul_driver.h"
-#include "kernels/cpu/x86_unpack_q4.h"
+#include "kernels/cpu/x86/avx2_common.h"
+#include "kernels/cpu/x86/avx2_internal.h"
+#include "kernels/cpu/x86/x86_matmul_driver.h"
+#include "kernels/cpu/x86/x86_unpack_q4.h"
 
 namespace strata::kernels::cpu {
 namespace {
