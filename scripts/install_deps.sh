@@ -5,7 +5,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git python3 python3-pip
-  liburing-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libicu-dev
+  liburing-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libicu-dev libcpp-httplib-dev
   liblapacke-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev clang-format
