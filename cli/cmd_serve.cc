@@ -96,6 +96,12 @@ Status Serve(const ServeFlags& f) {
 
   std::unique_ptr<Engine> engine;
   STRATA_RETURN_IF_ERROR(Engine::Create(*model, cfg.engine, &engine));
+  // Every decoding slot is one row of the decode pass.
+  if (f.parallel > engine->forward().max_tokens())
+    return Status::InvalidArgument("--parallel: " + std::to_string(f.parallel) +
+                                   " slots exceed the " +
+                                   std::to_string(engine->forward().max_tokens()) +
+                                   " tokens a forward pass takes (--batch, the KV policy's limit)");
   server::ServerOptions o;
   o.host = f.host;
   o.port = f.port;

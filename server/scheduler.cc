@@ -82,7 +82,8 @@ Scheduler::Admission Scheduler::Submit(std::shared_ptr<Job> job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Admission::kStopping;
-    if (int64_t(waiting_.size()) >= max_waiting_) return Admission::kQueueFull;
+    const int64_t free_slots = int64_t(slots_.size()) - busy_.load();
+    if (int64_t(waiting_.size()) >= max_waiting_ + free_slots) return Admission::kQueueFull;
     waiting_.push_back(std::move(job));
     metrics_->SetQueueDepth(int64_t(waiting_.size()));
   }
@@ -104,18 +105,24 @@ void Scheduler::Loop() {
     for (auto& s : slots_)
       if (s->job && s->job->cancelled()) FinishSlot(*s, "the request was cancelled");
     Admit();
+    UpdateGauges();
     PrefillStep();
     DecodeStep();
     UpdateGauges();
   }
   const std::string bye = "the server is shutting down";
-  FailRunning(bye);
+  FailRunning(bye, /*shutting_down=*/true);
   std::deque<std::shared_ptr<Job>> left;
   {
     std::lock_guard<std::mutex> lock(mu_);
     left.swap(waiting_);
   }
-  for (auto& job : left) job->Finish({StopReason::kNone, bye, 0, 0, 0});
+  for (auto& job : left) {
+    Job::Result r;
+    r.error = bye;
+    r.shutting_down = true;
+    job->Finish(r);
+  }
   UpdateGauges();
 }
 
@@ -153,7 +160,9 @@ void Scheduler::Admit() {
       metrics_->SetQueueDepth(int64_t(waiting_.size()));
     }
     if (!best) {
-      job->Finish({StopReason::kNone, "the request was cancelled", 0, 0, 0});
+      Job::Result r;
+      r.error = "the request was cancelled";
+      job->Finish(r);
       continue;
     }
     StartSlot(*best, std::move(job));
@@ -289,22 +298,30 @@ bool Scheduler::Accept(Slot& s, int32_t id) {
   return false;
 }
 
-void Scheduler::FinishSlot(Slot& s, std::string error) {
+void Scheduler::FinishSlot(Slot& s, std::string error, bool shutting_down) {
   if (!s.job) return;
   if (error.empty() && s.stop != StopReason::kStopString) s.job->Deliver(s.text->Flush());
-  s.job->Finish({s.stop, std::move(error), int64_t(s.job->prompt().size()), s.cached, s.generated});
+  Job::Result r;
+  r.stop = s.stop;
+  r.error = std::move(error);
+  r.shutting_down = shutting_down;
+  r.prompt_tokens = int64_t(s.job->prompt().size());
+  r.cached_tokens = s.cached;
+  r.completion_tokens = s.generated;
+  s.job->Finish(std::move(r));
   s.job.reset();
   s.decoding = false;
   s.last_used = ++tick_;
 }
 
-void Scheduler::FailRunning(const std::string& error) {
-  for (auto& s : slots_) FinishSlot(*s, error);
+void Scheduler::FailRunning(const std::string& error, bool shutting_down) {
+  for (auto& s : slots_) FinishSlot(*s, error, shutting_down);
 }
 
 void Scheduler::UpdateGauges() {
   int64_t active = 0;
   for (const auto& s : slots_) active += s->job ? 1 : 0;
+  busy_.store(int32_t(active));
   metrics_->SetActiveSlots(active);
 }
 

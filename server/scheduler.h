@@ -40,7 +40,8 @@ class Job {
   // news.
   struct Result {
     StopReason stop = StopReason::kNone;
-    std::string error;  // non-empty when the job failed or was cut off
+    std::string error;           // non-empty when the job failed or was cut off
+    bool shutting_down = false;  // the error is the server stopping, not the request failing
     int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
   };
   bool Take(std::chrono::milliseconds timeout, std::string* text, Result* result);
@@ -66,8 +67,8 @@ class Job {
 
 class Scheduler {
  public:
-  // `engine` must allow `slots` sequences (EngineOptions::max_sequences); at most
-  // `max_waiting` requests wait for a slot.
+  // `engine` must allow `slots` sequences (EngineOptions::max_sequences) and passes of
+  // `slots` tokens; at most `max_waiting` requests wait once every slot is busy.
   Scheduler(Engine* engine, int32_t slots, int32_t max_waiting, Metrics* metrics);
   ~Scheduler();
 
@@ -89,10 +90,10 @@ class Scheduler {
   void DecodeStep();
   // Emits a sampled token; returns true when the slot's request is over.
   bool Accept(Slot& s, int32_t id);
-  void FinishSlot(Slot& s, std::string error = {});
+  void FinishSlot(Slot& s, std::string error = {}, bool shutting_down = false);
   // Replaces the slot's sequence by an empty one (its KV no longer matches its tokens).
   void ResetSlot(Slot& s);
-  void FailRunning(const std::string& error);
+  void FailRunning(const std::string& error, bool shutting_down);
   void UpdateGauges();
 
   Engine* engine_;
@@ -100,6 +101,9 @@ class Scheduler {
   const int32_t max_waiting_;
   std::vector<std::unique_ptr<Slot>> slots_;
   uint64_t tick_ = 0;  // for least-recently-used eviction of idle slots
+  // Slots serving a request, as last counted by the scheduler thread: a request is refused
+  // only when it would wait behind max_waiting others with every slot busy.
+  std::atomic<int32_t> busy_{0};
 
   std::mutex mu_;
   std::condition_variable cv_;

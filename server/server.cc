@@ -58,6 +58,16 @@ bool SameKey(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// A job that ended in an error: 503 when the server is stopping (a retry elsewhere may
+// succeed), 500 otherwise.
+ApiError JobError(const Job::Result& r) {
+  ApiError e;
+  e.status = r.shutting_down ? 503 : 500;
+  e.type = "server_error";
+  e.message = r.error;
+  return e;
+}
+
 }  // namespace
 
 struct Server::Impl {
@@ -247,13 +257,7 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
     Job::Result r;
     while (!job->Take(std::chrono::milliseconds(500), &out, &r)) {
     }
-    if (!r.error.empty()) {
-      ApiError e;
-      e.status = 500;
-      e.type = "server_error";
-      e.message = r.error;
-      return SendError(res, e);
-    }
+    if (!r.error.empty()) return SendError(res, JobError(r));
     const Usage usage{r.prompt_tokens, r.completion_tokens, r.cached_tokens};
     res.set_content(DumpJson(CompletionJson(ep, meta, out, FinishReason(r.stop), usage)),
                     "application/json");
@@ -287,11 +291,7 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
         }
         std::string tail;
         if (!r.error.empty()) {
-          ApiError e;
-          e.status = 500;
-          e.type = "server_error";
-          e.message = r.error;
-          tail += SseEvent(ErrorJson(e));
+          tail += SseEvent(ErrorJson(JobError(r)));
         } else {
           tail += SseEvent(ChunkJson(ep, meta, "", first, FinishReason(r.stop)));
           if (include_usage)

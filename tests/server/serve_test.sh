@@ -181,20 +181,38 @@ PY
 echo "ok: concurrent"
 
 # --- a client that leaves mid-stream does not stop the server ------------------------------
-curl -s --max-time 1 -N -H "Authorization: Bearer $key" \
-  -d "{\"prompt\":\"$prompt\",\"max_tokens\":900,\"stream\":true}" "$base/v1/completions" \
-  >/dev/null 2>&1 || true
+# Counting at temperature 0 goes on for hundreds of tokens: the stream is still running when
+# curl gives up.
+count='{"prompt":"1, 2, 3, 4, 5, 6, 7, 8,","temperature":0,"max_tokens":900,"stream":true}'
+curl -s --max-time 1 -N -H "Authorization: Bearer $key" -d "$count" "$base/v1/completions" \
+  >"$work/left" 2>&1 || true
+grep -q '^data: ' "$work/left" || fail "the stream sent nothing in 1 s"
+grep -q 'DONE' "$work/left" && fail "the counting stream ended within 1 s"
 code=$(api /v1/completions "{\"prompt\":\"$prompt\",\"temperature\":0,\"max_tokens\":4}" "$work/after")
 [ "$code" = 200 ] || fail "request after a disconnect: status $code"
 curl -sf --max-time 5 -H "Authorization: Bearer $key" "$base/metrics" >"$work/metrics"
 grep -q '^strata_requests_total{endpoint="/v1/completions",status="200"}' "$work/metrics" ||
   fail "metrics lack the request counter"
 grep -q '^strata_time_to_first_token_seconds_count [1-9]' "$work/metrics" || fail "metrics: ttft"
+grep -q '^strata_active_slots 0' "$work/metrics" || fail "the slot of the client that left is busy"
 curl -sf --max-time 5 -H "Authorization: Bearer $key" "$base/v1/models" | grep -q "\"$model_id\"" ||
   fail "/v1/models"
 echo "ok: disconnect, metrics, models"
 
-# --- SIGTERM ends it cleanly -----------------------------------------------------------------
+# wait_stream FILE: until FILE holds an event (at most 10 s).
+wait_stream() {
+  for _ in $(seq 100); do
+    grep -q '^data: ' "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  fail "no event in $1"
+}
+
+# --- SIGTERM mid-stream: the stream ends with an error event, the server exits 0 ------------
+curl -s --max-time 20 -N -H "Authorization: Bearer $key" -d "$count" "$base/v1/completions" \
+  >"$work/cut" 2>&1 &
+cut_pid=$!
+wait_stream "$work/cut"
 kill -TERM "$pid"
 for _ in $(seq 100); do
   kill -0 "$pid" 2>/dev/null || break
@@ -205,4 +223,33 @@ status=0
 wait "$pid" || status=$?
 pid=""
 [ "$status" = 0 ] || fail "exit status $status after SIGTERM"
+wait "$cut_pid" || true
+grep -q 'shutting down' "$work/cut" || fail "the cut stream has no error event"
+[ "$(tail -n 2 "$work/cut" | head -n 1)" = "data: [DONE]" ] || fail "the cut stream does not end"
 echo "ok: SIGTERM"
+
+# --- one slot, no queue: a second request is refused with Retry-After; SIGINT exits 0 -------
+"$strata" serve "${common[@]}" --port 0 --parallel 1 --queue 0 2>"$work/server.log" &
+pid=$!
+port=""
+for _ in $(seq 300); do
+  port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$work/server.log")
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+[ -n "$port" ] || fail "the second server did not listen"
+base=http://127.0.0.1:$port
+curl -s --max-time 20 -N -d "$count" "$base/v1/completions" >"$work/hold" 2>&1 &
+hold_pid=$!
+wait_stream "$work/hold"
+curl -s --max-time 10 -D "$work/headers" -o "$work/err" -d '{"prompt":"a"}' "$base/v1/completions"
+grep -q '^HTTP/1.1 503' "$work/headers" || fail "no 503 with the slot busy: $(cat "$work/headers")"
+grep -qi '^Retry-After: ' "$work/headers" || fail "503 without Retry-After"
+[ "$(json "$work/err" 'd["error"]["code"]')" = queue_full ] || fail "503 body"
+kill -INT "$pid"
+status=0
+wait "$pid" || status=$?
+pid=""
+[ "$status" = 0 ] || fail "exit status $status after SIGINT"
+wait "$hold_pid" || true
+echo "ok: queue full, SIGINT"
