@@ -172,8 +172,9 @@ bool ParseCompletionRequest(std::string_view body, Endpoint endpoint, Completion
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    // nlohmann refuses ill-formed UTF-8 inside strings as a parse error.
+  } catch (const json::exception& e) {
+    // A parse error, ill-formed UTF-8 inside a string among them, or a number beyond a
+    // double's range (out_of_range, found by fuzzing: it is not a parse_error).
     return Fail(err, "", std::string("the body is not valid JSON (") + e.what() + ")");
   }
   if (!j.is_object()) return Fail(err, "", "the body must be a JSON object");

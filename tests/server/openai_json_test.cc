@@ -93,6 +93,8 @@ TEST(OpenAiJson, MalformedBodies) {
   EXPECT_EQ(Refused("{").param, "");
   EXPECT_EQ(Refused("[1]").param, "");
   EXPECT_NE(Refused("{\"messages\":\"\xff\"}").message.find("not valid JSON"), std::string::npos);
+  // nlohmann reports a number beyond a double's range as out_of_range, not as a parse error.
+  EXPECT_EQ(Refused(Chat(R"("temperature":2E401)")).param, "");
 }
 
 TEST(OpenAiJson, MessagesAreChecked) {
