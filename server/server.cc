@@ -105,8 +105,10 @@ Server::~Server() { Stop(); }
 
 void Server::Impl::Routes() {
   // Handler threads wait on their request for its whole generation: one per slot and per
-  // waiting request, and a few more for health checks and metrics while all are busy.
-  const size_t threads = size_t(opts.slots) + size_t(opts.max_waiting) + 4;
+  // waiting request, and some more so that, with all of those busy, health checks, metrics
+  // and the 503s of a full queue are still answered. Connections beyond them wait in the
+  // library's own queue (0.11 cannot bound it) until a thread is free.
+  const size_t threads = size_t(opts.slots) + size_t(opts.max_waiting) + 16;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(opts.max_body_bytes);
   http.set_read_timeout(opts.timeout_s, 0);
@@ -255,6 +257,8 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
   if (!cr.stream) {
     std::string out;
     Job::Result r;
+    // httplib 0.11 cannot tell a handler that its client left, so a whole-response request
+    // runs to its end even then; a streamed one is cancelled at its next write.
     while (!job->Take(std::chrono::milliseconds(500), &out, &r)) {
     }
     if (!r.error.empty()) return SendError(res, JobError(r));
