@@ -31,7 +31,7 @@ std::string Chat(const std::string& extra) {
   return std::string("{") + kHi + (extra.empty() ? "" : "," + extra) + "}";
 }
 
-TEST(OpenAiJson, ChatFieldsReachTheRequest) {
+TEST(ServeRequestJson, ChatFieldsReachTheRequest) {
   CompletionRequest r = Accepted(Chat(
       R"("model":"m","max_tokens":7,"temperature":0,"top_p":0.5,"top_k":3,"min_p":0.1,)"
       R"("seed":42,"stop":["a","b"],"stream":true,"stream_options":{"include_usage":true},"n":1)"));
@@ -49,7 +49,7 @@ TEST(OpenAiJson, ChatFieldsReachTheRequest) {
   EXPECT_TRUE(r.include_usage);
 }
 
-TEST(OpenAiJson, AbsentFieldsStayUnset) {
+TEST(ServeRequestJson, AbsentFieldsStayUnset) {
   CompletionRequest r = Accepted(Chat(R"("temperature":null)"));
   EXPECT_FALSE(r.max_tokens);
   EXPECT_FALSE(r.temperature);
@@ -58,13 +58,13 @@ TEST(OpenAiJson, AbsentFieldsStayUnset) {
   EXPECT_FALSE(r.stream);
 }
 
-TEST(OpenAiJson, MaxCompletionTokensIsChatsName) {
+TEST(ServeRequestJson, MaxCompletionTokensIsChatsName) {
   CompletionRequest r = Accepted(Chat(R"("max_completion_tokens":5)"));
   EXPECT_EQ(*r.max_tokens, 5);
   EXPECT_EQ(r.max_tokens_field, "max_completion_tokens");
 }
 
-TEST(OpenAiJson, ContentPartsAndDeveloperRole) {
+TEST(ServeRequestJson, ContentPartsAndDeveloperRole) {
   CompletionRequest r = Accepted(
       R"({"messages":[{"role":"developer","content":"be brief"},)"
       R"({"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]})");
@@ -73,11 +73,11 @@ TEST(OpenAiJson, ContentPartsAndDeveloperRole) {
   EXPECT_EQ(r.messages[1].content, "ab");
 }
 
-TEST(OpenAiJson, StopAsOneString) {
+TEST(ServeRequestJson, StopAsOneString) {
   EXPECT_EQ(Accepted(Chat(R"("stop":"\n")")).stop, (std::vector<std::string>{"\n"}));
 }
 
-TEST(OpenAiJson, CompletionPrompt) {
+TEST(ServeRequestJson, CompletionPrompt) {
   EXPECT_EQ(Accepted(R"({"prompt":"Once"})", Endpoint::kCompletions).prompt, "Once");
   EXPECT_EQ(Accepted(R"({"prompt":["Once"]})", Endpoint::kCompletions).prompt, "Once");
   EXPECT_EQ(Refused(R"({"prompt":[1,2]})", Endpoint::kCompletions).param, "prompt");
@@ -88,7 +88,7 @@ TEST(OpenAiJson, CompletionPrompt) {
       Accepted(R"({"prompt":"a","max_completion_tokens":3})", Endpoint::kCompletions).max_tokens);
 }
 
-TEST(OpenAiJson, MalformedBodies) {
+TEST(ServeRequestJson, MalformedBodies) {
   EXPECT_EQ(Refused("").param, "");
   EXPECT_EQ(Refused("{").param, "");
   EXPECT_EQ(Refused("[1]").param, "");
@@ -97,7 +97,7 @@ TEST(OpenAiJson, MalformedBodies) {
   EXPECT_EQ(Refused(Chat(R"("temperature":2E401)")).param, "");
 }
 
-TEST(OpenAiJson, MessagesAreChecked) {
+TEST(ServeRequestJson, MessagesAreChecked) {
   EXPECT_EQ(Refused("{}").param, "messages");
   EXPECT_EQ(Refused(R"({"messages":[]})").param, "messages");
   EXPECT_EQ(Refused(R"({"messages":{}})").param, "messages");
@@ -110,7 +110,7 @@ TEST(OpenAiJson, MessagesAreChecked) {
             "messages[0].content[0].type");
 }
 
-TEST(OpenAiJson, WrongTypesNameTheField) {
+TEST(ServeRequestJson, WrongTypesNameTheField) {
   EXPECT_EQ(Refused(Chat(R"("model":3)")).param, "model");
   EXPECT_EQ(Refused(Chat(R"("max_tokens":"7")")).param, "max_tokens");
   EXPECT_EQ(Refused(Chat(R"("max_tokens":1.5)")).param, "max_tokens");
@@ -125,7 +125,7 @@ TEST(OpenAiJson, WrongTypesNameTheField) {
             "stream_options.include_usage");
 }
 
-TEST(OpenAiJson, LimitsNameTheField) {
+TEST(ServeRequestJson, LimitsNameTheField) {
   EXPECT_EQ(Refused(Chat(R"("n":2)")).param, "n");
   EXPECT_EQ(Refused(Chat(R"("max_tokens":0)")).param, "max_tokens");
   EXPECT_EQ(Refused(Chat(R"("max_tokens":-1)")).param, "max_tokens");
@@ -141,7 +141,7 @@ TEST(OpenAiJson, LimitsNameTheField) {
             "stop");
 }
 
-TEST(OpenAiJson, ErrorShape) {
+TEST(ServeRequestJson, ErrorShape) {
   ApiError e;
   e.message = "bad";
   e.param = "n";
@@ -152,7 +152,7 @@ TEST(OpenAiJson, ErrorShape) {
   EXPECT_TRUE(j["error"]["code"].is_null());
 }
 
-TEST(OpenAiJson, ResponsesAndChunks) {
+TEST(ServeRequestJson, ResponsesAndChunks) {
   const ResponseMeta meta{"chatcmpl-1", 5, "m"};
   const Usage u{10, 3, 4};
   nlohmann::json j = CompletionJson(Endpoint::kChat, meta, "hey", "stop", u);
