@@ -76,6 +76,21 @@ void Scheduler::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // The scheduler thread has ended (or never ran): the slots are this thread's now.
+  const std::string bye = "the server is shutting down";
+  FailRunning(bye, /*shutting_down=*/true);
+  std::deque<std::shared_ptr<Job>> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(waiting_);
+  }
+  for (auto& job : left) {
+    Job::Result r;
+    r.error = bye;
+    r.shutting_down = true;
+    job->Finish(r);
+  }
+  UpdateGauges();
 }
 
 Scheduler::Admission Scheduler::Submit(std::shared_ptr<Job> job) {
@@ -110,20 +125,6 @@ void Scheduler::Loop() {
     DecodeStep();
     UpdateGauges();
   }
-  const std::string bye = "the server is shutting down";
-  FailRunning(bye, /*shutting_down=*/true);
-  std::deque<std::shared_ptr<Job>> left;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    left.swap(waiting_);
-  }
-  for (auto& job : left) {
-    Job::Result r;
-    r.error = bye;
-    r.shutting_down = true;
-    job->Finish(r);
-  }
-  UpdateGauges();
 }
 
 void Scheduler::Admit() {
