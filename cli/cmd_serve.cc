@@ -39,9 +39,11 @@ Status ReadApiKey(const std::string& path, std::string* key) {
 // server joins threads and takes locks, which a handler may not do, so a watcher thread
 // polls this. A handler rather than a blocked mask with sigwait, because threads started
 // before the subcommand runs (a GPU runtime's) would not have the signals blocked and would
-// take the default action, ending the process at once.
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void OnStopSignal(int sig) { g_stop_signal = sig; }
+// take the default action, ending the process at once. A lock-free atomic rather than a
+// volatile sig_atomic_t: it is read on another thread than the handler's (TSan says so).
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free int");
+extern "C" void OnStopSignal(int sig) { g_stop_signal.store(sig); }
 
 // Routes SIGINT and SIGTERM to OnStopSignal for the guard's life.
 class StopSignals {
@@ -119,7 +121,7 @@ Status Serve(const ServeFlags& f) {
   std::thread watcher([&] {
     bool stopping = false;
     while (!finished.load()) {
-      const int sig = g_stop_signal;
+      const int sig = g_stop_signal.load();
       if (sig != 0 && !stopping) {
         std::fprintf(stderr, "strata serve: %s: shutting down\n", strsignal(sig));
         stopping = true;
