@@ -9,6 +9,7 @@ model=$2
 [ -f "$model" ] || { echo "model $model missing (scripts/fetch_model.sh)" >&2; exit 1; }
 work=$(mktemp -d)
 pid=""
+log=""
 cleanup() {
   [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
   rm -rf "$work"
@@ -16,7 +17,7 @@ cleanup() {
 trap cleanup EXIT
 fail() {
   echo "FAIL: $*" >&2
-  [ -f "$work/server.log" ] && tail -n 20 "$work/server.log" >&2
+  [ -f "$log" ] && tail -n 20 "$log" >&2
   exit 1
 }
 
@@ -24,12 +25,14 @@ fail() {
 common=(-m "$model" --ctx 1024 -t 2)
 key=test-key-1234
 echo "$key" >"$work/key"
+log=$work/server.log
 "$strata" serve "${common[@]}" --port 0 --parallel 4 --queue 8 --api-key-file "$work/key" \
-  2>"$work/server.log" &
+  2>"$log" &
 pid=$!
 port=""
 for _ in $(seq 300); do
-  port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$work/server.log")
+  # The background shell may not have created the log yet.
+  port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$log" 2>/dev/null || true)
   [ -n "$port" ] && break
   kill -0 "$pid" 2>/dev/null || fail "the server exited before listening"
   sleep 0.1
@@ -139,6 +142,9 @@ expect 400 model /v1/chat/completions "{$msg,\"model\":\"gpt-4\"}"
 expect 400 messages /v1/chat/completions '{"messages":[]}'
 expect 400 temperature /v1/chat/completions "{$msg,\"temperature\":\"hot\"}"
 expect 400 "" /v1/completions "$(printf '{"prompt":"a\xffb"}')"
+# About 1,200 tokens against a context of 1,024.
+expect 400 prompt /v1/completions "{\"prompt\":\"$(printf 'hello %.0s' $(seq 1200))\"}"
+[ "$(json "$work/err" 'd["error"]["code"]')" = context_length_exceeded ] || fail "long prompt code"
 model_id=$(basename "$model" .gguf)
 expect 200 "" /v1/chat/completions "{$msg,\"model\":\"$model_id\",\"max_tokens\":2}"
 head -c 20000000 /dev/zero | tr '\0' a >"$work/big"
@@ -195,7 +201,7 @@ wait_stream() {
     grep -q '^data: ' "$1" 2>/dev/null && return 0
     sleep 0.1
   done
-  fail "no event in $1"
+  fail "no event in $1: $(head -c 400 "$1")"
 }
 
 # Counting at temperature 0 goes on for hundreds of tokens: the stream is still running when
@@ -233,6 +239,7 @@ kill -0 "$pid" 2>/dev/null && fail "still running 10 s after SIGTERM"
 status=0
 wait "$pid" || status=$?
 pid=""
+log=""
 [ "$status" = 0 ] || fail "exit status $status after SIGTERM"
 wait "$cut_pid" || true
 grep -q 'shutting down' "$work/cut" || fail "the cut stream has no error event"
@@ -240,11 +247,15 @@ grep -q 'shutting down' "$work/cut" || fail "the cut stream has no error event"
 echo "ok: SIGTERM"
 
 # --- one slot, no queue: a second request is refused with Retry-After; SIGINT exits 0 -------
-"$strata" serve "${common[@]}" --port 0 --parallel 1 --queue 0 2>"$work/server.log" &
+# A log of its own: the background shell may not have truncated a reused file when the loop
+# below first reads it, which would find the first server's port.
+log=$work/server2.log
+"$strata" serve "${common[@]}" --port 0 --parallel 1 --queue 0 2>"$log" &
 pid=$!
 port=""
 for _ in $(seq 300); do
-  port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$work/server.log")
+  # The background shell may not have created the log yet.
+  port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$log" 2>/dev/null || true)
   [ -n "$port" ] && break
   sleep 0.1
 done
@@ -261,6 +272,7 @@ kill -INT "$pid"
 status=0
 wait "$pid" || status=$?
 pid=""
+log=""
 [ "$status" = 0 ] || fail "exit status $status after SIGINT"
 wait "$hold_pid" || true
 echo "ok: queue full, SIGINT"
