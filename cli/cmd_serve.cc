@@ -156,9 +156,10 @@ void AddServeCommand(CLI::App* app) {
                                  "requests that may wait for a slot; beyond them, 503")
                      ->capture_default_str());
   f->key_opt = modes.Put(
-      gen, cmd->add_option("--api-key", f->api_key,
-                           "require \"Authorization: Bearer KEY\" on /v1/ (visible in ps: "
-                           "prefer --api-key-file)"));
+      gen,
+      cmd->add_option("--api-key", f->api_key,
+                      "require \"Authorization: Bearer KEY\" on all but /health (visible in ps: "
+                      "prefer --api-key-file)"));
   f->key_file_opt = modes.Put(
       gen, cmd->add_option("--api-key-file", f->api_key_file, "read the API key from a file"));
   cmd->callback([f] {

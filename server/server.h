@@ -17,7 +17,7 @@ namespace strata::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;           // 0: any free port (port() says which)
-  std::string api_key;       // non-empty: every /v1/ request needs "Authorization: Bearer KEY"
+  std::string api_key;       // non-empty: all but /health need "Authorization: Bearer KEY"
   int32_t slots = 4;         // requests served at once (engine sequences)
   int32_t max_waiting = 64;  // requests waiting for a slot before 503
   size_t max_body_bytes = size_t(8) << 20;
