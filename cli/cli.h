@@ -81,5 +81,6 @@ void AddBenchCommand(CLI::App* app);
 void AddCalibrateCommand(CLI::App* app);
 void AddConfigCommand(CLI::App* app);
 void AddTuneCommand(CLI::App* app);
+void AddServeCommand(CLI::App* app);
 
 }  // namespace strata::cli

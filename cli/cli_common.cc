@@ -22,6 +22,7 @@ void AddCommands(CLI::App* app) {
   AddCalibrateCommand(app);
   AddConfigCommand(app);
   AddTuneCommand(app);
+  AddServeCommand(app);
 }
 
 void AddCommonFlags(CLI::App* app, CommonFlags* f) {

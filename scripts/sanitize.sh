@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sanitizer builds: ASan+UBSan over the unit tests, TSan over the threaded parts (thread
-# pool, engine batching, storage, disk KV prediction, beam scheduling). The real-model
-# integration tests are left to the Release run (scripts/test.sh): under ASan they take
-# ten times longer and exercise the same code paths as the synthetic-model tests.
+# pool, engine batching, storage, disk KV prediction, beam scheduling, the server's
+# scheduler). The real-model integration tests are left to the Release run
+# (scripts/test.sh): under ASan they take ten times longer and exercise the same code paths
+# as the synthetic-model tests.
 # Usage: scripts/sanitize.sh [asan|tsan|all]   (default all)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,7 +22,7 @@ run() {
 
 case "$which" in
   asan|all) run asan address,undefined "" ;;&
-  tsan|all) run tsan thread "ThreadPool|Forward|Storage|Store|Backend|Batch|Beam|Search|Concurren|DiskKv|GroupPredictor" ;;
+  tsan|all) run tsan thread "ThreadPool|Forward|Storage|Store|Backend|Batch|Beam|Search|Concurren|DiskKv|GroupPredictor|ServeScheduler" ;;
   asan|tsan|all) ;;
   *) echo "usage: $0 [asan|tsan|all]" >&2; exit 2 ;;
 esac

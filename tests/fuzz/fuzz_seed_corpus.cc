@@ -2,7 +2,7 @@
 // byte-level BPE and SentencePiece vocabularies, a metadata-only file, a v2 file) into
 // <dir>/gguf, a few texts (prose, Unicode, special tokens, whitespace) into <dir>/text, an
 // adapters file into <dir>/adapters, a store file into <dir>/store, configs into
-// <dir>/config and conversations into <dir>/chat.
+// <dir>/config, conversations into <dir>/chat and server request bodies into <dir>/requests.
 // Usage: fuzz_seed_corpus <dir>
 #include <sys/stat.h>
 
@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   }
 
   // An adapters file (two layers, ratios 4 and 8), prefixed with the fuzzer's flag byte.
-  for (const char* d : {"/adapters", "/store", "/config", "/chat"})
+  for (const char* d : {"/adapters", "/store", "/config", "/chat", "/requests"})
     ::mkdir((dir + d).c_str(), 0755);
   strata::Adapters a;
   a.model_identity = 42;
@@ -157,5 +157,22 @@ int main(int argc, char** argv) {
   i = 0;
   for (const std::string& t : chats)
     if (!WriteBytes(dir + "/chat/seed" + std::to_string(i++), t)) return 1;
+
+  // Request bodies of strata serve: the first byte picks the endpoint (odd: chat).
+  const std::string requests[] = {
+      std::string("\x01") +
+          R"({"model":"m","messages":[{"role":"system","content":"Be brief."},)"
+          R"({"role":"user","content":[{"type":"text","text":"Hi"}]}],"max_tokens":8,)"
+          R"("temperature":0,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":7,"stop":["
+","."],)"
+          R"("stream":true,"stream_options":{"include_usage":true},"n":1})",
+      std::string("\x01") + R"({"messages":[{"role":"developer","content":"x"}],)"
+                            R"("max_completion_tokens":3})",
+      std::string("\x00") + R"({"prompt":"Once upon a time","max_tokens":16,"stop":"end"})",
+      std::string("\x00") + R"({"prompt":["a"],"seed":-1,"stream":false})",
+  };
+  i = 0;
+  for (const std::string& t : requests)
+    if (!WriteBytes(dir + "/requests/seed" + std::to_string(i++), t)) return 1;
   return 0;
 }
