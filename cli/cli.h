@@ -63,6 +63,10 @@ uint64_t TextByteLimit(const Model& model, int64_t tokens);
 // The model path: -m, else the config's `model`, else the default model in $STRATA_HOME.
 Status ResolveModelPath(const CommonFlags& f, const Config& cfg, std::string* path);
 Status LoadModel(const std::string& path, std::unique_ptr<Model>* model);
+// What run, serve, bench and perplexity start with: the model the flags and the config name
+// (ResolveModelPath), loaded, and the config checked against it (CheckConfig).
+Status LoadConfiguredModel(const CommonFlags& f, const Config& cfg, std::string* path,
+                           std::unique_ptr<Model>* model);
 
 // Prints "strata <cmd>: <message>" to stderr and returns the exit code for `s`.
 int ReportError(const char* cmd, const Status& s);

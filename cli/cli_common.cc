@@ -168,6 +168,13 @@ Status LoadModel(const std::string& path, std::unique_ptr<Model>* model) {
   return Model::Load(path, model);
 }
 
+Status LoadConfiguredModel(const CommonFlags& f, const Config& cfg, std::string* path,
+                           std::unique_ptr<Model>* model) {
+  STRATA_RETURN_IF_ERROR(ResolveModelPath(f, cfg, path));
+  STRATA_RETURN_IF_ERROR(LoadModel(*path, model));
+  return CheckConfig(cfg, **model);
+}
+
 int ReportError(const char* cmd, const Status& s) {
   std::fprintf(stderr, "strata %s: %s\n", cmd, s.ToString().c_str());
   switch (s.code()) {

@@ -33,10 +33,8 @@ Status Bench(const BenchFlags& f) {
     return Status::InvalidArgument(
         "--pp, --tg and --depth must be >= 0, --reps >= 1 and --seqs in [1, 4096]");
   std::string path;
-  STRATA_RETURN_IF_ERROR(ResolveModelPath(f.common, cfg, &path));
   std::unique_ptr<Model> model;
-  STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
-  STRATA_RETURN_IF_ERROR(CheckConfig(cfg, *model));
+  STRATA_RETURN_IF_ERROR(LoadConfiguredModel(f.common, cfg, &path, &model));
   if (!f.common.ctx_opt->count()) cfg.engine.n_ctx = f.depth + std::max(f.pp, 1) + f.tg;
   // The context before the runs is prefilled in passes of 512, like llama-bench's batch.
   if (!f.common.batch_opt->count())

@@ -48,10 +48,8 @@ Status Perplexity(const PplFlags& f) {
     return Status::InvalidArgument("--tokens: " + std::to_string(f.tokens) +
                                    " is less than one window of " + std::to_string(f.window));
   std::string path;
-  STRATA_RETURN_IF_ERROR(ResolveModelPath(f.common, cfg, &path));
   std::unique_ptr<Model> model;
-  STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
-  STRATA_RETURN_IF_ERROR(CheckConfig(cfg, *model));
+  STRATA_RETURN_IF_ERROR(LoadConfiguredModel(f.common, cfg, &path, &model));
   // Only the first --tokens tokens are scored: a longer file is read up to what they can hold.
   std::string text;
   const uint64_t limit = TextByteLimit(*model, f.tokens);

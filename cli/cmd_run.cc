@@ -88,10 +88,8 @@ Status Run(RunFlags& f) {
   cfg.engine.max_sequences = std::max(cfg.engine.max_sequences, f.parallel);
 
   std::string path;
-  STRATA_RETURN_IF_ERROR(ResolveModelPath(f.common, cfg, &path));
   std::unique_ptr<Model> model;
-  STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
-  STRATA_RETURN_IF_ERROR(CheckConfig(cfg, *model));
+  STRATA_RETURN_IF_ERROR(LoadConfiguredModel(f.common, cfg, &path, &model));
 
   // Every prompt source is bounded by what the context can hold.
   const int32_t n_ctx = ContextOf(cfg, *model);

@@ -91,10 +91,8 @@ Status Serve(const ServeFlags& f) {
   STRATA_RETURN_IF_ERROR(ResolveConfig(f.common, &cfg, f.parallel));
   cfg.engine.max_sequences = std::max(cfg.engine.max_sequences, f.parallel);
   std::string path;
-  STRATA_RETURN_IF_ERROR(ResolveModelPath(f.common, cfg, &path));
   std::unique_ptr<Model> model;
-  STRATA_RETURN_IF_ERROR(LoadModel(path, &model));
-  STRATA_RETURN_IF_ERROR(CheckConfig(cfg, *model));
+  STRATA_RETURN_IF_ERROR(LoadConfiguredModel(f.common, cfg, &path, &model));
 
   std::unique_ptr<Engine> engine;
   STRATA_RETURN_IF_ERROR(Engine::Create(*model, cfg.engine, &engine));
