@@ -68,6 +68,11 @@ Status LoadModel(const std::string& path, std::unique_ptr<Model>* model);
 Status LoadConfiguredModel(const CommonFlags& f, const Config& cfg, std::string* path,
                            std::unique_ptr<Model>* model);
 
+// "512M", "2G", "1.5GiB", "1048576": bytes (0 allowed). K, M, G and T are powers of 1024,
+// with or without "iB" (any case). Errors name the flag, the text and what is wrong (not a
+// number, an unknown suffix, too large).
+Status ParseByteSize(const std::string& flag, const std::string& text, int64_t* out);
+
 // Prints "strata <cmd>: <message>" to stderr and returns the exit code for `s`.
 int ReportError(const char* cmd, const Status& s);
 

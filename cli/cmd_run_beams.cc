@@ -78,27 +78,6 @@ void AddBeamFlags(CLI::App* cmd, BeamFlags* f, const CommonFlags* common) {
 
 bool BeamSearchRequested(const BeamFlags& f) { return f.beams_opt && f.beams_opt->count() > 0; }
 
-Status ParseByteSize(const std::string& flag, const std::string& text, uint64_t* out) {
-  size_t used = 0;
-  uint64_t v = 0;
-  try {
-    v = std::stoull(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  const std::string suffix = used ? text.substr(used) : "";
-  uint64_t mult = 0;
-  if (suffix.empty() || suffix == "B") mult = 1;
-  if (suffix == "K" || suffix == "KiB") mult = 1ull << 10;
-  if (suffix == "M" || suffix == "MiB") mult = 1ull << 20;
-  if (suffix == "G" || suffix == "GiB") mult = 1ull << 30;
-  if (used == 0 || mult == 0 || text[0] == '-' || v > UINT64_MAX / mult)
-    return Status::InvalidArgument(flag + ": '" + text +
-                                   "' is not a byte size (digits with an optional K, M or G)");
-  *out = v * mult;
-  return Status::OK();
-}
-
 Status RunBeamSearchCommand(const BeamFlags& f, const Config& cfg, const Model& model,
                             const std::string& prompt, bool chat, bool stats) {
   if (prompt.empty()) return Status::InvalidArgument("--beams needs a prompt (-p, -f or stdin)");
@@ -122,8 +101,11 @@ Status RunBeamSearchCommand(const BeamFlags& f, const Config& cfg, const Model& 
   if (f.device_opt && f.device_opt->count())
     STRATA_RETURN_IF_ERROR(
         ParseComputeDevice(f.device, &p.cuda_device).WithContext("--beam-device"));
-  if (!f.budget.empty())
-    STRATA_RETURN_IF_ERROR(ParseByteSize("--beam-budget", f.budget, &p.fast_budget_bytes));
+  if (!f.budget.empty()) {
+    int64_t budget = 0;
+    STRATA_RETURN_IF_ERROR(ParseByteSize("--beam-budget", f.budget, &budget));
+    p.fast_budget_bytes = uint64_t(budget);
+  }
   STRATA_RETURN_IF_ERROR(ParseBeamSchedule(f.schedule, &p.schedule).WithContext("--beam-schedule"));
   std::vector<int32_t> ids;
   STRATA_RETURN_IF_ERROR(EncodeBeamPrompt(model, prompt, chat, &ids));

@@ -39,7 +39,5 @@ bool BeamSearchRequested(const BeamFlags& f);
 // cfg supplies threads and the generation flags (-n, sampling, --ignore-eos).
 Status RunBeamSearchCommand(const BeamFlags& f, const Config& cfg, const Model& model,
                             const std::string& prompt, bool chat, bool stats);
-// "64M" -> 67108864; plain digits are bytes. The error names the flag and the value.
-Status ParseByteSize(const std::string& flag, const std::string& text, uint64_t* out);
 
 }  // namespace strata::cli

@@ -38,50 +38,10 @@ struct TuneFlags {
   TuneOptions options;
 };
 
-// "512M", "2G", "1.5GiB", "1048576": bytes. K, M, G and T are powers of 1024, with or
-// without "iB" (any case); the number is read digit by digit, so a large one is exact.
+// A size of --memory or --kv-memory: ParseByteSize's, and more than nothing.
 Status ParseBytes(const std::string& flag, const std::string& text, int64_t* out) {
-  const std::string what = flag + ": '" + text + "'";
-  if (text.empty()) return Status::InvalidArgument(flag + ": empty; give a size such as 512M");
-  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
-  using Wide = unsigned __int128;
-  constexpr Wide kMax = Wide(INT64_MAX);
-  size_t i = 0;
-  Wide whole = 0, frac = 0, scale = 1;
-  bool too_large = false;
-  for (; i < text.size() && digit(text[i]); ++i) {
-    whole = whole * 10 + Wide(text[i] - '0');
-    too_large = too_large || whole > kMax;
-    if (too_large) whole = kMax + 1;
-  }
-  if (i == 0)
-    return Status::InvalidArgument(what + " is not a number (give a size such as 512M or 2G)");
-  if (i < text.size() && text[i] == '.') {
-    const size_t first = ++i;
-    for (; i < text.size() && digit(text[i]); ++i)
-      if (scale < Wide(1000000000000000000ull)) {  // digits past 18 cannot move a byte
-        frac = frac * 10 + Wide(text[i] - '0');
-        scale *= 10;
-      }
-    if (i == first)
-      return Status::InvalidArgument(what + " is not a number (give a size such as 1.5G)");
-  }
-  std::string unit = text.substr(i);
-  for (char& c : unit) c = char(std::tolower(static_cast<unsigned char>(c)));
-  int shift = -1;
-  if (unit.empty() || unit == "b") shift = 0;
-  for (const auto& [name, bits] :
-       {std::pair<const char*, int>{"k", 10}, {"m", 20}, {"g", 30}, {"t", 40}})
-    if (unit == name || unit == std::string(name) + "ib") shift = bits;
-  if (shift < 0)
-    return Status::InvalidArgument(what + ": unknown suffix '" + text.substr(i) +
-                                   "' (use K, M, G or T)");
-  const Wide bytes = too_large ? kMax + 1 : (whole << shift) + (frac << shift) / scale;
-  if (bytes > kMax)
-    return Status::InvalidArgument(what + " is too large (at most " + std::to_string(INT64_MAX) +
-                                   " bytes)");
-  if (bytes == 0) return Status::InvalidArgument(what + " is not a positive size");
-  *out = int64_t(bytes);
+  STRATA_RETURN_IF_ERROR(ParseByteSize(flag, text, out));
+  if (*out == 0) return Status::InvalidArgument(flag + ": '" + text + "' is not a positive size");
   return Status::OK();
 }
 
